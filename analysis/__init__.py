@@ -1,0 +1,1 @@
+"""Workload characterization, result statistics and plots (``drtp.analysis``)."""

@@ -1,0 +1,76 @@
+"""What a trace holds: the numbers ``drtp inspect`` prints.
+
+One pass over the records, keeping only counters and sets of distinct
+names, so a trace of any length can be summarised.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from drtp.records import KINDS, METHODS, TraceRecord, parse_uri
+
+
+def summarize(batches: Iterable[list[TraceRecord]]) -> dict:
+    """Summary keys: records, span_s, first, last, by_method, by_kind, bytes,
+    clients, repositories, objects (distinct layers + manifests; uploads excluded)."""
+    by_method: Counter[str] = Counter()
+    by_kind: Counter[str] = Counter()
+    clients: set[str] = set()
+    repos: set[str] = set()
+    objects: set[tuple[str, str]] = set()
+    total_bytes = 0
+    records = 0
+    first = last = None
+    for batch in batches:
+        if first is None:
+            first = batch[0].timestamp
+        last = batch[-1].timestamp
+        records += len(batch)
+        for r in batch:
+            parts = parse_uri(r.uri)
+            by_method[r.method] += 1
+            by_kind[parts.kind] += 1
+            clients.add(r.client)
+            repos.add(parts.repository)
+            total_bytes += r.size
+            if parts.kind == "blob":
+                if not parts.reference.startswith("uploads/"):
+                    objects.add(("", parts.reference))
+            else:
+                objects.add((parts.repository, parts.reference))
+    return {
+        "records": records,
+        "span_s": (last - first).total_seconds() if records else 0.0,
+        "first": first.isoformat() if first else None,
+        "last": last.isoformat() if last else None,
+        "by_method": {m: by_method[m] for m in METHODS if by_method[m]},
+        "by_kind": {k: by_kind[k] for k in KINDS if by_kind[k]},
+        "bytes": total_bytes,
+        "clients": len(clients),
+        "repositories": len(repos),
+        "objects": len(objects),
+    }
+
+
+def format_summary(s: dict) -> str:
+    """The summary as an aligned text table."""
+    rows = [
+        ("records", f"{s['records']:,}"),
+        ("time span", f"{s['span_s']:,.1f} s ({s['first']} → {s['last']})"),
+        ("bytes", f"{s['bytes']:,} ({s['bytes'] / 1e9:,.2f} GB)"),
+        ("clients", f"{s['clients']:,}"),
+        ("repositories", f"{s['repositories']:,}"),
+        ("objects", f"{s['objects']:,}"),
+    ]
+    for m, n in s["by_method"].items():
+        rows.append((f"  {m}", f"{n:,} ({n / max(1, s['records']):.1%})"))
+    for k, n in s["by_kind"].items():
+        rows.append((f"  {k}", f"{n:,} ({n / max(1, s['records']):.1%})"))
+    if s.get("skipped"):
+        rows.append(("skipped (bad)", f"{s['skipped']:,}"))
+    if s.get("ignored"):
+        rows.append(("ignored (not objects)", f"{s['ignored']:,}"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,1 @@
+"""Client nodes: Bottle services that issue the real registry requests and time them."""

@@ -1,0 +1,190 @@
+"""The one YAML config file (NFR3), validated on load.
+
+The original trace player's keys are accepted unchanged (REFERENCE §3):
+``client_info``, ``verbose``, ``trace``, ``registry``, ``warmup``,
+``simulate``; drtp's own keys extend those sections.  Validation is done by
+msgspec against the structs below, and every error becomes one line naming
+the file and the key.  ``${ENV_VAR}`` in any string is replaced by the
+variable's value; values of secret keys (token, password) are never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from drtp.errors import ConfigError
+
+SECRET_KEYS = ("token", "password")
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+class ClientInfo(_Section):
+    client_list: list[str] = []  # host:port of client nodes
+    port: int = 8081
+    threads: int = 16
+    wait: bool = False  # True: replay "as is" (trace timing); False: as fast as possible
+    route: bool = False  # True: consistent hash of the client address; False: round-robin
+    token: str | None = None  # shared secret between master and client nodes
+
+
+class Limit(_Section):
+    type: Literal["seconds", "requests"]
+    amount: float
+
+
+class TraceSection(_Section):
+    location: str
+    traces: list[str]
+    limit: Limit | None = None
+    output: str | None = None
+    format: Literal["auto", "ibm", "jsonl", "registry-log"] = "auto"
+    skip_bad: bool = False
+    reorder_window: float = 60.0
+
+
+class Warmup(_Section):
+    output: str = "warmup-map.json"
+    threads: int = 8
+    random: bool = True
+
+
+class Simulate(_Section):
+    name: str
+    args: dict[str, Any] = {}
+
+
+class Config(_Section):
+    trace: TraceSection | None = None
+    client_info: ClientInfo = msgspec.field(default_factory=ClientInfo)
+    verbose: bool = False
+    registry: list[str] = []
+    warmup: Warmup = msgspec.field(default_factory=Warmup)
+    simulate: Simulate | None = None
+    results: str = "results"  # where run directories go
+
+    # where the file was loaded from; relative paths are resolved against it
+    base_dir: str = "."
+
+    def trace_paths(self) -> list[Path]:
+        """The trace files, ``trace.location`` joined with each of ``trace.traces``."""
+        t = self.require("trace")
+        loc = self.path(t.location)
+        return [loc / name for name in t.traces]
+
+    def path(self, value: str) -> Path:
+        """A path from the config: absolute, or relative to the config file's folder."""
+        p = Path(os.path.expanduser(value))
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def require(self, key: str) -> Any:
+        """The value at a dotted key, or a ConfigError saying it is missing."""
+        value: Any = self
+        for part in key.split("."):
+            value = getattr(value, part, None)
+            if value in (None, [], ""):
+                raise ConfigError(f"{self.base_dir}: missing key '{key}' (required for this command)")
+        return value
+
+    def reader_options(self) -> dict[str, Any]:
+        t = self.require("trace")
+        opts: dict[str, Any] = {"fmt": t.format, "skip_bad": t.skip_bad, "reorder_window": t.reorder_window}
+        if t.limit is not None:
+            opts.update(limit_type=t.limit.type, amount=t.limit.amount)
+        return opts
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(value: Any, where: str, path: str) -> Any:
+    """Replace ``${VAR}`` in strings, recursively; a missing variable is an error."""
+    if isinstance(value, dict):
+        return {k: _expand(v, where, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, where, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str):
+
+        def sub(m: re.Match) -> str:
+            var = m.group(1)
+            if var not in os.environ:
+                raise ConfigError(f"{where}: key '{path}': environment variable {var} is not set")
+            return os.environ[var]
+
+        return _ENV.sub(sub, value)
+    return value
+
+
+def _explain(e: msgspec.ValidationError) -> str:
+    """Turn msgspec's message into 'unknown key x.y' / 'key x.y: expected …'."""
+    msg = str(e)
+    m = re.match(r"(.*?)(?: - at `\$(.*)`)?$", msg)
+    text, at = (m.group(1), (m.group(2) or "")) if m else (msg, "")
+    at = at.lstrip(".")
+    at = re.sub(r"\[(\d+)\]", r"[\1]", at)
+    field = re.search(r"field `([^`]+)`", text)
+    if text.startswith("Object contains unknown field") and field:
+        return f"unknown key '{_join(at, field.group(1))}'"
+    if text.startswith("Object missing required field") and field:
+        return f"missing key '{_join(at, field.group(1))}'"
+    detail = text[0].lower() + text[1:] if text else "invalid value"
+    return f"key '{at or '(top level)'}': {detail}"
+
+
+def _join(at: str, key: str) -> str:
+    return f"{at}.{key}" if at else key
+
+
+def load_config(path: str | Path) -> Config:
+    """Load and validate a config file; raises ConfigError with one clear line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config ({e.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    return config_from_dict(data if data is not None else {}, source=str(path), base_dir=str(path.parent))
+
+
+def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the config must be a mapping of keys, not {type(data).__name__}")
+    if "base_dir" in data:
+        raise ConfigError(f"{source}: unknown key 'base_dir'")
+    data = _expand(data, source, "")
+    if isinstance(data.get("registry"), str):  # the original allowed a single host:port
+        data["registry"] = [data["registry"]]
+    try:
+        cfg = msgspec.convert(data, Config)
+    except msgspec.ValidationError as e:
+        raise ConfigError(f"{source}: {_explain(e)}") from None
+    cfg.base_dir = base_dir
+    return cfg
+
+
+def redacted(cfg: Config) -> dict:
+    """The config as a dict with secret values masked, for printing and results."""
+
+    def mask(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ("***" if k in SECRET_KEYS and v else mask(v)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [mask(v) for v in value]
+        return value
+
+    data = msgspec.to_builtins(cfg)
+    data.pop("base_dir", None)
+    return mask(data)

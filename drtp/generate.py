@@ -1,0 +1,236 @@
+"""Synthetic registry traces in the IBM format, shaped like the published workload.
+
+The generator simulates image pulls and pushes (paper §2.1) by a skewed
+population of clients against a skewed population of repositories:
+
+* pulls: ``GET manifest``, then, for a minority of pulls (the paper's
+  follow-up rate), ``GET`` of the layers the client lacks, sometimes preceded
+  by a ``HEAD``; a pull soon after a push to the same repository fetches
+  layers far more often;
+* pushes: per layer ``HEAD`` (404 when new), ``POST`` upload, an optional
+  ``PATCH`` (chunked upload of larger layers), ``PUT`` of the layer, then
+  ``PUT`` of the manifest;
+* layer sizes are lognormal (≈65 % below 1 MB), manifests ≈1–10 KB;
+* popularity of repositories, base layers and clients is Zipf-like;
+* arrivals are Poisson with a diurnal and weekly rhythm.
+
+Events are generated in time order and their requests pass through a small
+heap, so memory stays bounded however many requests are asked for.
+Calibration to each availability zone's figures is a later step.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as _dt
+import hashlib
+import heapq
+import itertools
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from drtp.records import format_timestamp
+
+USER_AGENTS = ("docker/17.04.0-ce go/go1.7.5", "docker/1.12.1 go/go1.6.3", "docker/17.06.0-ce go/go1.8.3")
+
+
+@dataclass
+class GenerateOptions:
+    requests: int = 10_000
+    seed: int = 1
+    span_s: float = 86_400.0
+    start: _dt.datetime = _dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc)
+    clients: int = 200
+    repositories: int = 300
+    hosts: int = 4
+    push_ratio: float = 0.07  # share of image operations that are pushes (pulls 90–95 %)
+    follow_rate: float = 0.2  # pulls that fetch layers (paper: 4–27 %)
+    follow_after_push: float = 0.8  # the same, within an hour after a push to the repo
+    layer_median: float = 400e3  # bytes; lognormal median
+    layer_sigma: float = 2.3
+    max_layer_size: int = 256 << 20
+    min_layer_size: int = 64
+
+
+class _Zipf:
+    """Draws ranks 0..n-1 with probability ∝ 1/(rank+1)^s."""
+
+    def __init__(self, n: int, s: float, rng: random.Random) -> None:
+        weights = [1.0 / (k + 1) ** s for k in range(n)]
+        self.cum = list(itertools.accumulate(weights))
+        self.rng = rng
+
+    def draw(self) -> int:
+        return bisect.bisect_left(self.cum, self.rng.random() * self.cum[-1])
+
+
+class _Image:
+    __slots__ = ("tag", "layers", "manifest_size", "pushed_at")
+
+    def __init__(self, tag: str, layers: list[tuple[str, int]], manifest_size: int, pushed_at: float):
+        self.tag = tag
+        self.layers = layers
+        self.manifest_size = manifest_size
+        self.pushed_at = pushed_at
+
+
+class TraceGenerator:
+    """Yields IBM-format record dicts in time order."""
+
+    def __init__(self, opts: GenerateOptions) -> None:
+        self.o = opts
+        self.rng = random.Random(opts.seed)
+        self.salt = str(opts.seed).encode()
+        self.counter = itertools.count()
+        self.users = [self.token("user", i) for i in range(max(1, opts.repositories // 3))]
+        self.repos = [f"{self.rng.choice(self.users)}/{self.token('repo', i)}" for i in range(opts.repositories)]
+        self.clients = [self.token("client", i) for i in range(opts.clients)]
+        self.hosts = [self.token("host", i) for i in range(opts.hosts)]
+        self.repo_pick = _Zipf(len(self.repos), 1.1, self.rng)
+        self.client_pick = _Zipf(len(self.clients), 0.9, self.rng)
+        self.base_layers = [self.new_layer() for _ in range(max(4, opts.repositories // 10))]
+        self.base_pick = _Zipf(len(self.base_layers), 1.2, self.rng)
+        self.images: dict[str, list[_Image]] = {}
+
+    # -- entities --------------------------------------------------------------
+
+    def token(self, kind: str, n: int) -> str:
+        h = hashlib.blake2b(f"{kind}:{n}".encode(), digest_size=5, key=self.salt)
+        return h.hexdigest()[: 10 if kind == "layer" else 8]
+
+    def new_layer(self) -> tuple[str, int]:
+        o = self.o
+        size = int(self.rng.lognormvariate(math.log(o.layer_median), o.layer_sigma))
+        return self.token("layer", next(self.counter)), max(o.min_layer_size, min(o.max_layer_size, size))
+
+    def new_image(self, repo: str, now: float) -> _Image:
+        layers = [self.base_layers[self.base_pick.draw()] for _ in range(self.rng.randint(1, 2))]
+        layers += [self.new_layer() for _ in range(self.rng.randint(1, 5))]
+        layers = list(dict.fromkeys(layers))
+        tag = self.token("tag", next(self.counter))
+        size = int(min(60_000, 500 + 150 * len(layers) + self.rng.lognormvariate(math.log(1000), 1.0)))
+        return _Image(tag, layers, size, now)
+
+    def image_of(self, repo: str, now: float) -> _Image:
+        imgs = self.images.get(repo)
+        if not imgs:  # a repository pushed before the trace starts
+            imgs = self.images[repo] = [self.new_image(repo, -math.inf)]
+        if len(imgs) > 1 and self.rng.random() < 0.3:
+            return self.rng.choice(imgs)
+        return imgs[-1]
+
+    # -- arrivals --------------------------------------------------------------
+
+    def rate_factor(self, t: float) -> float:
+        """Diurnal and weekly rhythm (fewer requests at night and weekends)."""
+        when = self.o.start + _dt.timedelta(seconds=t)
+        hour = when.hour + when.minute / 60
+        day = 0.6 + 0.4 * math.sin(math.pi * (hour - 6) / 12) if 6 <= hour <= 18 else 0.45
+        return day * (0.7 if when.weekday() >= 5 else 1.0)
+
+    def arrivals(self, mean_gap: float) -> Iterator[float]:
+        t = 0.0
+        while True:
+            # thinning: a Poisson process modulated by rate_factor (≤ 1)
+            t += self.rng.expovariate(1.0 / mean_gap)
+            if self.rng.random() <= self.rate_factor(t):
+                yield t
+
+    # -- requests --------------------------------------------------------------
+
+    def pull(self, t: float, client: str, repo: str) -> list[tuple]:
+        img = self.image_of(repo, t)
+        host = self.rng.choice(self.hosts)
+        out = []
+        if self.rng.random() < 0.02:  # a pull of a tag that does not exist
+            out.append((t, "GET", client, host, f"v2/{repo}/manifests/{self.token('tag', next(self.counter))}", 404, 0))
+            return out
+        out.append((t, "GET", client, host, f"v2/{repo}/manifests/{img.tag}", 200, img.manifest_size))
+        recent = t - img.pushed_at < 3600
+        if self.rng.random() < (self.o.follow_after_push if recent else self.o.follow_rate):
+            for layer, size in img.layers:
+                if self.rng.random() < 0.7:
+                    t += self.rng.uniform(0.005, 0.3)
+                    if self.rng.random() < 0.15:
+                        out.append((t, "HEAD", client, host, f"v2/{repo}/blobs/{layer}", 200, 0))
+                        t += self.rng.uniform(0.002, 0.05)
+                    out.append((t, "GET", client, host, f"v2/{repo}/blobs/{layer}", 200, size))
+        elif self.rng.random() < 0.3:  # a client checking layers it already has
+            layer, _ = self.rng.choice(img.layers)
+            out.append((t + 0.01, "HEAD", client, host, f"v2/{repo}/blobs/{layer}", 200, 0))
+        return out
+
+    def push(self, t: float, client: str, repo: str) -> list[tuple]:
+        img = self.new_image(repo, t)
+        known = {layer for im in self.images.get(repo, ()) for layer in im.layers}
+        host = self.rng.choice(self.hosts)
+        out = []
+        for layer, size in img.layers:
+            out.append((t, "HEAD", client, host, f"v2/{repo}/blobs/{layer}", 200 if (layer, size) in known else 404, 0))
+            t += self.rng.uniform(0.002, 0.05)
+            if (layer, size) in known:
+                continue
+            upload = self.token("upload", next(self.counter))
+            out.append((t, "POST", client, host, f"v2/{repo}/blobs/uploads/", 202, 0))
+            t += self.rng.uniform(0.002, 0.05)
+            if self.rng.random() < 0.5:  # chunked upload (Docker: POST, PATCH, PUT)
+                out.append((t, "PATCH", client, host, f"v2/{repo}/blobs/uploads/{upload}", 202, size))
+                t += size / 50e6 + self.rng.uniform(0.002, 0.05)
+                out.append((t, "PUT", client, host, f"v2/{repo}/blobs/{layer}", 201, 0))
+            else:
+                out.append((t, "PUT", client, host, f"v2/{repo}/blobs/{layer}", 201, size))
+                t += size / 50e6
+            t += self.rng.uniform(0.005, 0.1)
+        out.append((t, "PUT", client, host, f"v2/{repo}/manifests/{img.tag}", 201, img.manifest_size))
+        img.pushed_at = t
+        self.images.setdefault(repo, []).append(img)
+        return out
+
+    def records(self) -> Iterator[dict]:
+        o = self.o
+        if o.requests <= 0:
+            return
+        mean_gap = o.span_s / o.requests * 2.2  # ≈2.2 requests per image operation
+        heap: list[tuple] = []
+        seq = itertools.count()
+        emitted = 0
+        for t in self.arrivals(mean_gap):
+            client = self.clients[self.client_pick.draw()]
+            repo = self.repos[self.repo_pick.draw()]
+            op = self.push if self.rng.random() < o.push_ratio else self.pull
+            for req in op(t, client, repo):
+                heapq.heappush(heap, (req[0], next(seq), req))
+            # requests of one operation span at most minutes: release what is safely ordered
+            while heap and heap[0][0] < t - 600:
+                yield self.record(heapq.heappop(heap)[2])
+                emitted += 1
+                if emitted >= o.requests:
+                    return
+            if len(heap) > 4 * o.requests + 1000:
+                break
+        while heap and emitted < o.requests:
+            yield self.record(heapq.heappop(heap)[2])
+            emitted += 1
+
+    def record(self, req: tuple) -> dict:
+        t, method, client, host, uri, status, size = req
+        duration = 0.002 + size / 80e6 * self.rng.uniform(0.5, 2.0) + self.rng.expovariate(200)
+        return {
+            "host": host,
+            "http.request.duration": round(duration, 6),
+            "http.request.method": method,
+            "http.request.remoteaddr": client,
+            "http.request.uri": uri,
+            "http.request.useragent": USER_AGENTS[int(client[:2], 16) % len(USER_AGENTS)],
+            "http.response.status": status,
+            "http.response.written": size,
+            "id": self.token("id", next(self.counter)),
+            "timestamp": format_timestamp(self.o.start + _dt.timedelta(seconds=t)),
+        }
+
+
+def generate(opts: GenerateOptions) -> Iterator[dict]:
+    """IBM-format record dicts, sorted by timestamp, exactly ``opts.requests`` of them."""
+    return TraceGenerator(opts).records()

@@ -1,0 +1,134 @@
+"""A real CNCF Distribution registry on loopback, for tests and the demo.
+
+Starts ``docker-registry serve CONFIG`` (Debian package ``docker-registry``)
+on a free 127.0.0.1 port with a temporary storage directory and JSON logging,
+waits until ``/v2/`` answers and stops it on exit.  Its JSON log — the
+"response completed" lines — is the ground truth of what a replay sent, and
+``drtp.trace`` reads it as a trace (format ``registry-log``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from drtp.errors import DrtpError
+
+CONFIG_TEMPLATE = """\
+version: 0.1
+log:
+  level: info
+  formatter: json
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: {storage}
+  delete:
+    enabled: true
+  maintenance:
+    uploadpurging:
+      enabled: false
+http:
+  addr: 127.0.0.1:{port}
+"""
+
+
+def registry_binary() -> str:
+    """The registry executable: ``$DRTP_REGISTRY_BIN``, Debian's, or one on PATH."""
+    for candidate in (os.environ.get("DRTP_REGISTRY_BIN"), "/usr/bin/docker-registry"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    found = shutil.which("docker-registry") or shutil.which("registry")
+    if not found:
+        raise DrtpError("the Distribution registry is not installed (apt-get install docker-registry)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalRegistry:
+    """A registry process on 127.0.0.1; use as a context manager.
+
+    ``workdir`` holds ``config.yml``, ``storage/`` and ``registry.log`` (the
+    JSON log); a temporary directory is made and removed when none is given.
+    """
+
+    def __init__(self, workdir: str | Path | None = None, port: int | None = None) -> None:
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="drtp-registry-")
+        self.workdir = Path(workdir or self._tmp.name)
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def host(self) -> str:
+        """``127.0.0.1:PORT``, the form python-dxf and the config's ``registry`` take."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "registry.log"
+
+    def start(self, timeout: float = 20.0) -> LocalRegistry:
+        binary = registry_binary()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(3):  # a free port can be taken between probe and bind
+            self.port = self.port if self.port and attempt == 0 else free_port()
+            config = self.workdir / "config.yml"
+            config.write_text(CONFIG_TEMPLATE.format(storage=self.workdir / "storage", port=self.port))
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [binary, "serve", str(config)], stdout=log, stderr=log, stdin=subprocess.DEVNULL
+                )
+            if self._wait_ready(timeout):
+                return self
+            self.stop()
+        raise DrtpError(f"the registry did not start; see {self.log_path}")
+
+    def _wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(f"{self.url}/v2/", timeout=1) as r:
+                    if r.status == 200:
+                        return True
+            except OSError:
+                time.sleep(0.05)
+        return False
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def __enter__(self) -> LocalRegistry:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""Offline simulation plugins: cache and prefetch policies fed by the trace."""

@@ -1,0 +1,36 @@
+"""drtp — the Docker Registry Trace Player.
+
+The top-level folders master/, client/, plugins/ and analysis/ are installed
+as subpackages of ``drtp`` (``drtp.master``…) beside the core package drtp/.
+"""
+
+from setuptools import setup
+
+PARTS = ("master", "client", "plugins", "analysis")
+
+setup(
+    name="drtp",
+    version="0.1.0",
+    description="Docker Registry Trace Player: replay, simulate and analyse container registry traces",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["drtp"] + [f"drtp.{p}" for p in PARTS],
+    package_dir={"drtp": "drtp", **{f"drtp.{p}": p for p in PARTS}},
+    install_requires=[
+        "bottle>=0.12",
+        "python-dxf>=12",  # import name dxf; NOT the CAD package "dxf"
+        "requests>=2.28",
+        "pyyaml>=6",
+        "msgspec>=0.18",
+        "pandas>=2",
+        "numpy>=1.24",
+        "matplotlib>=3.7",
+        "seaborn>=0.13",
+        "paramiko>=3",
+        "pyarrow>=14",
+        "tqdm>=4.60",
+    ],
+    extras_require={"test": ["pytest>=7", "ruff>=0.4", "hypothesis>=6"]},
+    entry_points={"console_scripts": ["drtp=drtp.cli:main"]},
+)
