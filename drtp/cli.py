@@ -61,8 +61,12 @@ def _timestamp(text: str) -> _dt.datetime:
 
 def add_trace_options(p: argparse.ArgumentParser) -> None:
     """Options every command that reads trace files shares."""
-    p.add_argument("--format", default="auto", choices=["auto", "ibm", "jsonl", "registry-log"],
-                   help="input format (default: detected from the file)")
+    p.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "ibm", "jsonl", "registry-log"],
+        help="input format (default: detected from the file)",
+    )
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records instead of stopping")
     limit = p.add_mutually_exclusive_group()
     limit.add_argument("--requests", type=_positive_int, metavar="N", help="read only the first N records")
@@ -89,8 +93,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from drtp.trace import write_ibm
 
     opts = GenerateOptions(
-        requests=args.requests, seed=args.seed, span_s=args.span, start=args.start,
-        clients=args.clients, repositories=args.repositories, max_layer_size=args.max_layer_size,
+        requests=args.requests,
+        seed=args.seed,
+        span_s=args.span,
+        start=args.start,
+        clients=args.clients,
+        repositories=args.repositories,
+        max_layer_size=args.max_layer_size,
     )
     t0 = time.perf_counter()
     with progress(total=args.requests, desc="generate", unit="req") as bar:
@@ -150,21 +159,35 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"drtp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("generate", help="write a synthetic trace in the IBM format",
-                       description="Write a synthetic registry trace (IBM JSON format) with a realistic shape.")
+    p = sub.add_parser(
+        "generate",
+        help="write a synthetic trace in the IBM format",
+        description="Write a synthetic registry trace (IBM JSON format) with a realistic shape.",
+    )
     p.add_argument("-o", "--output", required=True, help="trace file to write (.json, or .json.gz)")
     p.add_argument("-n", "--requests", type=_positive_int, default=10_000, help="number of records (default 10000)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    p.add_argument("--span", type=_duration, default=86_400.0, help="approximate time span, e.g. 3600 or 1d (default 1d)")
-    p.add_argument("--start", type=_timestamp, default=_dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc),
-                   help="timestamp of the start (default 2017-08-01T00:00:00Z)")
+    p.add_argument(
+        "--span", type=_duration, default=86_400.0, help="approximate time span, e.g. 3600 or 1d (default 1d)"
+    )
+    p.add_argument(
+        "--start",
+        type=_timestamp,
+        default=_dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc),
+        help="timestamp of the start (default 2017-08-01T00:00:00Z)",
+    )
     p.add_argument("--clients", type=_positive_int, default=200, help="number of distinct clients (default 200)")
     p.add_argument("--repositories", type=_positive_int, default=300, help="number of repositories (default 300)")
-    p.add_argument("--max-layer-size", type=_size, default=256 << 20, help="cap on layer sizes, e.g. 4MB (default 256MiB)")
+    p.add_argument(
+        "--max-layer-size", type=_size, default=256 << 20, help="cap on layer sizes, e.g. 4MB (default 256MiB)"
+    )
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("inspect", help="summarise trace files (counts, span, bytes, clients…)",
-                       description="Read trace files and print what they hold; also checks them for bad records.")
+    p = sub.add_parser(
+        "inspect",
+        help="summarise trace files (counts, span, bytes, clients…)",
+        description="Read trace files and print what they hold; also checks them for bad records.",
+    )
     p.add_argument("files", nargs="+", help="trace files: IBM JSON arrays, JSON lines or registry JSON logs")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_trace_options(p)

@@ -41,8 +41,9 @@ def registry_roundtrip(host: str, size: int = 300_000) -> dict:
 def run_demo(out: Path, requests: int = 2000, seed: int = 1) -> int:
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.json"
-    opts = GenerateOptions(requests=requests, seed=seed, span_s=600, clients=20, repositories=30,
-                           max_layer_size=2 << 20)
+    opts = GenerateOptions(
+        requests=requests, seed=seed, span_s=600, clients=20, repositories=30, max_layer_size=2 << 20
+    )
     n = write_ibm(trace, generate(opts))
     print(f"[1/3] generated {n:,} requests → {trace}")
     summary = summarize(TraceReader([trace]).batches())
@@ -51,8 +52,10 @@ def run_demo(out: Path, requests: int = 2000, seed: int = 1) -> int:
     print("      " + format_summary(summary).replace("\n", "\n      "))
     with LocalRegistry(out / "registry") as reg:
         rt = registry_roundtrip(reg.host)
-        print(f"[3/3] registry {reg.url} (Distribution, loopback): pushed and pulled a "
-              f"{rt['bytes'] // 1000} KB blob in {rt['push_s'] * 1000:.1f} ms / {rt['pull_s'] * 1000:.1f} ms")
+        print(
+            f"[3/3] registry {reg.url} (Distribution, loopback): pushed and pulled a "
+            f"{rt['bytes'] // 1000} KB blob in {rt['push_s'] * 1000:.1f} ms / {rt['pull_s'] * 1000:.1f} ms"
+        )
     (out / "registry-check.json").write_text(json.dumps(rt, indent=2))
     print(f"results in {out}/")
     return 0

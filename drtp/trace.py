@@ -95,9 +95,7 @@ class TraceReader:
     def batches(self) -> Iterator[list[TraceRecord]]:
         """Time-ordered lists of records (a chunk at a time), limits applied."""
         self.stats = ReadStats()
-        merged = _merge(
-            [self._file_chunks(p) for p in self.paths], self.window, self.skip_bad, self.stats
-        )
+        merged = _merge([self._file_chunks(p) for p in self.paths], self.window, self.skip_bad, self.stats)
         remaining = int(self.amount) if self.limit_type == "requests" else None
         end: _dt.datetime | None = None
         for batch in merged:
