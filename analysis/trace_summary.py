@@ -1,11 +1,13 @@
 """What a trace holds: the numbers ``drtp inspect`` prints.
 
 One pass over the records, keeping only counters and sets of distinct
-names, so a trace of any length can be summarised.
+names, so a trace of any length can be summarised; :func:`summarize_frame`
+gives the same numbers from the columns ``drtp analyze`` already holds.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections import Counter
 from collections.abc import Iterable
 
@@ -51,6 +53,28 @@ def summarize(batches: Iterable[list[TraceRecord]]) -> dict:
         "clients": len(clients),
         "repositories": len(repos),
         "objects": len(objects),
+    }
+
+
+def summarize_frame(df) -> dict:
+    """The same summary as :func:`summarize`, from a trace's columns (:mod:`drtp.analysis.columns`)."""
+    n = len(df)
+    by_method = df["method"].value_counts()
+    by_kind = df["kind"].value_counts()
+    first = _dt.datetime.fromtimestamp(df["time"].iloc[0], _dt.timezone.utc) if n else None
+    last = _dt.datetime.fromtimestamp(df["time"].iloc[-1], _dt.timezone.utc) if n else None
+    objects = df["object"][~df["upload"]]
+    return {
+        "records": n,
+        "span_s": (last - first).total_seconds() if n else 0.0,
+        "first": first.isoformat() if first else None,
+        "last": last.isoformat() if last else None,
+        "by_method": {m: int(by_method[m]) for m in METHODS if by_method.get(m, 0)},
+        "by_kind": {k: int(by_kind[k]) for k in KINDS if by_kind.get(k, 0)},
+        "bytes": int(df["size"].sum()),
+        "clients": int(df["client"].nunique()),
+        "repositories": int(df["repository"].nunique()),
+        "objects": int(objects.nunique()),
     }
 
 

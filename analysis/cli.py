@@ -1,0 +1,90 @@
+"""``drtp analyze``: workload characterization of traces and statistics of replay runs."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from drtp.cli import _duration, add_trace_options
+
+
+def cmd_analyze_trace(args: argparse.Namespace) -> int:
+    from drtp.analysis.trace_analysis import analyze_traces, group_files
+
+    groups = group_files(args.files, args.label)
+    reader_options: dict = {"fmt": args.format, "skip_bad": args.skip_bad}
+    if args.requests is not None:
+        reader_options.update(limit_type="requests", amount=args.requests)
+    elif args.seconds is not None:
+        reader_options.update(limit_type="seconds", amount=args.seconds)
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    analyze_traces(
+        groups,
+        out,
+        session_s=args.session,
+        push_window_s=args.push_window,
+        bin_s=args.bin,
+        reader_options=reader_options,
+    )
+    took = time.perf_counter() - t0
+    print(f"wrote {out}/characterization.json, key_numbers.csv, figures and report.html in {took:.1f} s")
+    return 0
+
+
+def cmd_analyze_results(args: argparse.Namespace) -> int:
+    from drtp.analysis.results_analysis import analyze_results
+
+    out = Path(args.out)
+    analyze_results(args.runs, out, trace_files=args.trace)
+    print(f"wrote {out}/results.json, runs.csv, latency.csv, figures and report.html")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "analyze",
+        help="characterize traces (paper §4) or compare replay results; writes JSON, PNG and report.html",
+        description="Analysis of registry traces and replay runs.",
+    )
+    asub = p.add_subparsers(dest="analyze_command", metavar="WHAT", required=True)
+
+    t = asub.add_parser(
+        "trace",
+        help="workload characterization of trace files (paper §4, Fig. 4–15)",
+        description="Characterize traces: request types, sizes, load, response times, popularity, "
+        "follow-ups, concurrency, rhythm, inter-arrival and idle times, data volume.",
+    )
+    t.add_argument("files", nargs="+", help="trace files; files with the same label are read as one trace")
+    t.add_argument("--out", required=True, help="output directory")
+    t.add_argument(
+        "--label",
+        nargs="+",
+        metavar="NAME",
+        help="one label per file (e.g. availability zones: --label dal dal lon); default from file names",
+    )
+    t.add_argument(
+        "--session", type=_duration, default=60.0, help="client session threshold for follow-ups (default 1 min)"
+    )
+    t.add_argument(
+        "--push-window",
+        type=_duration,
+        default=None,
+        help="how long after a PUT a GET manifest counts as 'after a push' (default: the session threshold)",
+    )
+    t.add_argument("--bin", type=_duration, default=60.0, help="bin width for concurrency (default 60 s)")
+    add_trace_options(t)
+    t.set_defaults(func=cmd_analyze_trace)
+
+    r = asub.add_parser(
+        "results",
+        help="latency, throughput, failures and lateness of replay runs",
+        description="Compare replay runs (directories with requests.csv and summary.json).",
+    )
+    r.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories written by the replayer")
+    r.add_argument("--out", required=True, help="output directory")
+    r.add_argument(
+        "--trace", nargs="+", metavar="FILE", help="the replayed trace: adds its recorded latencies (ibm-trace-data)"
+    )
+    r.set_defaults(func=cmd_analyze_results)

@@ -1,0 +1,171 @@
+"""A trace as columns: the form every characterization computation works on.
+
+Records come from :class:`drtp.trace.TraceReader` a batch at a time; each
+batch is turned into numpy arrays at once and its strings (clients, hosts,
+repositories, objects) into integer codes against dictionaries that grow with
+the trace, so memory holds a few numbers per record and one copy of each
+distinct name, never the records themselves.  URIs are split once per
+distinct URI of a batch, not once per record.
+
+Columns of the resulting :class:`pandas.DataFrame` (one row per request, in
+time order):
+
+``time`` (s since the epoch), ``duration`` (s), ``method``, ``kind``
+('manifest' | 'blob'), ``client``, ``host``, ``repository``, ``user`` (first
+path component of the repository), ``object`` (layer digest, or
+``repository:tag`` for manifests; missing for blob uploads without a digest),
+``upload`` (blob upload URL), ``status``, ``size`` (bytes written); and on
+request ``id`` (the trace's request id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from drtp.records import KINDS, METHODS, TraceRecord, parse_uri
+from drtp.trace import TraceReader
+
+COLUMNS = (
+    "time",
+    "duration",
+    "method",
+    "kind",
+    "client",
+    "host",
+    "repository",
+    "user",
+    "object",
+    "upload",
+    "status",
+    "size",
+)
+_METHOD_CODE = {m: i for i, m in enumerate(METHODS)}
+
+
+class _Names:
+    """Maps strings to dense integer codes, one dictionary for the whole trace."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+
+    def encode(self, values: list[str] | np.ndarray) -> np.ndarray:
+        local, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+        table = self.codes
+        mapping = np.fromiter((table.setdefault(u, len(table)) for u in uniques), dtype=np.int32, count=len(uniques))
+        out = np.full(len(local), -1, dtype=np.int32)
+        ok = local >= 0
+        out[ok] = mapping[local[ok]]
+        return out
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        return pd.Categorical.from_codes(codes, categories=pd.Index(list(self.codes), dtype=object))
+
+
+def _uri_parts(uri: str) -> tuple[str, int, str | None, bool]:
+    """(repository, kind code, object key, upload) for one URI."""
+    parts = parse_uri(uri)
+    if parts is None:  # the reader only yields parseable URIs; hand-made frames may not
+        return "", 1, None, False
+    kind = 0 if parts.kind == "manifest" else 1
+    if kind == 0:
+        return parts.repository, 0, f"{parts.repository}:{parts.reference}", False
+    if parts.reference.startswith("uploads/"):
+        query = uri.partition("?")[2]
+        digest = next((v for k, _, v in (p.partition("=") for p in query.split("&")) if k == "digest" and v), None)
+        return parts.repository, 1, digest, True
+    return parts.repository, 1, parts.reference, False
+
+
+class ColumnBuilder:
+    """Accumulates record batches as column chunks; :meth:`frame` joins them."""
+
+    def __init__(self, with_ids: bool = False) -> None:
+        self.with_ids = with_ids
+        self.clients = _Names()
+        self.hosts = _Names()
+        self.repos = _Names()
+        self.objects = _Names()
+        self.chunks: list[dict[str, np.ndarray]] = []
+
+    def add(self, batch: list[TraceRecord]) -> None:
+        n = len(batch)
+        uri_codes, uris = pd.factorize(np.asarray([r.uri for r in batch], dtype=object))
+        parts = [_uri_parts(u) for u in uris]
+        repo_u = self.repos.encode([p[0] for p in parts])
+        kind_u = np.fromiter((p[1] for p in parts), dtype=np.int8, count=len(parts))
+        obj_u = self.objects.encode(np.array([p[2] for p in parts], dtype=object))
+        upload_u = np.fromiter((p[3] for p in parts), dtype=bool, count=len(parts))
+        chunk = {}
+        if self.with_ids:
+            chunk["id"] = np.asarray([r.id for r in batch], dtype=object)
+        self.chunks.append(
+            chunk
+            | {
+                "time": np.fromiter((r.timestamp.timestamp() for r in batch), dtype=np.float64, count=n),
+                "duration": np.fromiter((r.duration for r in batch), dtype=np.float64, count=n),
+                "method": np.fromiter((_METHOD_CODE[r.method] for r in batch), dtype=np.int8, count=n),
+                "status": np.fromiter((r.status for r in batch), dtype=np.int16, count=n),
+                "size": np.fromiter((r.size for r in batch), dtype=np.int64, count=n),
+                "client": self.clients.encode([r.client for r in batch]),
+                "host": self.hosts.encode([r.host for r in batch]),
+                "repository": repo_u[uri_codes],
+                "kind": kind_u[uri_codes],
+                "object": obj_u[uri_codes],
+                "upload": upload_u[uri_codes],
+            }
+        )
+
+    def frame(self) -> pd.DataFrame:
+        def col(name: str, dtype) -> np.ndarray:
+            if not self.chunks:
+                return np.empty(0, dtype=dtype)
+            return np.concatenate([c[name] for c in self.chunks])
+
+        repo_codes = col("repository", np.int32)
+        repo_names = list(self.repos.codes)
+        users = _Names()
+        user_of_repo = users.encode([r.split("/", 1)[0] for r in repo_names]) if repo_names else np.empty(0, np.int32)
+        df = pd.DataFrame(
+            {
+                "time": col("time", np.float64),
+                "duration": col("duration", np.float64),
+                "method": pd.Categorical.from_codes(col("method", np.int8), categories=list(METHODS)),
+                "kind": pd.Categorical.from_codes(col("kind", np.int8), categories=list(KINDS)),
+                "client": self.clients.categorical(col("client", np.int32)),
+                "host": self.hosts.categorical(col("host", np.int32)),
+                "repository": self.repos.categorical(repo_codes),
+                "user": users.categorical(user_of_repo[repo_codes] if len(repo_codes) else repo_codes),
+                "object": self.objects.categorical(col("object", np.int32)),
+                "upload": col("upload", bool),
+                "status": col("status", np.int16),
+                "size": col("size", np.int64),
+            }
+        )
+        if self.with_ids:
+            df["id"] = col("id", object)
+        self.chunks = []
+        return df
+
+
+def frame_from_batches(batches: Iterable[list[TraceRecord]], with_ids: bool = False) -> pd.DataFrame:
+    """Columns of a stream of record batches (see the module docstring); ``with_ids`` adds the
+    request ids as an ``id`` column (to match replay results to trace records)."""
+    builder = ColumnBuilder(with_ids)
+    for batch in batches:
+        builder.add(batch)
+    return builder.frame()
+
+
+def load_trace(paths: Iterable[str | Path], with_ids: bool = False, **reader_options) -> pd.DataFrame:
+    """Read trace files (merged in time order) into columns; options go to TraceReader."""
+    return frame_from_batches(TraceReader(paths, **reader_options).batches(), with_ids)
+
+
+def frame_from_records(records: Iterable[TraceRecord]) -> pd.DataFrame:
+    """Columns of hand-made records (tests, notebooks); they are sorted by time first."""
+    ordered = sorted(records, key=lambda r: r.timestamp)
+    return frame_from_batches([ordered] if ordered else [])

@@ -1,0 +1,378 @@
+"""The paper's §4 figures, drawn from characterizations (``characterization.json``).
+
+Every function takes ``{label: characterization}`` (see
+:func:`drtp.analysis.characterize.characterize`) and returns a Figure, so a
+notebook can redraw any figure from the JSON alone; several traces (e.g. one
+per availability zone) appear side by side, one colour per label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, PercentFormatter, ScalarFormatter
+
+from drtp.analysis.plotting import BYTES, cdf_line, new_figure, no_data, palette, save
+
+Chars = dict[str, dict]
+
+
+def _stacked_shares(ax, shares: pd.DataFrame, title: str, ylabel: str = "share of requests") -> None:
+    """100 % stacked bars, one per label, with the share written on each part."""
+    bottom = np.zeros(len(shares))
+    colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]
+    for i, col in enumerate(shares.columns):
+        vals = shares[col].fillna(0).to_numpy()
+        ax.bar(shares.index, vals, bottom=bottom, label=col, color=colors[i % len(colors)])
+        for x, (v, b) in enumerate(zip(vals, bottom, strict=True)):
+            if v >= 0.04:
+                ax.text(x, b + v / 2, f"{v:.0%}", ha="center", va="center", fontsize=8, color="white")
+        bottom += vals
+    ax.set_ylim(0, 1)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def fig_request_types(chars: Chars) -> Figure:
+    """Fig. 4: image pulls vs pushes, and requests per HTTP method."""
+    fig, (a, b) = new_figure(1, 2, width=5.5, title="Request types (paper Fig. 4)")
+    pp = pd.DataFrame(
+        {
+            lab: {
+                "pulls (GET manifest)": c["request_types"]["pull_ratio"],
+                "pushes (PUT manifest)": c["request_types"]["push_ratio"],
+            }
+            for lab, c in chars.items()
+        }
+    ).T
+    _stacked_shares(a, pp, "(a) image pulls vs pushes", "share of image operations")
+    methods = pd.DataFrame({lab: c["request_types"]["method_share"] for lab, c in chars.items()}).T.fillna(0)
+    _stacked_shares(b, methods, "(b) requests by HTTP method")
+    return fig
+
+
+def fig_manifest_layer(chars: Chars) -> Figure:
+    """Fig. 5: manifest vs layer share of pulls (GET) and pushes (PUT or HEAD)."""
+    fig, axes = new_figure(1, 2, width=5.0, title="Manifest vs layer requests (paper Fig. 5)")
+    for ax, (op, title) in zip(
+        axes, (("pull", "(a) pulls: GET requests"), ("push", "(b) pushes: PUT or HEAD requests")), strict=True
+    ):
+        frame = pd.DataFrame(
+            {
+                lab: {
+                    "manifest": c["manifest_layer_share"][op]["manifest"],
+                    "layer": c["manifest_layer_share"][op]["layer"],
+                }
+                for lab, c in chars.items()
+            }
+        ).T
+        _stacked_shares(ax, frame, title)
+    return fig
+
+
+def _cdf_panels(
+    chars: Chars, section: str, keys: list[tuple[str, str]], title: str, xlabel: str, formatter=None, ncols: int = 2
+) -> Figure:
+    nrows = int(np.ceil(len(keys) / ncols))
+    fig, axes = new_figure(nrows, ncols, width=5.0, height=3.6, title=title)
+    colors = palette(chars)
+    for ax, (key, sub) in zip(axes, keys, strict=False):
+        drawn = [cdf_line(ax, c[section].get(key, {}), lab, colors[lab]) for lab, c in chars.items()]
+        ax.set_title(sub)
+        ax.set_xlabel(xlabel)
+        if formatter is not None:
+            ax.xaxis.set_major_formatter(formatter)
+        if any(drawn):
+            ax.legend(loc="lower right")
+        else:
+            no_data(ax)
+    for ax in axes[len(keys) :]:
+        ax.set_visible(False)
+    return fig
+
+
+def fig_sizes(chars: Chars) -> Figure:
+    """Fig. 6: sizes of layers and manifests for GET and PUT requests."""
+    keys = [
+        ("GET blob", "(a) GET layer"),
+        ("GET manifest", "(b) GET manifest"),
+        ("PUT blob", "(c) PUT layer"),
+        ("PUT manifest", "(d) PUT manifest"),
+    ]
+    return _cdf_panels(chars, "sizes", keys, "Request sizes (paper Fig. 6)", "size (bytes written, log scale)", BYTES)
+
+
+def fig_requests_per_minute(chars: Chars) -> Figure:
+    """Fig. 7: requests received per minute."""
+    fig, (ax,) = new_figure(1, 1, width=6.5, title="Load: requests per minute (paper Fig. 7)")
+    colors = palette(chars)
+    drawn = [cdf_line(ax, c["requests_per_minute"], lab, colors[lab], log=False) for lab, c in chars.items()]
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlabel("requests per minute (symlog scale; idle minutes count as 0)")
+    ax.legend(loc="lower right") if any(drawn) else no_data(ax)
+    return fig
+
+
+def fig_response_times(chars: Chars) -> Figure:
+    """Fig. 8: response times per method and kind."""
+    present = []
+    for c in chars.values():
+        present += [k for k in c["response_times"] if k not in present]
+    order = [
+        "GET blob",
+        "PUT blob",
+        "PATCH blob",
+        "GET manifest",
+        "PUT manifest",
+        "HEAD blob",
+        "HEAD manifest",
+        "POST blob",
+    ]
+    keys = [(k, f"{k.replace('blob', 'layer')}") for k in order if k in present]
+    if not keys:
+        keys = [("GET blob", "GET layer")]
+    return _cdf_panels(
+        chars, "response_times", keys, "Response time (paper Fig. 8)", "response time (s, log scale)", ncols=3
+    )
+
+
+def fig_response_vs_size(chars: Chars) -> Figure:
+    """Fig. 9: GET layer response time by layer size (median, interquartile band)."""
+    fig, (ax,) = new_figure(1, 1, width=6.5, title="Response time vs layer size, GET layer (paper Fig. 9)")
+    colors = palette(chars)
+    drawn = False
+    for lab, c in chars.items():
+        bins = c["response_vs_size"]["bins"]
+        if not bins:
+            continue
+        x = [b["size_mid"] for b in bins]
+        ax.plot(x, [b["median_s"] for b in bins], marker="o", ms=3, color=colors[lab], label=f"{lab} median")
+        ax.fill_between(
+            x,
+            [b["p25_s"] for b in bins],
+            [b["p75_s"] for b in bins],
+            color=colors[lab],
+            alpha=0.2,
+            label=f"{lab} 25–75th pct",
+        )
+        drawn = True
+    if drawn:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(BYTES)
+        ax.legend(loc="upper left")
+    else:
+        no_data(ax)
+    ax.set_xlabel("layer size (bytes, log scale; quarter-decade bins)")
+    ax.set_ylabel("response time (s, log scale)")
+    return fig
+
+
+POPULARITY = (
+    ("layers", "layers (GET)"),
+    ("manifests", "manifests (GET)"),
+    ("repositories", "repositories"),
+    ("users", "users"),
+    ("clients", "clients"),
+)
+
+
+def fig_popularity(chars: Chars) -> Figure:
+    """Fig. 10: cumulative share of accesses taken by the most popular items."""
+    fig, axes = new_figure(2, 3, width=4.3, height=3.5, title="Popularity skew (paper Fig. 10)")
+    colors = palette(chars)
+    for ax, (key, name) in zip(axes, POPULARITY, strict=False):
+        drawn = False
+        for lab, c in chars.items():
+            p = c["popularity"][key]
+            if p.get("accesses"):
+                ax.plot(
+                    p["curve"]["item_share"],
+                    p["curve"]["access_share"],
+                    color=colors[lab],
+                    label=f"{lab} ({p['items']:,} items)",
+                )
+                drawn = True
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x * 100:g}%"))
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylim(0, 1.02)
+        ax.set_title(name)
+        ax.set_xlabel("most accessed items (share of all, log scale)")
+        ax.set_ylabel("share of accesses")
+        ax.legend(loc="lower right") if drawn else no_data(ax)
+    axes[-1].set_visible(False)
+    return fig
+
+
+def fig_top10(chars: Chars) -> Figure:
+    """Fig. 11: share of accesses of each of the ten most popular items."""
+    fig, axes = new_figure(1, 5, width=3.4, height=3.6, title="Top-10 popularity (paper Fig. 11)")
+    colors = palette(chars)
+    n = len(chars)
+    width = 0.8 / max(1, n)
+    for ax, (key, name) in zip(axes, POPULARITY, strict=True):
+        for i, (lab, c) in enumerate(chars.items()):
+            shares = c["popularity"][key].get("top_shares", [])
+            if shares:
+                ranks = np.arange(1, len(shares) + 1) + (i - (n - 1) / 2) * width
+                total = c["popularity"][key]["top10_share"]
+                ax.bar(ranks, shares, width=width, color=colors[lab], label=f"{lab} (top 10: {total:.0%})")
+        ax.set_xticks(range(1, 11))
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_title(name)
+        ax.set_xlabel("popularity rank")
+        ax.set_ylabel("share of accesses")
+        ax.legend(loc="upper right")
+    return fig
+
+
+def fig_follow_ups(chars: Chars) -> Figure:
+    """Fig. 12: GET layer requests following a GET manifest within a client session."""
+    any_c = next(iter(chars.values()))
+    s = any_c["follow_ups"]["session_s"]
+    w = any_c["follow_ups"]["push_window_s"]
+    fig, axes = new_figure(
+        1, 2, width=5.5, title=f"GET manifest → GET layer follow-ups, session {s:g} s (paper Fig. 12)"
+    )
+    colors = palette(chars)
+    titles = {"all": "(a) all GET manifest requests", "after_push": f"(b) within {w:g} s after a PUT to the repository"}
+    for ax, key in zip(axes, ("all", "after_push"), strict=True):
+        drawn = False
+        for lab, c in chars.items():
+            st = c["follow_ups"].get(key, {})
+            if st.get("manifests"):
+                ax.step(
+                    st["cdf"]["layers"],
+                    st["cdf"]["share"],
+                    where="post",
+                    color=colors[lab],
+                    label=f"{lab}: {st['not_followed']:.0%} not followed (n={st['manifests']:,})",
+                )
+                drawn = True
+        ax.set_title(titles[key])
+        ax.set_xlabel("GET layer requests in the session after the manifest")
+        ax.set_ylabel("CDF (share of GET manifests)")
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylim(0, 1.02)
+        ax.legend(loc="lower right") if drawn else no_data(ax)
+    return fig
+
+
+def fig_concurrency(chars: Chars) -> Figure:
+    """Fig. 13: active clients and requests, as CDFs and over time."""
+    bin_s = next(iter(chars.values()))["concurrency"]["bin_s"]
+    fig, axes = new_figure(
+        2, 2, width=5.5, height=3.6, title=f"Client and request concurrency, {bin_s:g} s bins (paper Fig. 13)"
+    )
+    colors = palette(chars)
+    for ax, key, name in (
+        (axes[0], "active_clients", "(a) active clients (distinct clients sending in a bin)"),
+        (axes[1], "active_requests", "(b) active requests (average in flight per bin)"),
+    ):
+        drawn = [cdf_line(ax, c["concurrency"][key], lab, colors[lab], log=False) for lab, c in chars.items()]
+        if key == "active_clients":
+            ax.set_xscale("symlog", linthresh=1)
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.set_xlabel(key.replace("_", " ") + (" (symlog scale)" if key == "active_clients" else ""))
+        ax.set_title(name)
+        ax.legend(loc="lower right") if any(drawn) else no_data(ax)
+    for ax, key, ylabel in (
+        (axes[2], "active_clients", "active clients"),
+        (axes[3], "requests_per_bin", f"requests per {bin_s:g} s"),
+    ):
+        for lab, c in chars.items():
+            ser = c["concurrency"]["series"]
+            if ser:
+                t = pd.to_datetime(np.asarray(ser["t_s"]) + ser["start"], unit="s", utc=True)
+                vals = np.asarray(ser[key], dtype=float)
+                if key == "requests_per_bin":
+                    vals = vals * bin_s / ser["every_s"]  # per bin, averaged over a plotted point
+                ax.plot(t, vals, color=colors[lab], lw=0.8, label=lab)
+        ax.set_xlabel("time (UTC)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{ylabel} over time")
+        locator = AutoDateLocator()
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        ax.legend(loc="upper right")
+    return fig
+
+
+def fig_rhythm(chars: Chars) -> Figure:
+    """Fig. 14: average requests per hour of day and per day of week (UTC)."""
+    fig, (a, b) = new_figure(1, 2, width=5.5, title="Daily and weekly rhythm (paper Fig. 14)")
+    colors = palette(chars)
+    for lab, c in chars.items():
+        h = c["rhythm"]["hour_of_day"]
+        if h:
+            a.plot([int(k) for k in h], list(h.values()), marker="o", ms=3, color=colors[lab], label=lab)
+    a.set_xticks(range(0, 24, 3))
+    a.set_xlabel("hour of day (UTC)")
+    a.set_ylabel("average requests per hour")
+    a.set_title("(a) by hour of day")
+    a.legend()
+    days = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+    n = len(chars)
+    width = 0.8 / max(1, n)
+    for i, (lab, c) in enumerate(chars.items()):
+        d = c["rhythm"]["day_of_week"]
+        x = np.arange(7) + (i - (n - 1) / 2) * width
+        b.bar(x, [d.get(k, np.nan) for k in days], width=width, color=colors[lab], label=lab)
+    b.set_xticks(range(7), days)
+    b.set_xlabel("day of week (UTC; partial first/last days included)")
+    b.set_ylabel("average requests per day")
+    b.set_title("(b) by day of week")
+    b.legend()
+    return fig
+
+
+def fig_arrivals(chars: Chars) -> Figure:
+    """Fig. 15: request inter-arrival times and idle periods."""
+    keys = [("inter_arrival", "(a) inter-arrival time"), ("idle", "(b) idle periods (no request in flight)")]
+    return _cdf_panels(chars, "arrivals", keys, "Inter-arrival and idle times (paper Fig. 15)", "seconds (log scale)")
+
+
+def fig_data_volume(chars: Chars) -> Figure:
+    """Data ingress and egress per trace."""
+    fig, (ax,) = new_figure(1, 1, width=6.0, title="Data ingress and egress per trace")
+    frame = pd.DataFrame(
+        {
+            lab: {"ingress (PUT/PATCH/POST)": c["data"]["ingress_bytes"], "egress (GET)": c["data"]["egress_bytes"]}
+            for lab, c in chars.items()
+        }
+    ).T
+    frame.plot.bar(ax=ax, rot=0, color=["#DD8452", "#4C72B0"])
+    ax.yaxis.set_major_formatter(BYTES)
+    ax.set_ylabel("bytes transferred")
+    ax.set_xlabel("trace")
+    return fig
+
+
+FIGURES: dict[str, Callable[[Chars], Figure]] = {
+    "fig04_request_types": fig_request_types,
+    "fig05_manifest_layer": fig_manifest_layer,
+    "fig06_sizes": fig_sizes,
+    "fig07_requests_per_minute": fig_requests_per_minute,
+    "fig08_response_times": fig_response_times,
+    "fig09_response_vs_size": fig_response_vs_size,
+    "fig10_popularity": fig_popularity,
+    "fig11_top10": fig_top10,
+    "fig12_follow_ups": fig_follow_ups,
+    "fig13_concurrency": fig_concurrency,
+    "fig14_rhythm": fig_rhythm,
+    "fig15_arrivals": fig_arrivals,
+    "data_volume": fig_data_volume,
+}
+
+
+def draw_all(chars: Chars, out: Path) -> dict[str, Path]:
+    """Every figure as ``out/<name>.png``; returns name → path."""
+    return {name: save(make(chars), out / f"{name}.png") for name, make in FIGURES.items()}
