@@ -48,9 +48,13 @@ def _fmt(x) -> str:
     if isinstance(x, float):
         if x != x:  # NaN
             return ""
-        if abs(x) >= 1e5 or (0 < abs(x) < 1e-3):
+        if x.is_integer() and abs(x) < 1e15:
+            return f"{int(x):,}"
+        if abs(x) >= 1e4:
+            return f"{x:,.0f}"
+        if 0 < abs(x) < 1e-3:
             return f"{x:.3g}"
-        return f"{x:,.4g}"
+        return f"{x:.4g}"
     if isinstance(x, int):
         return f"{x:,}"
     return html.escape(str(x))

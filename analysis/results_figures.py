@@ -136,7 +136,7 @@ def fig_throughput(results: dict[str, dict], frames: dict | None = None) -> Figu
     colors = _colors(results)
     drawn = False
     for run, r in results.items():
-        per_s = r["throughput"].get("per_second") or []
+        per_s = r.get("throughput", {}).get("per_second") or []
         if run == TRACE_ROW or not per_s:
             continue
         ax.plot(
