@@ -262,7 +262,7 @@ def daily_rhythm(df: pd.DataFrame) -> dict:
     day0 = np.floor(t[0] / 86400) * 86400
     daily = per_bin_counts(t, 86400.0, origin=day0)
     days = pd.to_datetime(day0 + np.arange(daily.size) * 86400.0, unit="s", utc=True)
-    by_day = pd.Series(daily).groupby(days.dayofweek).mean()
+    by_day = pd.Series(daily).groupby(days.day_of_week).mean()
     return {
         "hour_of_day": {int(h): float(v) for h, v in by_hour.items()},
         "day_of_week": {WEEKDAYS[d]: float(v) for d, v in by_day.items()},

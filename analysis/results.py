@@ -44,7 +44,10 @@ def load_requests(path: Path) -> pd.DataFrame:
         df["ok"] = df["ok"].map(_truthy).astype(bool)
     else:
         df["ok"] = (df["status"] >= 200) & (df["status"] < 400)
-    df["error"] = df["error"].fillna("").astype(str) if "error" in df.columns else ""
+    if "error" in df.columns:
+        df["error"] = df["error"].astype(object).where(df["error"].notna(), "").astype(str)
+    else:
+        df["error"] = ""
     df["method"] = df["method"].astype(str).str.upper()
     df["kind"] = df["kind"].astype(str).str.lower().replace({"layer": "blob"})
     df["end_s"] = df["start_s"] + df["latency_s"].fillna(0)

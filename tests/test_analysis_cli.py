@@ -1,0 +1,90 @@
+"""``drtp analyze trace|results`` end to end: JSON, PNGs and report.html are written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from analysis_fixtures import fabricate_run
+
+from drtp.analysis.trace_analysis import default_label, group_files
+from drtp.cli import main
+from drtp.errors import DrtpError
+from drtp.generate import GenerateOptions, generate
+from drtp.trace import write_ibm
+
+FIGS = (
+    "fig04_request_types",
+    "fig05_manifest_layer",
+    "fig06_sizes",
+    "fig07_requests_per_minute",
+    "fig08_response_times",
+    "fig09_response_vs_size",
+    "fig10_popularity",
+    "fig11_top10",
+    "fig12_follow_ups",
+    "fig13_concurrency",
+    "fig14_rhythm",
+    "fig15_arrivals",
+    "data_volume",
+)
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("traces")
+    paths = []
+    for seed, name in ((1, "prod-dal09-logstash-2017.08.01-0.json"), (2, "prod-lon02-logstash-2017.08.01-0.json")):
+        opts = GenerateOptions(requests=1500, seed=seed, span_s=3600, clients=20, repositories=30)
+        write_ibm(d / name, generate(opts))
+        paths.append(d / name)
+    return paths
+
+
+def test_default_labels_group_files_by_zone():
+    assert default_label("prod-dal09-logstash-2017.08.01-0.json") == "dal"
+    assert default_label("/x/my-trace.json.gz") == "my-trace"
+    groups = group_files(["a.json", "b.json", "c.json"], ["x", "x", "y"])
+    assert groups == {"x": ["a.json", "b.json"], "y": ["c.json"]}
+    with pytest.raises(DrtpError, match="one name per file"):
+        group_files(["a.json"], ["x", "y"])
+
+
+def test_analyze_trace_writes_json_figures_report(traces, tmp_path, capsys):
+    out = tmp_path / "char"
+    assert main(["analyze", "trace", *map(str, traces), "--out", str(out), "--session", "2m"]) == 0
+    chars = json.loads((out / "characterization.json").read_text())
+    assert list(chars) == ["dal", "lon"]
+    for c in chars.values():
+        assert c["summary"]["records"] == 1500
+        assert c["follow_ups"]["session_s"] == 120.0
+        assert 0 < c["request_types"]["pull_ratio"] < 1
+    for f in FIGS:
+        assert (out / f"{f}.png").stat().st_size > 5000, f
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == len(FIGS)
+    assert "top-10 layers: share of GETs" in html and "<th>dal</th>" in html
+    assert "key_numbers.csv" in capsys.readouterr().out
+
+
+def test_analyze_trace_same_label_merges_files(traces, tmp_path):
+    out = tmp_path / "merged"
+    assert main(["analyze", "trace", *map(str, traces), "--label", "all", "all", "--out", str(out)]) == 0
+    chars = json.loads((out / "characterization.json").read_text())
+    assert list(chars) == ["all"] and chars["all"]["summary"]["records"] == 3000
+
+
+def test_analyze_trace_user_errors(tmp_path, capsys):
+    assert main(["analyze", "trace", str(tmp_path / "missing.json"), "--out", str(tmp_path / "o")]) == 2
+    assert "trace file not found" in capsys.readouterr().err
+
+
+def test_analyze_results_cli(tmp_path, capsys):
+    a = fabricate_run(tmp_path / "registry-a", failures={500: 3})
+    b = fabricate_run(tmp_path / "registry-b", seed=5, latency_scale=0.08)
+    out = tmp_path / "res"
+    assert main(["analyze", "results", str(a), str(b), "--out", str(out)]) == 0
+    assert "registry-a: 400 requests, 3 failed" in capsys.readouterr().out
+    assert (out / "report.html").read_text().count("data:image/png;base64,") == 5
+    assert main(["analyze", "results", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+    assert "run directory not found" in capsys.readouterr().err
