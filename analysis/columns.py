@@ -20,7 +20,10 @@ request ``id`` (the trace's request id).
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Iterable
+from functools import lru_cache
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +47,18 @@ COLUMNS = (
     "size",
 )
 _METHOD_CODE = {m: i for i, m in enumerate(METHODS)}
+_epoch = _dt.datetime.timestamp
+_get = {
+    name: attrgetter(name) for name in ("timestamp", "duration", "method", "status", "size", "client", "host", "uri")
+}
+
+
+def _column(batch: list[TraceRecord], name: str, dtype) -> np.ndarray:
+    return np.fromiter(map(_get[name], batch), dtype=dtype, count=len(batch))
+
+
+def _strings(batch: list[TraceRecord], name: str) -> np.ndarray:
+    return np.array(list(map(_get[name], batch)), dtype=object)
 
 
 class _Names:
@@ -65,6 +80,7 @@ class _Names:
         return pd.Categorical.from_codes(codes, categories=pd.Index(list(self.codes), dtype=object))
 
 
+@lru_cache(maxsize=1 << 18)
 def _uri_parts(uri: str) -> tuple[str, int, str | None, bool]:
     """(repository, kind code, object key, upload) for one URI."""
     parts = parse_uri(uri)
@@ -75,6 +91,8 @@ def _uri_parts(uri: str) -> tuple[str, int, str | None, bool]:
         return parts.repository, 0, f"{parts.repository}:{parts.reference}", False
     if parts.reference.startswith("uploads/"):
         query = uri.partition("?")[2]
+        if not query:
+            return parts.repository, 1, None, True
         digest = next((v for k, _, v in (p.partition("=") for p in query.split("&")) if k == "digest" and v), None)
         return parts.repository, 1, digest, True
     return parts.repository, 1, parts.reference, False
@@ -93,7 +111,7 @@ class ColumnBuilder:
 
     def add(self, batch: list[TraceRecord]) -> None:
         n = len(batch)
-        uri_codes, uris = pd.factorize(np.asarray([r.uri for r in batch], dtype=object))
+        uri_codes, uris = pd.factorize(_strings(batch, "uri"))
         parts = [_uri_parts(u) for u in uris]
         repo_u = self.repos.encode([p[0] for p in parts])
         kind_u = np.fromiter((p[1] for p in parts), dtype=np.int8, count=len(parts))
@@ -101,17 +119,17 @@ class ColumnBuilder:
         upload_u = np.fromiter((p[3] for p in parts), dtype=bool, count=len(parts))
         chunk = {}
         if self.with_ids:
-            chunk["id"] = np.asarray([r.id for r in batch], dtype=object)
+            chunk["id"] = np.array([r.id for r in batch], dtype=object)
         self.chunks.append(
             chunk
             | {
-                "time": np.fromiter((r.timestamp.timestamp() for r in batch), dtype=np.float64, count=n),
-                "duration": np.fromiter((r.duration for r in batch), dtype=np.float64, count=n),
-                "method": np.fromiter((_METHOD_CODE[r.method] for r in batch), dtype=np.int8, count=n),
-                "status": np.fromiter((r.status for r in batch), dtype=np.int16, count=n),
-                "size": np.fromiter((r.size for r in batch), dtype=np.int64, count=n),
-                "client": self.clients.encode([r.client for r in batch]),
-                "host": self.hosts.encode([r.host for r in batch]),
+                "time": np.fromiter(map(_epoch, map(_get["timestamp"], batch)), dtype=np.float64, count=n),
+                "duration": _column(batch, "duration", np.float64),
+                "method": np.fromiter(map(_METHOD_CODE.__getitem__, map(_get["method"], batch)), np.int8, count=n),
+                "status": _column(batch, "status", np.int16),
+                "size": _column(batch, "size", np.int64),
+                "client": self.clients.encode(_strings(batch, "client")),
+                "host": self.hosts.encode(_strings(batch, "host")),
                 "repository": repo_u[uri_codes],
                 "kind": kind_u[uri_codes],
                 "object": obj_u[uri_codes],
