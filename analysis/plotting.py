@@ -80,3 +80,12 @@ def clip_note(ax, clipped: int, total: int, limit: float, unit: str) -> None:
             fontsize=7,
             color="firebrick",
         )
+
+
+def png_bytes(fig: Figure) -> bytes:
+    """The figure as PNG bytes (for notebooks: ``IPython.display.Image(png_bytes(fig))``)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    return buf.getvalue()
