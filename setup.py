@@ -31,6 +31,8 @@ setup(
         "pyarrow>=14",
         "tqdm>=4.60",
     ],
-    extras_require={"test": ["pytest>=7", "ruff>=0.4", "hypothesis>=6", "nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]},
+    extras_require={
+        "test": ["pytest>=7", "ruff>=0.4", "hypothesis>=6", "nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]
+    },
     entry_points={"console_scripts": ["drtp=drtp.cli:main"]},
 )

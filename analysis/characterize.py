@@ -22,6 +22,8 @@ Definitions (where the paper leaves room, the choice is written here):
 * active requests: requests in flight (start to start + duration), averaged
   over each bin; active clients: distinct clients sending a request in the
   bin (Fig. 13);
+* hour-of-day / day-of-week load: requests per hour (day) averaged over the
+  traced time, partly covered first/last bins weighted by their coverage (Fig. 14);
 * idle time: a gap during which no request is in flight (Fig. 15b);
 * data ingress: bytes of successful ``PUT``/``PATCH``/``POST``; egress: bytes of
   successful ``GET``.
@@ -250,24 +252,35 @@ def _reduce_mean(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return sums / lengths
 
 
+def _rate_by(t: np.ndarray, width: float, key) -> pd.Series:
+    """Requests per ``width`` seconds for each value of ``key(bin starts)``, over the traced time only.
+
+    Bins are calendar hours/days (UTC); a bin only partly inside the trace
+    (its first and last) counts as the fraction it covers, so a trace that
+    starts or ends mid-day does not drag that weekday's average down.
+    """
+    origin = np.floor(t[0] / width) * width
+    counts = per_bin_counts(t, width, origin=origin)
+    starts = origin + np.arange(counts.size) * width
+    covered = (np.minimum(starts + width, t[-1]) - np.maximum(starts, t[0])) / width
+    covered = np.clip(covered, 0.0, 1.0) if t[-1] > t[0] else np.ones(counts.size)
+    keys = key(pd.to_datetime(starts, unit="s", utc=True))
+    frame = pd.DataFrame({"k": keys, "n": counts, "c": covered})
+    sums = frame.groupby("k")[["n", "c"]].sum()
+    return sums["n"] / sums["c"].where(sums["c"] > 0)
+
+
 def daily_rhythm(df: pd.DataFrame) -> dict:
-    """Average requests per hour of day and per day of week over the traced hours/days, UTC (Fig. 14)."""
+    """Average requests per hour of day and per day of week over the traced time, UTC (Fig. 14)."""
     t = df["time"].to_numpy()
     if t.size == 0:
         return {"hour_of_day": {}, "day_of_week": {}}
-    hour0 = np.floor(t[0] / 3600) * 3600
-    hourly = per_bin_counts(t, 3600.0, origin=hour0)
-    hours = pd.to_datetime(hour0 + np.arange(hourly.size) * 3600.0, unit="s", utc=True)
-    by_hour = pd.Series(hourly).groupby(hours.hour).mean()
-    day0 = np.floor(t[0] / 86400) * 86400
-    daily = per_bin_counts(t, 86400.0, origin=day0)
-    days = pd.to_datetime(day0 + np.arange(daily.size) * 86400.0, unit="s", utc=True)
-    by_day = pd.Series(daily).groupby(days.day_of_week).mean()
+    by_hour = _rate_by(t, 3600.0, lambda idx: idx.hour)
+    by_day = _rate_by(t, 86400.0, lambda idx: idx.day_of_week)
     return {
-        "hour_of_day": {int(h): float(v) for h, v in by_hour.items()},
-        "day_of_week": {WEEKDAYS[d]: float(v) for d, v in by_day.items()},
-        "traced_hours": int(hourly.size),
-        "traced_days": int(daily.size),
+        "hour_of_day": {int(h): _f(v) for h, v in by_hour.items()},
+        "day_of_week": {WEEKDAYS[d]: _f(v) for d, v in by_day.items()},
+        "traced_hours": float((t[-1] - t[0]) / 3600),
     }
 
 

@@ -316,7 +316,7 @@ def fig_rhythm(chars: Chars) -> Figure:
             a.plot([int(k) for k in h], list(h.values()), marker="o", ms=3, color=colors[lab], label=lab)
     a.set_xticks(range(0, 24, 3))
     a.set_xlabel("hour of day (UTC)")
-    a.set_ylabel("average requests per hour")
+    a.set_ylabel("requests per hour (average)")
     a.set_title("(a) by hour of day")
     a.legend()
     days = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
@@ -327,7 +327,7 @@ def fig_rhythm(chars: Chars) -> Figure:
         x = np.arange(7) + (i - (n - 1) / 2) * width
         b.bar(x, [d.get(k, np.nan) for k in days], width=width, color=colors[lab], label=lab)
     b.set_xticks(range(7), days)
-    b.set_xlabel("day of week (UTC; partial first/last days included)")
+    b.set_xlabel("day of week (UTC)")
     b.set_ylabel("average requests per day")
     b.set_title("(b) by day of week")
     b.legend()

@@ -147,8 +147,9 @@ def test_occupancy_is_time_averaged():
 
 def test_rhythm_and_data_volume(df):
     r = ch.daily_rhythm(df)
-    assert r["hour_of_day"] == {0: 13.0}
-    assert r["day_of_week"] == {"Tue": 13.0}  # 2017-08-01 was a Tuesday
+    # 13 requests in 295 s of hour 0 of Tuesday 2017-08-01: rates over the traced time only
+    assert r["hour_of_day"] == {0: pytest.approx(13 / (295 / 3600))}
+    assert r["day_of_week"] == {"Tue": pytest.approx(13 / (295 / 86400))}
     d = ch.data_volume(df)
     assert d["ingress_bytes"] == 2_001_500
     assert d["egress_bytes"] == 9_003_500
@@ -172,3 +173,12 @@ def test_characterize_is_json_ready(df):
 
 def test_empty_distribution():
     assert ch.distribution([]) == {"n": 0}
+
+
+def test_rhythm_weights_partial_days():
+    # 10 requests/hour from Tuesday 00:00 to Wednesday 23:54, then one more at Thursday 06:00
+    t = 1501545600.0 + np.append(np.arange(0, 2 * 86400, 360.0), 2 * 86400 + 6 * 3600)
+    df = pd.DataFrame({"time": t})
+    r = ch.daily_rhythm(df)
+    assert r["day_of_week"]["Tue"] == pytest.approx(240.0)
+    assert r["day_of_week"]["Thu"] == pytest.approx(1 / 0.25)  # one request in the 6 traced hours of Thursday
