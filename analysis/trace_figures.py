@@ -27,7 +27,7 @@ def _stacked_shares(ax, shares: pd.DataFrame, title: str, ylabel: str = "share o
     bottom = np.zeros(len(shares))
     colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]
     for i, col in enumerate(shares.columns):
-        vals = shares[col].fillna(0).to_numpy()
+        vals = pd.to_numeric(shares[col], errors="coerce").fillna(0).to_numpy(dtype=float)
         ax.bar(shares.index, vals, bottom=bottom, label=col, color=colors[i % len(colors)])
         for x, (v, b) in enumerate(zip(vals, bottom, strict=True)):
             if v >= 0.04:
@@ -224,13 +224,13 @@ def fig_top10(chars: Chars) -> Figure:
             if shares:
                 ranks = np.arange(1, len(shares) + 1) + (i - (n - 1) / 2) * width
                 total = c["popularity"][key]["top10_share"]
-                ax.bar(ranks, shares, width=width, color=colors[lab], label=f"{lab} (top 10: {total:.0%})")
+                ax.bar(ranks, shares, width=width, color=colors[lab], label=f"{lab} (top 10: {total:.1%})")
         ax.set_xticks(range(1, 11))
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.set_title(name)
         ax.set_xlabel("popularity rank")
         ax.set_ylabel("share of accesses")
-        ax.legend(loc="upper right")
+        ax.legend(loc="upper right") if ax.containers else no_data(ax)
     return fig
 
 
@@ -318,6 +318,7 @@ def fig_rhythm(chars: Chars) -> Figure:
     a.set_xlabel("hour of day (UTC)")
     a.set_ylabel("requests per hour (average)")
     a.set_title("(a) by hour of day")
+    a.set_ylim(bottom=0)
     a.legend()
     days = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
     n = len(chars)

@@ -88,3 +88,20 @@ def test_analyze_results_cli(tmp_path, capsys):
     assert (out / "report.html").read_text().count("data:image/png;base64,") == 5
     assert main(["analyze", "results", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert "run directory not found" in capsys.readouterr().err
+
+
+def test_tiny_trace_without_manifests_still_draws_everything(tmp_path):
+    import warnings
+
+    from analysis_fixtures import rec
+
+    trace = tmp_path / "tiny.json"
+    write_ibm(trace, [rec(0, "HEAD", "v2/u/r/blobs/L1"), rec(5, "POST", "v2/u/r/blobs/uploads/", status=202)])
+    out = tmp_path / "o"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # e.g. empty legends
+        assert main(["analyze", "trace", str(trace), "--out", str(out)]) == 0
+    chars = json.loads((out / "characterization.json").read_text())
+    assert chars["tiny"]["request_types"]["pull_ratio"] is None
+    assert chars["tiny"]["follow_ups"]["all"] == {"manifests": 0}
+    assert all((out / f"{f}.png").exists() for f in FIGS)
