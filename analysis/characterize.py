@@ -226,8 +226,9 @@ def concurrency(df: pd.DataFrame, bin_s: float = DEFAULT_BIN_S) -> dict:
     edges = np.arange(nbins + 1, dtype=np.float64) * bin_s
     active_req = _occupancy(rel, rel + df["duration"].to_numpy(), edges)
     b = (rel // bin_s).astype(np.int64)
-    pairs = pd.DataFrame({"b": b, "c": df["client"].cat.codes.to_numpy()}).drop_duplicates()
-    active_cli = np.bincount(pairs["b"].to_numpy(), minlength=nbins)
+    clients = df["client"].cat.codes.to_numpy().astype(np.int64)
+    width = int(clients.max(initial=0)) + 1
+    active_cli = np.bincount(np.unique(b * width + clients) // width, minlength=nbins)  # distinct (bin, client)
     req_per_bin = np.bincount(b, minlength=nbins)
     series_step = max(1, nbins // 2000)  # keep at most ~2000 points in the JSON time series
     idx = np.arange(0, nbins, series_step)
@@ -343,6 +344,12 @@ def popularity(df: pd.DataFrame) -> dict:
 # -- Fig. 12 --------------------------------------------------------------------------
 
 
+def _code(column: pd.Series, value: str) -> int:
+    """The categorical code of ``value`` in ``column`` (-2, matching nothing, when absent)."""
+    cats = column.cat.categories
+    return int(cats.get_loc(value)) if value in cats else -2
+
+
 def _keyed_ms(group: np.ndarray, t_ms: np.ndarray, stride: int) -> np.ndarray:
     """Times made comparable only within a group: group·stride + time (int64 ms)."""
     return group.astype(np.int64) * stride + t_ms
@@ -356,24 +363,28 @@ def follow_ups(df: pd.DataFrame, session_s: float = DEFAULT_SESSION_S, push_wind
     t = df["time"].to_numpy()
     if t.size == 0:
         return {"session_s": session_s, "push_window_s": push_window_s, "all": {"manifests": 0}}
-    t_ms = np.round((t - t[0]) * 1000).astype(np.int64)
     sess_ms = int(round(session_s * 1000))
     push_ms = int(round(push_window_s * 1000))
-    stride = int(t_ms[-1]) + max(sess_ms, push_ms) + 1
-    method = df["method"].to_numpy()
-    kind = df["kind"].to_numpy()
-    repo = df["repository"].cat.codes.to_numpy().astype(np.int64)
-    client = df["client"].cat.codes.to_numpy().astype(np.int64)
-    pair = pd.factorize(repo * (int(client.max()) + 1) + client)[0].astype(np.int64)  # dense (repo, client)
-    is_get = method == "GET"
-    man = is_get & (kind == "manifest")
-    lay = is_get & (kind == "blob")
+    method = df["method"].cat.codes.to_numpy()
+    kind = df["kind"].cat.codes.to_numpy()
+    get, put = _code(df["method"], "GET"), _code(df["method"], "PUT")
+    is_manifest = kind == _code(df["kind"], "manifest")
+    man = (method == get) & is_manifest
+    lay = (method == get) & ~is_manifest
+    is_put = method == put
+    used = man | lay | is_put  # only these rows take part: keep the big temporaries small
+    t_ms = np.round((t[used] - t[0]) * 1000).astype(np.int64)
+    man, lay, is_put = man[used], lay[used], is_put[used]
+    repo = df["repository"].cat.codes.to_numpy()[used].astype(np.int64)
+    client = df["client"].cat.codes.to_numpy()[used].astype(np.int64)
+    pair = pd.factorize(repo * (int(client.max(initial=0)) + 1) + client)[0].astype(np.int64)  # dense (repo, client)
+    stride = int(round((t[-1] - t[0]) * 1000)) + max(sess_ms, push_ms) + 1
 
     layers = np.sort(_keyed_ms(pair[lay], t_ms[lay], stride))
     m_key = _keyed_ms(pair[man], t_ms[man], stride)
     follows = np.searchsorted(layers, m_key + sess_ms, side="right") - np.searchsorted(layers, m_key, side="right")
 
-    puts = np.sort(_keyed_ms(repo[method == "PUT"], t_ms[method == "PUT"], stride))
+    puts = np.sort(_keyed_ms(repo[is_put], t_ms[is_put], stride))
     m_repo_key = _keyed_ms(repo[man], t_ms[man], stride)
     after_put = np.searchsorted(puts, m_repo_key, side="right") > np.searchsorted(
         puts, m_repo_key - push_ms, side="left"

@@ -139,9 +139,10 @@ class ColumnBuilder:
 
     def frame(self) -> pd.DataFrame:
         def col(name: str, dtype) -> np.ndarray:
+            """One whole column; its chunks are released as it is built (peak ≈ one copy)."""
             if not self.chunks:
                 return np.empty(0, dtype=dtype)
-            return np.concatenate([c[name] for c in self.chunks])
+            return np.concatenate([c.pop(name) for c in self.chunks])
 
         repo_codes = col("repository", np.int32)
         repo_names = list(self.repos.codes)
@@ -161,7 +162,8 @@ class ColumnBuilder:
                 "upload": col("upload", bool),
                 "status": col("status", np.int16),
                 "size": col("size", np.int64),
-            }
+            },
+            copy=False,
         )
         if self.with_ids:
             df["id"] = col("id", object)
