@@ -180,9 +180,26 @@ def frame_from_batches(batches: Iterable[list[TraceRecord]], with_ids: bool = Fa
     return builder.frame()
 
 
-def load_trace(paths: Iterable[str | Path], with_ids: bool = False, **reader_options) -> pd.DataFrame:
-    """Read trace files (merged in time order) into columns; options go to TraceReader."""
-    return frame_from_batches(TraceReader(paths, **reader_options).batches(), with_ids)
+def load_trace(
+    paths: Iterable[str | Path], with_ids: bool = False, progress_desc: str | None = None, **reader_options
+) -> pd.DataFrame:
+    """Read trace files (merged in time order) into columns; options go to TraceReader.
+
+    ``progress_desc`` shows a progress bar (records read) on a terminal.
+    """
+    batches = TraceReader(paths, **reader_options).batches()
+    if progress_desc is None:
+        return frame_from_batches(batches, with_ids)
+    from drtp.progress import progress
+
+    with progress(total=None, desc=progress_desc, unit="rec") as bar:
+        return frame_from_batches(_counted(batches, bar), with_ids)
+
+
+def _counted(batches, bar):
+    for batch in batches:
+        bar.update(len(batch))
+        yield batch
 
 
 def frame_from_records(records: Iterable[TraceRecord]) -> pd.DataFrame:

@@ -21,6 +21,7 @@ from drtp.analysis.plotting import cdf_line, clip_note, new_figure, no_data, pal
 from drtp.analysis.results import TRACE_ROW, group_key
 
 VIOLIN_SAMPLE = 20_000  # rows per run and panel drawn in a violin (all rows count in the numbers)
+SMOOTH_ABOVE_S = 600  # runs longer than this are plotted as a 10 s moving average
 VIOLIN_CLIP_Q = 0.995  # violins clip latencies above this quantile of the panel, and say so
 ORDER = [
     "GET blob",
@@ -139,13 +140,11 @@ def fig_throughput(results: dict[str, dict], frames: dict | None = None) -> Figu
         per_s = r.get("throughput", {}).get("per_second") or []
         if run == TRACE_ROW or not per_s:
             continue
-        ax.plot(
-            np.arange(len(per_s)),
-            per_s,
-            color=colors[run],
-            lw=0.9,
-            label=f"{run} (avg {r['throughput']['average_rps']:.1f} req/s)",
-        )
+        label = f"{run} (avg {r['throughput']['average_rps']:.1f} req/s)"
+        if len(per_s) > SMOOTH_ABOVE_S:  # long runs: a 10 s moving average keeps the line readable
+            per_s = pd.Series(per_s).rolling(10, min_periods=1).mean().to_numpy()
+            label += ", 10 s moving average"
+        ax.plot(np.arange(len(per_s)), per_s, color=colors[run], lw=0.9, label=label)
         ax.axhline(r["throughput"]["average_rps"], color=colors[run], ls=":", lw=1)
         drawn = True
     ax.set_xlabel("time since the run's first request (s)")

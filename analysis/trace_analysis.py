@@ -127,7 +127,7 @@ def analyze_traces(
     chars: dict[str, dict] = {}
     for label, files in groups.items():
         t0 = time.perf_counter()
-        df = load_trace(files, **(reader_options or {}))
+        df = load_trace(files, progress_desc=f"read {label}", **(reader_options or {}))
         t1 = time.perf_counter()
         if df.empty:
             raise DrtpError(f"trace {label!r} ({', '.join(files)}) holds no records")
