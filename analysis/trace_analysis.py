@@ -41,6 +41,14 @@ CAPTIONS = {
 }
 
 
+def section_title(figure: str) -> str:
+    """``fig04_request_types`` → ``Fig. 4: request types``; ``data_volume`` → ``Data volume``."""
+    m = re.match(r"fig(\d+)_(.*)", figure)
+    if m:
+        return f"Fig. {int(m.group(1))}: {m.group(2).replace('_', ' ')}"
+    return figure.replace("_", " ").capitalize()
+
+
 def default_label(path: str | Path) -> str:
     """``prod-dal09-logstash-2017.08.01-0.json`` → ``dal``; otherwise the file name without suffixes."""
     name = Path(path).name
@@ -147,9 +155,7 @@ def analyze_traces(
             tables=[("", table)],
         )
     ]
-    sections += [
-        Section(CAPTIONS[name].split(" — ")[0], figures=[(CAPTIONS[name], path)]) for name, path in figures.items()
-    ]
+    sections += [Section(section_title(name), figures=[(CAPTIONS[name], path)]) for name, path in figures.items()]
     write_report(
         out / "report.html",
         "Registry workload characterization",
