@@ -9,7 +9,15 @@ from pathlib import Path
 from drtp.cli import _duration, add_trace_options
 
 
+def _headless() -> None:
+    """Figures are files: draw with Agg, never open a window."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+
 def cmd_analyze_trace(args: argparse.Namespace) -> int:
+    _headless()
     from drtp.analysis.trace_analysis import analyze_traces, group_files
 
     groups = group_files(args.files, args.label)
@@ -34,6 +42,7 @@ def cmd_analyze_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze_results(args: argparse.Namespace) -> int:
+    _headless()
     from drtp.analysis.results_analysis import analyze_results
 
     out = Path(args.out)

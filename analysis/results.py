@@ -119,10 +119,10 @@ def latency_stats(df: pd.DataFrame) -> dict:
 
 def throughput(df: pd.DataFrame) -> dict:
     """Completed requests per second over the run (from its first start) and the average rate."""
-    if df.empty:
+    if df.empty or df["start_s"].isna().all():
         return {"average_rps": None, "duration_s": 0.0, "per_second": []}
     t0 = float(df["start_s"].min())
-    done = df[df["ok"]]
+    done = df[df["ok"] & df["end_s"].notna()]
     duration = float(df["end_s"].max() - t0)
     per_s = np.bincount(np.floor(done["end_s"] - t0).astype(np.int64)) if len(done) else np.zeros(0, int)
     return {

@@ -100,3 +100,14 @@ def test_violin_clips_only_the_plot(tmp_path):
     fig = fig_latency_violin({"a": r}, {"a": df})
     notes = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert any("clipped in the plot" in n for n in notes)
+
+
+def test_rows_without_a_start_are_failures_not_crashes(tmp_path):
+    run = fabricate_run(tmp_path / "a", requests=40)
+    frame = pd.read_csv(run / "requests.csv").astype({"error": object, "ok": object})
+    frame.loc[:4, ["start_s", "latency_s", "status", "ok", "error"]] = [np.nan, np.nan, 0, False, "node lost"]
+    frame.to_csv(run / "requests.csv", index=False)
+    df, _ = rs.load_run(run)
+    r = rs.analyze_run(df)
+    assert r["failed"] == 5 and r["failures"] == {"node lost": 5}
+    assert sum(r["throughput"]["per_second"]) == 35
