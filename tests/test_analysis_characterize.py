@@ -182,3 +182,23 @@ def test_rhythm_weights_partial_days():
     r = ch.daily_rhythm(df)
     assert r["day_of_week"]["Tue"] == pytest.approx(240.0)
     assert r["day_of_week"]["Thu"] == pytest.approx(1 / 0.25)  # one request in the 6 traced hours of Thursday
+
+
+def test_columnar_numbers_match_the_naive_per_record_pass(tmp_path):
+    """bench/bench_analyze.py's baseline recomputes a subset record by record; both must agree."""
+    import importlib.util
+    from pathlib import Path
+
+    from drtp.generate import GenerateOptions, generate
+    from drtp.trace import write_ibm
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_analyze", Path(__file__).resolve().parent.parent / "bench" / "bench_analyze.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    trace = tmp_path / "t.json"
+    write_ibm(trace, generate(GenerateOptions(requests=4000, seed=11, span_s=7200, clients=25, repositories=40)))
+    naive, columnar = bench.naive(trace), bench.columnar(trace)
+    assert bench.agree(naive, columnar) == []
+    assert 0 < naive["not_followed"] < 1 and naive["idle_periods"] > 0
