@@ -48,12 +48,16 @@ def cdf_line(ax, dist: dict, label: str, color=None, log: bool = True, **kw) -> 
         return False
     x = np.asarray(cdf["x"], dtype=float)
     p = np.asarray(cdf["p"], dtype=float)
+    text = f"{label} (n={dist['n']:,})"
     if log:
         positive = x > 0
         if not positive.any():
             return False
+        if not positive.all():  # a log axis has no 0: those values sit at the left edge, and the legend says so
+            zero_share = p[~positive].max()
+            text = f"{label} (n={dist['n']:,}; {zero_share:.0%} ≤ 0 drawn at the left edge)"
         x = np.where(positive, x, x[positive].min())
-    ax.step(x, p, where="post", label=f"{label} (n={dist['n']:,})", color=color, **kw)
+    ax.step(x, p, where="post", label=text, color=color, **kw)
     if log:
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
