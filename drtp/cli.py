@@ -68,6 +68,7 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
         help="input format (default: detected from the file)",
     )
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records instead of stopping")
+    p.add_argument("--sort-files", action="store_true", help="sort each file in memory (files not in time order)")
     limit = p.add_mutually_exclusive_group()
     limit.add_argument("--requests", type=_positive_int, metavar="N", help="read only the first N records")
     limit.add_argument("--seconds", type=_duration, metavar="S", help="read only the first S seconds of the trace")
@@ -81,7 +82,14 @@ def reader_from_args(args: argparse.Namespace):
         limit_type, amount = "requests", args.requests
     elif args.seconds is not None:
         limit_type, amount = "seconds", args.seconds
-    return TraceReader(args.files, fmt=args.format, skip_bad=args.skip_bad, limit_type=limit_type, amount=amount)
+    return TraceReader(
+        args.files,
+        fmt=args.format,
+        skip_bad=args.skip_bad,
+        sort_files=args.sort_files,
+        limit_type=limit_type,
+        amount=amount,
+    )
 
 
 # -- generate -------------------------------------------------------------------

@@ -121,3 +121,17 @@ def test_cli_reports_bad_config_in_one_line(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "unknown key 'trace.bogus'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_shipped_example_configs_load_and_their_traces_read():
+    from pathlib import Path
+
+    from drtp.trace import TraceReader
+
+    configs = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        cfg = load_config(path)
+        if cfg.trace is not None:
+            reader = TraceReader(cfg.trace_paths(), **cfg.reader_options())
+            assert sum(len(b) for b in reader.batches()) > 0, path
