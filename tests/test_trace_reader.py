@@ -254,3 +254,19 @@ def test_registry_log_lines(tmp_path: Path):
         "127.0.0.1:40002",
     )
     assert r.duration == pytest.approx(942.857e-6)
+
+
+def test_memory_is_bounded_by_the_chunk_not_the_trace(tmp_path):
+    import tracemalloc
+
+    from drtp.generate import GenerateOptions, generate
+
+    path = tmp_path / "big.json"
+    write_ibm(path, generate(GenerateOptions(requests=60_000, seed=2, span_s=86_400)))
+    size = path.stat().st_size
+    tracemalloc.start()
+    n = sum(len(batch) for batch in TraceReader([path], chunk_bytes=256 << 10).batches())
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert n == 60_000
+    assert size > 15e6 and peak < size / 4  # a few chunks of records, never the whole trace
