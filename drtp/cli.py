@@ -136,6 +136,40 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- capture ------------------------------------------------------------------
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    from drtp.capture import Anonymizer, capture_files, follow_file, salt_from
+    from drtp.trace import write_ibm
+
+    anon = Anonymizer(salt_from(args.salt))
+    out = Path(args.output)
+    if args.follow:
+        if len(args.logs) != 1:
+            raise DrtpError("--follow takes exactly one log file")
+        cap, records = follow_file(Path(args.logs[0]), anon, args.registry, args.delay, args.duration)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        encode = __import__("msgspec").json.Encoder().encode
+        with open(out, "ab") as f:  # JSON lines: a followed capture can stop at any time
+            try:
+                for rec in records:
+                    f.write(encode(rec) + b"\n")
+                    f.flush()
+            except KeyboardInterrupt:
+                pass
+    else:
+        cap, records = capture_files([Path(p) for p in args.logs], anon, args.registry)
+        write_ibm(out, records)
+    s = cap.stats
+    print(
+        f"wrote {s.requests:,} records to {out} ({s.ignored:,} non-object requests left out, "
+        f"{s.uploads:,} uploads; sizes from the log {s.sizes_from_log:,}, from the registry "
+        f"{s.sizes_from_registry:,}, unresolved {s.unresolved_sizes:,})"
+    )
+    return 0
+
+
 # -- config ---------------------------------------------------------------------
 
 
@@ -200,6 +234,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_trace_options(p)
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "capture",
+        help="turn a registry's JSON log into an anonymized IBM-format trace",
+        description="Turn a Distribution registry's JSON log (log.formatter: json) into an anonymized trace "
+        "in the IBM format: object requests only, arrival times, upload sizes resolved, names hashed with a salt.",
+    )
+    p.add_argument("logs", nargs="+", help="registry log files (JSON lines)")
+    p.add_argument("-o", "--output", required=True, help="trace to write (.json; JSON lines when following)")
+    p.add_argument("--salt", help="secret for the keyed hash (default: $DRTP_CAPTURE_SALT); keep it to link captures")
+    p.add_argument("--registry", help="URL of the live registry, to resolve sizes the log lacks (HEAD requests)")
+    p.add_argument("--follow", action="store_true", help="follow a growing log until interrupted")
+    p.add_argument(
+        "--delay", type=_duration, default=30.0, help="when following: hold requests this long (default 30s)"
+    )
+    p.add_argument("--duration", type=_duration, help="when following: stop after this long")
+    p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser("config", help="validate a config file and print it (secrets masked)")
     p.add_argument("-c", "--config", required=True, help="YAML config file")

@@ -292,7 +292,7 @@ def _bad(path, index: int, reason: str, skip_bad: bool, stats: ReadStats) -> Non
 # -- JSON lines -----------------------------------------------------------------
 
 
-def _line_chunks(path, chunk_bytes) -> Iterator[tuple[int, bytes]]:
+def line_chunks(path, chunk_bytes) -> Iterator[tuple[int, bytes]]:
     """(number of the chunk's first line, whole lines) for a JSON-lines file."""
     line = 0
     leftover = b""
@@ -315,7 +315,7 @@ def _line_chunks(path, chunk_bytes) -> Iterator[tuple[int, bytes]]:
 
 def _read_lines(path, chunk_bytes, skip_bad, stats):
     """Chunks of IBM records written one JSON object per line; index = line number - 1."""
-    for first_line, body in _line_chunks(path, chunk_bytes):
+    for first_line, body in line_chunks(path, chunk_bytes):
         try:
             records = _one_decoder.decode_lines(body)
             if len(records) != body.count(b"\n") + (not body.endswith(b"\n")) or not _check_uris(records):
@@ -365,7 +365,7 @@ def parse_go_duration(text: str) -> float:
 def _read_registry_log(path, chunk_bytes, skip_bad, stats):
     """Chunks of requests from a registry's JSON log; index = line number - 1."""
     convert = msgspec.json.Decoder(TraceRecord)
-    for first_line, body in _line_chunks(path, chunk_bytes):
+    for first_line, body in line_chunks(path, chunk_bytes):
         records = []
         for i, raw in enumerate(body.split(b"\n")):
             if not raw.strip():
