@@ -170,6 +170,38 @@ def cmd_capture(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- sample -------------------------------------------------------------------
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from drtp.sample import sample
+    from drtp.units import parse_duration, parse_size
+
+    amount = None
+    if args.amount is not None:
+        parse = {"duration": parse_duration, "bytes": parse_size}.get(args.method, float)
+        try:
+            amount = parse(args.amount)
+        except ValueError as e:
+            raise DrtpError(f"--amount: {e}") from None
+    summary = sample(
+        [Path(f) for f in args.files],
+        Path(args.output),
+        args.method,
+        amount=amount,
+        start=args.start,
+        reader_options={"fmt": args.format, "skip_bad": args.skip_bad, "sort_files": args.sort_files},
+        window_minutes=max(1, round(args.window / 60)),
+    )
+    summary_path = Path(args.output).with_suffix(".summary.json")
+    summary_path.write_text(json.dumps(summary, indent=2))
+    print(f"wrote {summary['records']:,} records ({summary['bytes'] / 1e9:.2f} GB) to {args.output}")
+    print(f"span: {summary['start']} → {summary['end']}")
+    print(f"why: {summary['why']['reason']}")
+    print(f"summary: {summary_path}")
+    return 0
+
+
 # -- config ---------------------------------------------------------------------
 
 
@@ -251,6 +283,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--duration", type=_duration, help="when following: stop after this long")
     p.set_defaults(func=cmd_capture)
+
+    p = sub.add_parser(
+        "sample",
+        help="cut a representative day, a steady window, or a budget out of a trace",
+        description="Write a piece of a trace: the representative day (requests, egress, ingress within 10%% of "
+        "the daily averages), the steadiest sliding window (per-minute p5/p95 within 50%% of the median), or the "
+        "first N requests / S seconds / B bytes. A .summary.json beside the output says why.",
+    )
+    p.add_argument("files", nargs="+", help="trace files")
+    p.add_argument("-o", "--output", required=True, help="trace file to write")
+    p.add_argument("--method", required=True, choices=["day", "window", "requests", "duration", "bytes"])
+    p.add_argument("--amount", help="for requests/duration/bytes: e.g. 10000, 1h, 3.5GB")
+    p.add_argument("--start", type=_timestamp, help="for requests/duration/bytes: begin at this time")
+    p.add_argument("--window", type=_duration, default=3600.0, help="length of the sliding window (default 1h)")
+    p.add_argument("--format", default="auto", choices=["auto", "ibm", "jsonl", "registry-log"])
+    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records")
+    p.add_argument("--sort-files", action="store_true", help="sort each file in memory")
+    p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("config", help="validate a config file and print it (secrets masked)")
     p.add_argument("-c", "--config", required=True, help="YAML config file")
