@@ -66,7 +66,7 @@ def test_steady_window(tmp_path):
     summary = sample([trace], tmp_path / "win.json", "window")
     assert summary["start"] == "2017-08-01T04:00:00+00:00" and summary["end"] == "2017-08-01T05:00:00+00:00"
     # p5/p95 tolerate two odd minutes an hour, so windows a few minutes off qualify too; the exact one wins
-    assert 1 <= summary["why"]["windows_within_tolerance"] <= 9
+    assert 1 <= summary["why"]["windows_within_tolerance"] <= 13  # up to 6 minutes off either way
     assert summary["records"] == 600
 
 
