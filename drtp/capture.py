@@ -91,6 +91,22 @@ class Anonymizer:
         return self.token("client", host)
 
 
+class PlainNames(Anonymizer):
+    """The same interface without hashing: for converting a log to a trace (``drtp convert``)."""
+
+    def __init__(self) -> None:
+        pass
+
+    def token(self, kind: str, value: str, length: int = 8) -> str:
+        return value
+
+    def name(self, name: str) -> str:
+        return name
+
+    def reference(self, ref: str) -> str:
+        return ref
+
+
 @dataclass
 class _Upload:
     offsets: dict[str, int] = field(default_factory=dict)  # request id -> byte offset at its start

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from drtp import __version__
 from drtp.errors import DrtpError
+from drtp.trace import FORMATS
 
 # modules that add subcommands of their own (each has register(subparsers))
 COMMAND_MODULES: tuple[str, ...] = ()
@@ -64,7 +65,7 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--format",
         default="auto",
-        choices=["auto", "ibm", "jsonl", "registry-log"],
+        choices=FORMATS,
         help="input format (default: detected from the file)",
     )
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records instead of stopping")
@@ -167,6 +168,42 @@ def cmd_capture(args: argparse.Namespace) -> int:
         f"{s.uploads:,} uploads; sizes from the log {s.sizes_from_log:,}, from the registry "
         f"{s.sizes_from_registry:,}, unresolved {s.unresolved_sizes:,})"
     )
+    return 0
+
+
+# -- convert ------------------------------------------------------------------
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from drtp.capture import PlainNames, capture_files
+    from drtp.columnar import write_parquet
+    from drtp.records import TraceRecord
+    from drtp.trace import TraceReader, detect_format, write_ibm
+
+    paths = [Path(p) for p in args.files]
+    out = Path(args.output)
+    fmt = args.format
+    if fmt == "auto":
+        fmt = detect_format(paths[0]) if paths[0].is_file() else "auto"
+    if fmt == "registry-log":  # normalised like a capture, names kept
+        _, dicts = capture_files(paths, PlainNames())
+        if out.suffix == ".parquet":
+            decode = msgspec.json.Decoder(TraceRecord).decode
+            encode = msgspec.json.encode
+            n = write_parquet(out, ([decode(encode(d))] for d in dicts))
+        else:
+            n = write_ibm(out, dicts)
+    else:
+        reader = TraceReader(paths, fmt=args.format, skip_bad=args.skip_bad, sort_files=args.sort_files)
+        if out.suffix == ".parquet":
+            n = write_parquet(out, reader.batches())
+        else:
+            n = write_ibm(out, reader)
+        if reader.stats.skipped:
+            print(f"skipped {reader.stats.skipped:,} malformed records", file=sys.stderr)
+    print(f"wrote {n:,} records to {out}")
     return 0
 
 
@@ -285,6 +322,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser(
+        "convert",
+        help="convert traces: IBM JSON ⇄ Parquet, registry log → IBM JSON",
+        description="Convert trace files, streaming: to Parquet (OUTPUT ends in .parquet) or to an IBM JSON "
+        "array (.json, .json.gz). Registry JSON logs are normalised as by capture, without anonymizing.",
+    )
+    p.add_argument("files", nargs="+", help="input traces (IBM JSON, JSON lines, registry log, Parquet)")
+    p.add_argument("-o", "--output", required=True, help="output file: .parquet, .json or .json.gz")
+    p.add_argument("--format", default="auto", choices=FORMATS)
+    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records")
+    p.add_argument("--sort-files", action="store_true", help="sort each file in memory")
+    p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser(
         "sample",
         help="cut a representative day, a steady window, or a budget out of a trace",
         description="Write a piece of a trace: the representative day (requests, egress, ingress within 10%% of "
@@ -297,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--amount", help="for requests/duration/bytes: e.g. 10000, 1h, 3.5GB")
     p.add_argument("--start", type=_timestamp, help="for requests/duration/bytes: begin at this time")
     p.add_argument("--window", type=_duration, default=3600.0, help="length of the sliding window (default 1h)")
-    p.add_argument("--format", default="auto", choices=["auto", "ibm", "jsonl", "registry-log"])
+    p.add_argument("--format", default="auto", choices=FORMATS)
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records")
     p.add_argument("--sort-files", action="store_true", help="sort each file in memory")
     p.set_defaults(func=cmd_sample)

@@ -46,7 +46,7 @@ class TraceSection(_Section):
     traces: list[str]
     limit: Limit | None = None
     output: str | None = None
-    format: Literal["auto", "ibm", "jsonl", "registry-log"] = "auto"
+    format: Literal["auto", "ibm", "jsonl", "registry-log", "parquet"] = "auto"
     skip_bad: bool = False
     reorder_window: float = 60.0  # seconds of disorder tolerated while streaming
     sort_files: bool = False  # sort each file in memory (for unordered files)

@@ -31,7 +31,7 @@ import msgspec
 from drtp.errors import DrtpError, TraceError
 from drtp.records import IBM_URI_LINES, URI_LINES, TraceRecord, parse_uri
 
-FORMATS = ("auto", "ibm", "jsonl", "registry-log")
+FORMATS = ("auto", "ibm", "jsonl", "registry-log", "parquet")
 CHUNK_BYTES = 1 << 20
 _by_time = attrgetter("timestamp")
 _RECORD_GAP = re.compile(rb"\}\s*,\s*\{")
@@ -122,7 +122,12 @@ class TraceReader:
 
     def _file_chunks(self, path: Path) -> Iterator[tuple[Path, int, list[TraceRecord]]]:
         fmt = self.fmt if self.fmt != "auto" else detect_format(path)
-        reader = {"ibm": _read_array, "jsonl": _read_lines, "registry-log": _read_registry_log}[fmt]
+        reader = {
+            "ibm": _read_array,
+            "jsonl": _read_lines,
+            "registry-log": _read_registry_log,
+            "parquet": _read_parquet,
+        }[fmt]
         chunks = reader(path, self.chunk_bytes, self.skip_bad, self.stats)
         if not self.sort_files:
             yield from chunks
@@ -147,7 +152,9 @@ def open_binary(path: Path):
 
 def detect_format(path: Path) -> str:
     """``ibm`` for a JSON array, ``jsonl`` for IBM records one per line,
-    ``registry-log`` for a Distribution registry's JSON log."""
+    ``registry-log`` for a Distribution registry's JSON log, ``parquet`` for a columnar cache."""
+    if path.suffix == ".parquet":
+        return "parquet"
     with open_binary(path) as f:
         head = f.read(64 << 10)
     text = head.lstrip()
@@ -329,6 +336,16 @@ def _read_lines(path, chunk_bytes, skip_bad, stats):
                         records.append(rec)
         if records:
             yield path, first_line, records
+
+
+def _read_parquet(path, chunk_bytes, skip_bad, stats):
+    """Chunks of a Parquet trace written by ``drtp convert`` (already validated)."""
+    from drtp.columnar import read_parquet
+
+    index = 0
+    for records in read_parquet(path):
+        yield path, index, records
+        index += len(records)
 
 
 # -- Distribution registry JSON logs ---------------------------------------------

@@ -270,3 +270,23 @@ def test_memory_is_bounded_by_the_chunk_not_the_trace(tmp_path):
     tracemalloc.stop()
     assert n == 60_000
     assert size > 15e6 and peak < size / 4  # a few chunks of records, never the whole trace
+
+
+def test_parquet_cache_round_trip(tmp_path, generated_trace):
+    import subprocess
+    import sys
+
+    from drtp.columnar import read_columns
+
+    pq_path = tmp_path / "t.parquet"
+    res = subprocess.run([sys.executable, "-m", "drtp.cli", "convert", str(generated_trace), "-o", str(pq_path)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert read_trace([pq_path]) == read_trace([generated_trace])
+    back = tmp_path / "back.json.gz"
+    subprocess.run([sys.executable, "-m", "drtp.cli", "convert", str(pq_path), "-o", str(back)], check=True)
+    assert read_trace([back]) == read_trace([generated_trace])
+    df = read_columns([pq_path], ["method", "kind", "size"]).to_pandas()
+    assert len(df) == 5000 and set(df["kind"]) == {"manifest", "blob"}
+    limited = read_trace([pq_path], limit_type="requests", amount=10)
+    assert [r.id for r in limited] == [r.id for r in read_trace([generated_trace])[:10]]
