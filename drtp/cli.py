@@ -101,15 +101,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from drtp.progress import progress
     from drtp.trace import write_ibm
 
-    opts = GenerateOptions(
-        requests=args.requests,
-        seed=args.seed,
-        span_s=args.span,
-        start=args.start,
-        clients=args.clients,
-        repositories=args.repositories,
-        max_layer_size=args.max_layer_size,
-    )
+    given = {"clients": args.clients, "repositories": args.repositories, "max_layer_size": args.max_layer_size}
+    given = {k: v for k, v in given.items() if v is not None}
+    if args.profile:
+        from drtp.profiles import load_profile, options_for
+
+        opts = options_for(load_profile(args.profile), args.requests, args.seed, args.span, start=args.start, **given)
+    else:
+        opts = GenerateOptions(
+            requests=args.requests, seed=args.seed, span_s=args.span or 86_400.0, start=args.start, **given
+        )
     t0 = time.perf_counter()
     with progress(total=args.requests, desc="generate", unit="req") as bar:
         n = write_ibm(args.output, bar.wrap(generate(opts)))
@@ -279,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--requests", type=_positive_int, default=10_000, help="number of records (default 10000)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     p.add_argument(
-        "--span", type=_duration, default=86_400.0, help="approximate time span, e.g. 3600 or 1d (default 1d)"
+        "--span", type=_duration, help="approximate time span, e.g. 3600 or 1d (default 1d, or the profile's rate)"
     )
     p.add_argument(
         "--start",
@@ -287,11 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=_dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc),
         help="timestamp of the start (default 2017-08-01T00:00:00Z)",
     )
-    p.add_argument("--clients", type=_positive_int, default=200, help="number of distinct clients (default 200)")
-    p.add_argument("--repositories", type=_positive_int, default=300, help="number of repositories (default 300)")
-    p.add_argument(
-        "--max-layer-size", type=_size, default=256 << 20, help="cap on layer sizes, e.g. 4MB (default 256MiB)"
-    )
+    p.add_argument("--profile", help="a workload profile: dal, lon, fra, syd, stg, prs, dev, or a profile .yaml")
+    p.add_argument("--clients", type=_positive_int, help="number of distinct clients (default 200)")
+    p.add_argument("--repositories", type=_positive_int, help="number of repositories (default 300)")
+    p.add_argument("--max-layer-size", type=_size, help="cap on layer sizes, e.g. 4MB (default 256MiB)")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser(

@@ -64,3 +64,25 @@ def test_max_layer_size_is_respected():
     recs = list(generate(GenerateOptions(requests=2000, seed=3, max_layer_size=50_000)))
     assert len(recs) == 2000
     assert max(r["http.response.written"] for r in recs) <= 60_000  # manifests may be up to 60 KB
+
+
+def test_profiles_load_and_bad_profiles_are_named(tmp_path):
+    import pytest
+
+    from drtp.errors import ConfigError
+    from drtp.profiles import builtin_profiles, load_profile, options_for
+
+    assert builtin_profiles() == ["dal", "dev", "fra", "lon", "prs", "stg", "syd"]
+    dal = load_profile("dal")
+    opts = options_for(dal, 1000)
+    assert opts.push_ratio == dal["generator"]["push_ratio"] and opts.requests == 1000
+    assert abs(opts.span_s - 1000 / dal["requests_per_day"] * 86_400) < 1e-6
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("generator: {push_ratio: 0.1, bogus: 1}\n")
+    with pytest.raises(ConfigError, match="unknown key 'generator.bogus'"):
+        load_profile(str(bad))
+    bad.write_text("targets: {pull_ratio: 0.9}\n")
+    with pytest.raises(ConfigError, match=r"targets.pull_ratio': expected \[value, tolerance\]"):
+        load_profile(str(bad))
+    with pytest.raises(ConfigError, match="unknown profile 'mars'"):
+        load_profile("mars")

@@ -279,8 +279,11 @@ def test_parquet_cache_round_trip(tmp_path, generated_trace):
     from drtp.columnar import read_columns
 
     pq_path = tmp_path / "t.parquet"
-    res = subprocess.run([sys.executable, "-m", "drtp.cli", "convert", str(generated_trace), "-o", str(pq_path)],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "drtp.cli", "convert", str(generated_trace), "-o", str(pq_path)],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     assert read_trace([pq_path]) == read_trace([generated_trace])
     back = tmp_path / "back.json.gz"
