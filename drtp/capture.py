@@ -35,24 +35,8 @@ import msgspec
 
 from drtp.errors import DrtpError
 from drtp.records import format_timestamp, parse_uri
+from drtp.trace import RegistryLogLine as LogLine
 from drtp.trace import line_chunks, parse_go_duration
-
-
-class LogLine(msgspec.Struct, gc=False):
-    """The fields of a registry log line that a trace needs."""
-
-    msg: str = ""
-    time: str = ""
-    method: str = msgspec.field(default="", name="http.request.method")
-    uri: str = msgspec.field(default="", name="http.request.uri")
-    client: str = msgspec.field(default="", name="http.request.remoteaddr")
-    useragent: str = msgspec.field(default="", name="http.request.useragent")
-    host: str = msgspec.field(default="", name="http.request.host")
-    request_id: str = msgspec.field(default="", name="http.request.id")
-    status: int = msgspec.field(default=0, name="http.response.status")
-    written: int = msgspec.field(default=0, name="http.response.written")
-    duration: str = msgspec.field(default="0s", name="http.response.duration")
-
 
 _decode_line = msgspec.json.Decoder(LogLine).decode
 _datetime = msgspec.json.Decoder(_dt.datetime).decode

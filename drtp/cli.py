@@ -60,8 +60,8 @@ def _timestamp(text: str) -> _dt.datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=_dt.timezone.utc)
 
 
-def add_trace_options(p: argparse.ArgumentParser) -> None:
-    """Options every command that reads trace files shares."""
+def add_trace_options(p: argparse.ArgumentParser, limits: bool = True) -> None:
+    """Options every command that reads trace files shares (and, with ``limits``, how much to read)."""
     p.add_argument(
         "--format",
         default="auto",
@@ -70,6 +70,8 @@ def add_trace_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records instead of stopping")
     p.add_argument("--sort-files", action="store_true", help="sort each file in memory (files not in time order)")
+    if not limits:
+        return
     limit = p.add_mutually_exclusive_group()
     limit.add_argument("--requests", type=_positive_int, metavar="N", help="read only the first N records")
     limit.add_argument("--seconds", type=_duration, metavar="S", help="read only the first S seconds of the trace")
@@ -329,9 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("files", nargs="+", help="input traces (IBM JSON, JSON lines, registry log, Parquet)")
     p.add_argument("-o", "--output", required=True, help="output file: .parquet, .json or .json.gz")
-    p.add_argument("--format", default="auto", choices=FORMATS)
-    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records")
-    p.add_argument("--sort-files", action="store_true", help="sort each file in memory")
+    add_trace_options(p, limits=False)
     p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser(
@@ -347,9 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--amount", help="for requests/duration/bytes: e.g. 10000, 1h, 3.5GB")
     p.add_argument("--start", type=_timestamp, help="for requests/duration/bytes: begin at this time")
     p.add_argument("--window", type=_duration, default=3600.0, help="length of the sliding window (default 1h)")
-    p.add_argument("--format", default="auto", choices=FORMATS)
-    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records")
-    p.add_argument("--sort-files", action="store_true", help="sort each file in memory")
+    add_trace_options(p, limits=False)
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("config", help="validate a config file and print it (secrets masked)")

@@ -359,6 +359,7 @@ class RegistryLogLine(msgspec.Struct, gc=False):
     method: str = msgspec.field(default="", name="http.request.method")
     uri: str = msgspec.field(default="", name="http.request.uri")
     client: str = msgspec.field(default="", name="http.request.remoteaddr")
+    useragent: str = msgspec.field(default="", name="http.request.useragent")
     host: str = msgspec.field(default="", name="http.request.host")
     request_id: str = msgspec.field(default="", name="http.request.id")
     status: int = msgspec.field(default=0, name="http.response.status")

@@ -1,6 +1,6 @@
 """Regenerate the sample traces in this folder (see README.md here).
 
-    python traces/make_samples.py            # profile samples + the skopeo capture
+python traces/make_samples.py            # profile samples + the skopeo capture
 """
 
 from __future__ import annotations
@@ -42,9 +42,13 @@ def skopeo_capture() -> None:
         with LocalRegistry(base / "registry") as reg:
             dest = f"docker://{reg.host}/acme/webapp"
             tls = ["--src-tls-verify=false", "--dest-tls-verify=false"]
-            for args in ([f"dir:{base / 'img1'}", f"{dest}:v1"], [f"dir:{base / 'img2'}", f"{dest}:v2"],
-                         [f"{dest}:v1", f"{dest}:stable"], [f"{dest}:v2", f"dir:{base / 'pull1'}"],
-                         [f"{dest}:v2", f"dir:{base / 'pull2'}"]):
+            for args in (
+                [f"dir:{base / 'img1'}", f"{dest}:v1"],
+                [f"dir:{base / 'img2'}", f"{dest}:v2"],
+                [f"{dest}:v1", f"{dest}:stable"],
+                [f"{dest}:v2", f"dir:{base / 'pull1'}"],
+                [f"{dest}:v2", f"dir:{base / 'pull2'}"],
+            ):
                 subprocess.run(["skopeo", "copy", *tls, *args], check=True, capture_output=True)
             cap, records = capture_files([reg.log_path], Anonymizer("drtp-sample"), registry_url=reg.url)
             n = write_ibm(HERE / "skopeo-capture.json", records)
