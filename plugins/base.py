@@ -53,6 +53,11 @@ class SimPlugin(ABC):
     def __init__(self, args: PluginArgs) -> None:
         self.args = args
 
+    @classmethod
+    def check(cls, args: PluginArgs) -> None:
+        """Refuse bad argument values before any trace is read (raise DrtpError naming the key)."""
+        return None
+
     @abstractmethod
     def run(self, trace: CompactTrace) -> SimResult:
         """Simulate over ``trace`` and return the result."""
@@ -86,6 +91,11 @@ def resolve_size(value: int | float | str, key: str, base: int | None = None, ba
     return size
 
 
+def check_size(value: int | float | str, key: str) -> None:
+    """Syntax check of a size or percentage (the base is known only with the trace)."""
+    resolve_size(value, key, base=1 if isinstance(value, str) and "%" in value else None)
+
+
 def resolve_duration(value: int | float | str, key: str) -> float:
     try:
         seconds = parse_duration(value)
@@ -113,10 +123,12 @@ def parse_plugin_args(plugin: type[SimPlugin], raw: dict[str, Any]) -> PluginArg
     if not isinstance(raw, dict):
         raise ConfigError(f"simulate.args must be a mapping, not {type(raw).__name__}")
     try:
-        return msgspec.convert(raw, plugin.Args)
+        args = msgspec.convert(raw, plugin.Args)
     except msgspec.ValidationError as e:
         allowed = ", ".join(plugin.Args.__struct_fields__)
         raise ConfigError(f"plugin '{plugin.name}': {_explain(e)} (allowed: {allowed})") from None
+    plugin.check(args)
+    return args
 
 
 def describe_args(plugin: type[SimPlugin]) -> list[tuple[str, str, str]]:

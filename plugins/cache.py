@@ -18,9 +18,11 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, resolve_size
+from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, check_size, resolve_size
 from drtp.plugins.compact import CompactTrace
 from drtp.plugins.policies import LRU, LibCacheSim, Outcome, TwoLevel, libcachesim_policies
+
+from drtp.errors import DrtpError
 
 ARG_HELP = {
     "capacity": "cache size: bytes (1073741824), a size (64MB, 2GiB) or a percentage of percent_of (5%)",
@@ -65,8 +67,6 @@ def _policy_factory(policy: str, args: LRUArgs):
         threshold = resolve_size(getattr(args, "threshold", "100MiB"), "threshold")
         mult = float(getattr(args, "ssd_multiplier", 10.0))
         if mult < 0:
-            from drtp.errors import DrtpError
-
             raise DrtpError(f"simulate.args.ssd_multiplier: must be ≥ 0, not {mult}")
         return lambda cap: TwoLevel(cap, int(cap * mult), threshold), TwoLevel.levels
     if key.startswith("libcachesim:"):
@@ -74,9 +74,16 @@ def _policy_factory(policy: str, args: LRUArgs):
         params = getattr(args, "params", {}) or {}
         LibCacheSim(name, 1, params)  # validates the name and parameters now
         return lambda cap: LibCacheSim(name, cap, params), ("cache",)
-    from drtp.errors import DrtpError
-
     raise DrtpError(f"simulate.args.policy: unknown policy {policy!r} (lru, two-level or libcachesim:<policy>)")
+
+
+def check_cache_args(args: LRUArgs, policy: str) -> None:
+    check_size(args.capacity, "capacity")
+    if args.timeline_buckets < 1:
+        raise DrtpError(f"simulate.args.timeline_buckets: must be ≥ 1, not {args.timeline_buckets}")
+    if hasattr(args, "threshold"):
+        check_size(args.threshold, "threshold")
+    _policy_factory(policy, args)
 
 
 def simulate_cache(trace: CompactTrace, args: LRUArgs, policy: str, plugin: str) -> SimResult:
@@ -215,6 +222,10 @@ class LRUPlugin(SimPlugin):
     Args = LRUArgs
     arg_help = ARG_HELP
 
+    @classmethod
+    def check(cls, args: LRUArgs) -> None:
+        check_cache_args(args, "lru")
+
     def run(self, trace: CompactTrace) -> SimResult:
         return simulate_cache(trace, self.args, "lru", self.name)
 
@@ -224,6 +235,10 @@ class TwoLevelPlugin(SimPlugin):
     description = "paper §5.3 memory LRU (layers < threshold) + SSD LRU (k× memory), memory evictions demoted"
     Args = TwoLevelArgs
     arg_help = ARG_HELP
+
+    @classmethod
+    def check(cls, args: TwoLevelArgs) -> None:
+        check_cache_args(args, "two-level")
 
     def run(self, trace: CompactTrace) -> SimResult:
         return simulate_cache(trace, self.args, "two-level", self.name)
@@ -235,8 +250,11 @@ class CachePlugin(SimPlugin):
     Args = CacheArgs
     arg_help = ARG_HELP
 
+    @classmethod
+    def check(cls, args: CacheArgs) -> None:
+        check_cache_args(args, args.policy)
+
     def run(self, trace: CompactTrace) -> SimResult:
-        _policy_factory(self.args.policy, self.args)  # fail early on a bad policy
         return simulate_cache(trace, self.args, self.args.policy, self.name)
 
 
@@ -250,6 +268,10 @@ def libcachesim_plugin(policy: str) -> type[SimPlugin]:
         description = f"libCacheSim's {policy} eviction policy over the same layer requests"
         Args = LibCacheSimArgs
         arg_help = ARG_HELP
+
+        @classmethod
+        def check(cls, args: LibCacheSimArgs) -> None:
+            check_cache_args(args, full)
 
         def run(self, trace: CompactTrace) -> SimResult:
             return simulate_cache(trace, self.args, full, full)

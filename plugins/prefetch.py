@@ -227,6 +227,11 @@ class PrefetchPlugin(SimPlugin):
     Args = PrefetchArgs
     arg_help = ARG_HELP
 
+    @classmethod
+    def check(cls, args: PrefetchArgs) -> None:
+        resolve_duration(args.lm_thresh, "lm_thresh")
+        resolve_duration(args.ml_thresh, "ml_thresh")
+
     def run(self, trace: CompactTrace) -> SimResult:
         lm = resolve_duration(self.args.lm_thresh, "lm_thresh")
         ml = resolve_duration(self.args.ml_thresh, "ml_thresh")

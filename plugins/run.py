@@ -20,7 +20,7 @@ from drtp.plugins import figures
 from drtp.plugins.base import SimResult, find_plugin, parse_plugin_args
 from drtp.plugins.compact import CompactTrace, compact
 from drtp.plugins.legacy import is_plugin_path, run_legacy
-from drtp.plugins.sweep import run_sweep, sweep_keys
+from drtp.plugins.sweep import grid, run_sweep, sweep_keys
 
 from drtp.config import Config, redacted
 from drtp.errors import ConfigError
@@ -60,6 +60,8 @@ def simulate(cfg: Config, out: Path, jobs: int | None = None) -> dict[str, Any]:
         result.summary["load_s"] = round(t1 - t0, 3)
         return _write(result, out, cfg, time.perf_counter() - t0)
 
+    for point in grid(sim.args):  # every grid point's arguments are checked before the trace is read
+        parse_plugin_args(plugin, point)
     trace = load_trace(cfg)
     t1 = time.perf_counter()
     table = run_sweep(plugin, sim.args, trace, jobs)
