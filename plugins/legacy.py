@@ -2,10 +2,11 @@
 
 The original master handed such a plugin the parsed trace as a time-ordered
 list of dicts ``{'delay', 'uri', 'size', 'method', 'duration', 'client'}``
-(REFERENCE §3), ``delay`` being seconds since the first request, and only GET
-and PUT requests (it replayed nothing else).  drtp builds exactly that list —
-but without the original's relabelling of PUT manifests as GETs (defect B1) —
-and calls ``init(requests, args)`` when the function takes two parameters,
+(REFERENCE §3), ``delay`` being seconds since the first request, holding the
+GET and PUT requests with a non-zero size (its ``get_requests`` kept nothing
+else).  drtp builds exactly that list — the trace's ``limit`` applies to the
+records read, before this filter — and calls ``init(requests, args)`` when the
+function takes two parameters (``args`` is ``{}`` when the config has none),
 ``init(requests)`` otherwise.
 
 Whatever ``init`` returns is kept: a dict becomes ``summary.json``, a list of
@@ -56,11 +57,11 @@ def load_module(path: Path) -> ModuleType:
 
 
 def legacy_requests(records: Iterable[TraceRecord]) -> list[dict]:
-    """The original contract's request list: GET and PUT requests, time-ordered."""
+    """The original contract's request list: GET and PUT requests with size > 0, time-ordered."""
     out: list[dict] = []
     start: float | None = None
     for r in records:
-        if r.method not in LEGACY_METHODS:
+        if r.method not in LEGACY_METHODS or r.size <= 0:
             continue
         t = r.time
         if start is None:

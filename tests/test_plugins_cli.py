@@ -87,6 +87,7 @@ def init(data, args):
         "sorted": all(a["delay"] <= b["delay"] for a, b in zip(data, data[1:])),
         "first_delay": data[0]["delay"],
         "methods": sorted({d["method"] for d in data}),
+        "min_size": min(d["size"] for d in data),
         "put_manifests": sum(1 for d in data if d["method"] == "PUT" and "/manifests/" in d["uri"]),
         "arg": args["cache_size"],
     }
@@ -103,7 +104,7 @@ def test_original_contract_plugin_runs_unchanged(tmp_path, trace_file):
     result = summary["result"]
     assert result["keys"] == ["client", "delay", "duration", "method", "size", "uri"]
     assert result["sorted"] and result["first_delay"] == 0
-    assert result["methods"] == ["GET", "PUT"]
+    assert result["methods"] == ["GET", "PUT"] and result["min_size"] > 0
     assert result["put_manifests"] > 0  # PUT manifests stay PUTs (the original's defect B1)
     assert result["arg"] == 2 and result["n"] == summary["requests"] > 0
 
