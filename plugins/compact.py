@@ -101,32 +101,26 @@ def compact(batches: Iterable[list[TraceRecord]]) -> CompactTrace:
         k: [] for k in ("time", "method", "kind", "status", "size", "obj", "repo", "client", "host")
     }
     keys: dict[tuple[str, str], tuple[int, int, int]] = {}  # (method, uri) -> (repo id, obj id, kind)
+
+    def new_key(key: tuple[str, str]) -> tuple[int, int, int]:
+        repo, obj, kind = _object_key(*key)
+        ids = keys[key] = (repos.setdefault(repo, len(repos)), objs.setdefault(obj, len(objs)), kind)
+        return ids
+
     for batch in batches:
-        cols["time"].append(np.fromiter((r.timestamp.timestamp() for r in batch), np.float64, len(batch)))
-        cols["status"].append(np.fromiter((r.status for r in batch), np.int16, len(batch)))
-        cols["size"].append(np.fromiter((r.size for r in batch), np.int64, len(batch)))
-        m, k, o, rp, c, h = [], [], [], [], [], []
-        for r in batch:
-            key = (r.method, r.uri)
-            ids = keys.get(key)
-            if ids is None:
-                repo, obj, kind = _object_key(r.method, r.uri)
-                ids = keys[key] = (repos.setdefault(repo, len(repos)), objs.setdefault(obj, len(objs)), kind)
-            rp.append(ids[0])
-            o.append(ids[1])
-            k.append(ids[2])
-            m.append(method_code[r.method])
-            c.append(clients.setdefault(r.client, len(clients)))
-            h.append(hosts.setdefault(r.host, len(hosts)))
-        for name, values, dtype in (
-            ("method", m, np.uint8),
-            ("kind", k, np.uint8),
-            ("obj", o, np.int32),
-            ("repo", rp, np.int32),
-            ("client", c, np.int32),
-            ("host", h, np.int32),
-        ):
-            cols[name].append(np.asarray(values, dtype=dtype))
+        n = len(batch)
+        cols["time"].append(np.fromiter((r.timestamp.timestamp() for r in batch), np.float64, n))
+        cols["status"].append(np.fromiter((r.status for r in batch), np.int16, n))
+        cols["size"].append(np.fromiter((r.size for r in batch), np.int64, n))
+        methods = [r.method for r in batch]
+        ids = [keys.get(k) or new_key(k) for k in zip(methods, [r.uri for r in batch], strict=True)]
+        per_request = np.array(ids, dtype=np.int64).reshape(n, 3)
+        cols["repo"].append(per_request[:, 0].astype(np.int32))
+        cols["obj"].append(per_request[:, 1].astype(np.int32))
+        cols["kind"].append(per_request[:, 2].astype(np.uint8))
+        cols["method"].append(np.fromiter((method_code[m] for m in methods), np.uint8, n))
+        cols["client"].append(np.fromiter((clients.setdefault(r.client, len(clients)) for r in batch), np.int32, n))
+        cols["host"].append(np.fromiter((hosts.setdefault(r.host, len(hosts)) for r in batch), np.int32, n))
     dtypes = {"time": np.float64, "method": np.uint8, "kind": np.uint8, "status": np.int16, "size": np.int64}
     arrays = {
         name: (np.concatenate(parts) if parts else np.zeros(0, dtype=dtypes.get(name, np.int32)))

@@ -20,7 +20,7 @@ from drtp.plugins import figures
 from drtp.plugins.base import SimResult, find_plugin, parse_plugin_args
 from drtp.plugins.compact import CompactTrace, compact
 from drtp.plugins.legacy import is_plugin_path, run_legacy
-from drtp.plugins.sweep import grid, run_sweep, sweep_keys
+from drtp.plugins.sweep import grid, run_sweep, sweep_keys, worker_count
 
 from drtp.config import Config, redacted
 from drtp.errors import ConfigError
@@ -70,7 +70,7 @@ def simulate(cfg: Config, out: Path, jobs: int | None = None) -> dict[str, Any]:
         "plugin": sim.name,
         "sweep": keys,
         "points": len(table),
-        "jobs": jobs,
+        "jobs": worker_count(jobs, len(table)),
         "load_s": round(t1 - t0, 3),
         "sweep_s": round(elapsed, 3),
     }

@@ -52,6 +52,11 @@ def _run_point(point: dict[str, Any]) -> dict[str, Any]:
     return plugin.run(_TRACE).summary
 
 
+def worker_count(jobs: int | None, points: int) -> int:
+    """Processes a sweep uses: ``jobs`` (default: the CPU count), at most one per grid point."""
+    return max(1, min(jobs or os.cpu_count() or 1, points))
+
+
 def run_sweep(
     plugin: type[SimPlugin], args: dict[str, Any], trace: CompactTrace, jobs: int | None = None
 ) -> pd.DataFrame:
@@ -61,7 +66,7 @@ def run_sweep(
     for point in points:  # refuse bad values before starting anything
         parse_plugin_args(plugin, point)
     keys = sweep_keys(args)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
+    jobs = worker_count(jobs, len(points))
     _TRACE, _PLUGIN = trace, plugin
     try:
         if jobs == 1:
