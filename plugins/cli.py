@@ -58,6 +58,7 @@ def list_plugins() -> str:
     lines.append("")
     lines.append("<path>.py: an original-contract plugin, init(requests) or init(requests, args);")
     lines.append("    args are passed through unchanged.")
+    lines.append("<path>.py defining Plugin (a drtp.plugins.base.SimPlugin subclass): runs like a built-in.")
     lines.append("")
     lines.append("A list as an argument's value (capacity: [2%, 4%]) runs a sweep over it.")
     return "\n".join(lines)

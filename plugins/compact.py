@@ -100,11 +100,13 @@ def compact(batches: Iterable[list[TraceRecord]]) -> CompactTrace:
     cols: dict[str, list] = {
         k: [] for k in ("time", "method", "kind", "status", "size", "obj", "repo", "client", "host")
     }
-    keys: dict[tuple[str, str], tuple[int, int, int]] = {}  # (method, uri) -> (repo id, obj id, kind)
+    keys: dict[tuple[str, str], tuple[int, int, int]] = {}  # (method, uri) -> (repo id, obj id, kind), uploads aside
 
     def new_key(key: tuple[str, str]) -> tuple[int, int, int]:
         repo, obj, kind = _object_key(*key)
-        ids = keys[key] = (repos.setdefault(repo, len(repos)), objs.setdefault(obj, len(objs)), kind)
+        ids = (repos.setdefault(repo, len(repos)), objs.setdefault(obj, len(objs)), kind)
+        if kind != UPLOAD:  # upload URLs are one-off: remembering them would only cost memory
+            keys[key] = ids
         return ids
 
     for batch in batches:

@@ -11,6 +11,9 @@ function takes two parameters (``args`` is ``{}`` when the config has none),
 
 Whatever ``init`` returns is kept: a dict becomes ``summary.json``, a list of
 dicts or a pandas DataFrame becomes ``result.csv``.
+
+A file may instead define ``Plugin``, a :class:`~drtp.plugins.base.SimPlugin`
+subclass: it then runs like a built-in (compact trace, argument checks, sweeps).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from types import ModuleType
 from typing import Any
 
 import pandas as pd
-from drtp.plugins.base import SimResult
+from drtp.plugins.base import SimPlugin, SimResult
 
 from drtp.errors import ConfigError, DrtpError
 from drtp.records import TraceRecord
@@ -51,9 +54,17 @@ def load_module(path: Path) -> ModuleType:
         raise DrtpError(f"{path}: cannot load plugin: {type(e).__name__}: {e}") from None
     finally:
         sys.path.remove(str(path.parent))
-    if not callable(getattr(module, "init", None)):
-        raise ConfigError(f"simulate.name: {path} has no init(requests) or init(requests, args) function")
+    if not callable(getattr(module, "init", None)) and user_plugin_class(module) is None:
+        raise ConfigError(
+            f"simulate.name: {path} has no init(requests) or init(requests, args) function and no Plugin class"
+        )
     return module
+
+
+def user_plugin_class(module: ModuleType) -> type[SimPlugin] | None:
+    """A drtp-style plugin in a user's file: a ``Plugin`` class derived from SimPlugin."""
+    cls = getattr(module, "Plugin", None)
+    return cls if isinstance(cls, type) and issubclass(cls, SimPlugin) else None
 
 
 def legacy_requests(records: Iterable[TraceRecord]) -> list[dict]:
@@ -79,9 +90,8 @@ def legacy_requests(records: Iterable[TraceRecord]) -> list[dict]:
     return out
 
 
-def run_legacy(path: Path, records: Iterable[TraceRecord], args: dict[str, Any]) -> SimResult:
+def run_legacy(module: ModuleType, path: Path, records: Iterable[TraceRecord], args: dict[str, Any]) -> SimResult:
     """Call the plugin's ``init`` with the original request dicts and keep what it returns."""
-    module = load_module(path)
     init = module.init
     try:
         n_params = len(inspect.signature(init).parameters)

@@ -19,7 +19,7 @@ import pandas as pd
 from drtp.plugins import figures
 from drtp.plugins.base import SimResult, find_plugin, parse_plugin_args
 from drtp.plugins.compact import CompactTrace, compact
-from drtp.plugins.legacy import is_plugin_path, run_legacy
+from drtp.plugins.legacy import is_plugin_path, load_module, run_legacy, user_plugin_class
 from drtp.plugins.sweep import grid, run_sweep, sweep_keys, worker_count
 
 from drtp.config import Config, redacted
@@ -46,11 +46,14 @@ def simulate(cfg: Config, out: Path, jobs: int | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     if is_plugin_path(sim.name):
         path = cfg.path(sim.name)
-        reader = TraceReader(cfg.trace_paths(), **cfg.reader_options())
-        result = run_legacy(path, reader, sim.args)
-        return _write(result, out, cfg, time.perf_counter() - t0)
-
-    plugin = find_plugin(sim.name)
+        module = load_module(path)
+        plugin = user_plugin_class(module)
+        if plugin is None:
+            reader = TraceReader(cfg.trace_paths(), **cfg.reader_options())
+            result = run_legacy(module, path, reader, sim.args)
+            return _write(result, out, cfg, time.perf_counter() - t0)
+    else:
+        plugin = find_plugin(sim.name)
     keys = sweep_keys(sim.args)
     if not keys:
         args = parse_plugin_args(plugin, sim.args)  # bad args fail before the trace is read

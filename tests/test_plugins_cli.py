@@ -142,3 +142,42 @@ def test_list_names_plugins_and_arguments(capsys):
     text = capsys.readouterr().out
     for expected in ("lru:", "two-level:", "prefetch:", "cache:", "ssd_multiplier", "lm_thresh", "libcachesim:S3FIFO"):
         assert expected in text
+
+
+NEW_STYLE_PLUGIN = """
+import numpy as np
+
+from drtp.plugins.base import PluginArgs, SimPlugin, SimResult
+from drtp.plugins.compact import GET
+
+
+class Args(PluginArgs):
+    top: int = 3
+
+
+class Plugin(SimPlugin):
+    name = "busiest-clients"
+    description = "requests of the busiest clients"
+    Args = Args
+
+    def run(self, trace):
+        counts = np.bincount(trace.client[trace.method == GET])
+        best = np.sort(counts)[::-1][: self.args.top]
+        return SimResult({"top": self.args.top, "requests": int(best.sum())})
+"""
+
+
+def test_user_file_with_a_plugin_class_runs_like_a_builtin(tmp_path, trace_file):
+    (tmp_path / "busy.py").write_text(NEW_STYLE_PLUGIN)
+    cfg = write_config(tmp_path / "c.yaml", trace_file, "busy.py", {"top": [1, 2]})
+    assert main(["simulate", "-c", str(cfg), "--out", str(tmp_path / "o"), "--jobs", "2"]) == 0
+    table = pd.read_csv(tmp_path / "o" / "sweep.csv")
+    assert list(table["top"]) == [1, 2]
+    assert 0 < table["requests"].iloc[0] < table["requests"].iloc[1]
+
+
+def test_user_file_without_init_or_plugin(tmp_path, trace_file, capsys):
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    cfg = write_config(tmp_path / "c.yaml", trace_file, "empty.py", None)
+    assert main(["simulate", "-c", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    assert "has no init(requests) or init(requests, args) function" in capsys.readouterr().err

@@ -122,3 +122,19 @@ def test_prefetch_matches_naive_reference_on_generated_trace(tmp_path, lm, ml):
     expected = reference_prefetch(trace, lm, ml)
     assert expected["prefetches"] > 0 and expected["prefetch_hits"] > 0
     assert {k: s[k] for k in expected} == expected
+
+
+def test_per_server_prefetch_tables_are_separate():
+    records = [
+        rec(0, "PUT", f"{R}/blobs/L1", 1000, "c1", host="h1"),
+        rec(10, "GET", f"{R}/manifests/v1", 900, "c2", host="h2"),  # another server: its table is empty
+        rec(11, "GET", f"{R}/blobs/L1", 1000, "c2", host="h2"),
+        rec(20, "GET", f"{R}/manifests/v1", 900, "c3", host="h1"),  # the pushing server: prefetch
+        rec(21, "GET", f"{R}/blobs/L1", 1000, "c3", host="h1"),
+    ]
+    trace = hand_trace(records)
+    shared = run_plugin("prefetch", trace, lm_thresh="1h", ml_thresh="1h").summary
+    assert (shared["prefetches"], shared["renewals"], shared["prefetch_hits"]) == (1, 1, 2)
+    split = run_plugin("prefetch", trace, lm_thresh="1h", ml_thresh="1h", per_server=True)
+    assert (split.summary["prefetches"], split.summary["prefetch_hits"]) == (1, 1)
+    assert list(split.tables["prefetches"]["server"]) == ["h1"]
