@@ -30,6 +30,7 @@ setup(
         "paramiko>=3",
         "pyarrow>=14",
         "tqdm>=4.60",
+        "libcachesim>=0.3.5",  # standard eviction policies beside drtp's own caches
     ],
     extras_require={
         "test": ["pytest>=7", "ruff>=0.4", "hypothesis>=6", "nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from drtp import __version__
 from drtp.errors import DrtpError
+from drtp.trace import FORMATS
 
 # modules that add subcommands of their own (each has register(subparsers))
-COMMAND_MODULES: tuple[str, ...] = ("drtp.analysis.cli",)
+COMMAND_MODULES: tuple[str, ...] = ("drtp.plugins.cli", "drtp.analysis.cli")
 
 
 def _positive_int(text: str) -> int:
@@ -59,15 +60,18 @@ def _timestamp(text: str) -> _dt.datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=_dt.timezone.utc)
 
 
-def add_trace_options(p: argparse.ArgumentParser) -> None:
-    """Options every command that reads trace files shares."""
+def add_trace_options(p: argparse.ArgumentParser, limits: bool = True) -> None:
+    """Options every command that reads trace files shares (and, with ``limits``, how much to read)."""
     p.add_argument(
         "--format",
         default="auto",
-        choices=["auto", "ibm", "jsonl", "registry-log"],
+        choices=FORMATS,
         help="input format (default: detected from the file)",
     )
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records instead of stopping")
+    p.add_argument("--sort-files", action="store_true", help="sort each file in memory (files not in time order)")
+    if not limits:
+        return
     limit = p.add_mutually_exclusive_group()
     limit.add_argument("--requests", type=_positive_int, metavar="N", help="read only the first N records")
     limit.add_argument("--seconds", type=_duration, metavar="S", help="read only the first S seconds of the trace")
@@ -81,7 +85,14 @@ def reader_from_args(args: argparse.Namespace):
         limit_type, amount = "requests", args.requests
     elif args.seconds is not None:
         limit_type, amount = "seconds", args.seconds
-    return TraceReader(args.files, fmt=args.format, skip_bad=args.skip_bad, limit_type=limit_type, amount=amount)
+    return TraceReader(
+        args.files,
+        fmt=args.format,
+        skip_bad=args.skip_bad,
+        sort_files=args.sort_files,
+        limit_type=limit_type,
+        amount=amount,
+    )
 
 
 # -- generate -------------------------------------------------------------------
@@ -92,15 +103,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from drtp.progress import progress
     from drtp.trace import write_ibm
 
-    opts = GenerateOptions(
-        requests=args.requests,
-        seed=args.seed,
-        span_s=args.span,
-        start=args.start,
-        clients=args.clients,
-        repositories=args.repositories,
-        max_layer_size=args.max_layer_size,
-    )
+    given = {"clients": args.clients, "repositories": args.repositories, "max_layer_size": args.max_layer_size}
+    given = {k: v for k, v in given.items() if v is not None}
+    if args.profile:
+        from drtp.profiles import load_profile, options_for
+
+        opts = options_for(load_profile(args.profile), args.requests, args.seed, args.span, start=args.start, **given)
+    else:
+        opts = GenerateOptions(
+            requests=args.requests, seed=args.seed, span_s=args.span or 86_400.0, start=args.start, **given
+        )
     t0 = time.perf_counter()
     with progress(total=args.requests, desc="generate", unit="req") as bar:
         n = write_ibm(args.output, bar.wrap(generate(opts)))
@@ -125,6 +137,108 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(format_summary(summary))
     for problem in reader.stats.problems[:5]:
         print(f"skipped: {problem}", file=sys.stderr)
+    return 0
+
+
+# -- capture ------------------------------------------------------------------
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    from drtp.capture import Anonymizer, capture_files, follow_file, salt_from
+    from drtp.trace import write_ibm
+
+    anon = Anonymizer(salt_from(args.salt))
+    out = Path(args.output)
+    if args.follow:
+        if len(args.logs) != 1:
+            raise DrtpError("--follow takes exactly one log file")
+        cap, records = follow_file(Path(args.logs[0]), anon, args.registry, args.delay, args.duration)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        encode = __import__("msgspec").json.Encoder().encode
+        with open(out, "ab") as f:  # JSON lines: a followed capture can stop at any time
+            try:
+                for rec in records:
+                    f.write(encode(rec) + b"\n")
+                    f.flush()
+            except KeyboardInterrupt:
+                pass
+    else:
+        cap, records = capture_files([Path(p) for p in args.logs], anon, args.registry)
+        write_ibm(out, records)
+    s = cap.stats
+    print(
+        f"wrote {s.requests:,} records to {out} ({s.ignored:,} non-object requests left out, "
+        f"{s.uploads:,} uploads; sizes from the log {s.sizes_from_log:,}, from the registry "
+        f"{s.sizes_from_registry:,}, unresolved {s.unresolved_sizes:,})"
+    )
+    return 0
+
+
+# -- convert ------------------------------------------------------------------
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from drtp.capture import PlainNames, capture_files
+    from drtp.columnar import write_parquet
+    from drtp.records import TraceRecord
+    from drtp.trace import TraceReader, detect_format, write_ibm
+
+    paths = [Path(p) for p in args.files]
+    out = Path(args.output)
+    fmt = args.format
+    if fmt == "auto":
+        fmt = detect_format(paths[0]) if paths[0].is_file() else "auto"
+    if fmt == "registry-log":  # normalised like a capture, names kept
+        _, dicts = capture_files(paths, PlainNames())
+        if out.suffix == ".parquet":
+            decode = msgspec.json.Decoder(TraceRecord).decode
+            encode = msgspec.json.encode
+            n = write_parquet(out, ([decode(encode(d))] for d in dicts))
+        else:
+            n = write_ibm(out, dicts)
+    else:
+        reader = TraceReader(paths, fmt=args.format, skip_bad=args.skip_bad, sort_files=args.sort_files)
+        if out.suffix == ".parquet":
+            n = write_parquet(out, reader.batches())
+        else:
+            n = write_ibm(out, reader)
+        if reader.stats.skipped:
+            print(f"skipped {reader.stats.skipped:,} malformed records", file=sys.stderr)
+    print(f"wrote {n:,} records to {out}")
+    return 0
+
+
+# -- sample -------------------------------------------------------------------
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from drtp.sample import sample
+    from drtp.units import parse_duration, parse_size
+
+    amount = None
+    if args.amount is not None:
+        parse = {"duration": parse_duration, "bytes": parse_size}.get(args.method, float)
+        try:
+            amount = parse(args.amount)
+        except ValueError as e:
+            raise DrtpError(f"--amount: {e}") from None
+    summary = sample(
+        [Path(f) for f in args.files],
+        Path(args.output),
+        args.method,
+        amount=amount,
+        start=args.start,
+        reader_options={"fmt": args.format, "skip_bad": args.skip_bad, "sort_files": args.sort_files},
+        window_minutes=max(1, round(args.window / 60)),
+    )
+    summary_path = Path(args.output).with_suffix(".summary.json")
+    summary_path.write_text(json.dumps(summary, indent=2))
+    print(f"wrote {summary['records']:,} records ({summary['bytes'] / 1e9:.2f} GB) to {args.output}")
+    print(f"span: {summary['start']} → {summary['end']}")
+    print(f"why: {summary['why']['reason']}")
+    print(f"summary: {summary_path}")
     return 0
 
 
@@ -168,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--requests", type=_positive_int, default=10_000, help="number of records (default 10000)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     p.add_argument(
-        "--span", type=_duration, default=86_400.0, help="approximate time span, e.g. 3600 or 1d (default 1d)"
+        "--span", type=_duration, help="approximate time span, e.g. 3600 or 1d (default 1d, or the profile's rate)"
     )
     p.add_argument(
         "--start",
@@ -176,11 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=_dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc),
         help="timestamp of the start (default 2017-08-01T00:00:00Z)",
     )
-    p.add_argument("--clients", type=_positive_int, default=200, help="number of distinct clients (default 200)")
-    p.add_argument("--repositories", type=_positive_int, default=300, help="number of repositories (default 300)")
-    p.add_argument(
-        "--max-layer-size", type=_size, default=256 << 20, help="cap on layer sizes, e.g. 4MB (default 256MiB)"
-    )
+    p.add_argument("--profile", help="a workload profile: dal, lon, fra, syd, stg, prs, dev, or a profile .yaml")
+    p.add_argument("--clients", type=_positive_int, help="number of distinct clients (default 200)")
+    p.add_argument("--repositories", type=_positive_int, help="number of repositories (default 300)")
+    p.add_argument("--max-layer-size", type=_size, help="cap on layer sizes, e.g. 4MB (default 256MiB)")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser(
@@ -192,6 +305,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_trace_options(p)
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "capture",
+        help="turn a registry's JSON log into an anonymized IBM-format trace",
+        description="Turn a Distribution registry's JSON log (log.formatter: json) into an anonymized trace "
+        "in the IBM format: object requests only, arrival times, upload sizes resolved, names hashed with a salt.",
+    )
+    p.add_argument("logs", nargs="+", help="registry log files (JSON lines)")
+    p.add_argument("-o", "--output", required=True, help="trace to write (.json; JSON lines when following)")
+    p.add_argument("--salt", help="secret for the keyed hash (default: $DRTP_CAPTURE_SALT); keep it to link captures")
+    p.add_argument("--registry", help="URL of the live registry, to resolve sizes the log lacks (HEAD requests)")
+    p.add_argument("--follow", action="store_true", help="follow a growing log until interrupted")
+    p.add_argument(
+        "--delay", type=_duration, default=30.0, help="when following: hold requests this long (default 30s)"
+    )
+    p.add_argument("--duration", type=_duration, help="when following: stop after this long")
+    p.set_defaults(func=cmd_capture)
+
+    p = sub.add_parser(
+        "convert",
+        help="convert traces: IBM JSON ⇄ Parquet, registry log → IBM JSON",
+        description="Convert trace files, streaming: to Parquet (OUTPUT ends in .parquet) or to an IBM JSON "
+        "array (.json, .json.gz). Registry JSON logs are normalised as by capture, without anonymizing.",
+    )
+    p.add_argument("files", nargs="+", help="input traces (IBM JSON, JSON lines, registry log, Parquet)")
+    p.add_argument("-o", "--output", required=True, help="output file: .parquet, .json or .json.gz")
+    add_trace_options(p, limits=False)
+    p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser(
+        "sample",
+        help="cut a representative day, a steady window, or a budget out of a trace",
+        description="Write a piece of a trace: the representative day (requests, egress, ingress within 10%% of "
+        "the daily averages), the steadiest sliding window (per-minute p5/p95 within 50%% of the median), or the "
+        "first N requests / S seconds / B bytes. A .summary.json beside the output says why.",
+    )
+    p.add_argument("files", nargs="+", help="trace files")
+    p.add_argument("-o", "--output", required=True, help="trace file to write")
+    p.add_argument("--method", required=True, choices=["day", "window", "requests", "duration", "bytes"])
+    p.add_argument("--amount", help="for requests/duration/bytes: e.g. 10000, 1h, 3.5GB")
+    p.add_argument("--start", type=_timestamp, help="for requests/duration/bytes: begin at this time")
+    p.add_argument("--window", type=_duration, default=3600.0, help="length of the sliding window (default 1h)")
+    add_trace_options(p, limits=False)
+    p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("config", help="validate a config file and print it (secrets masked)")
     p.add_argument("-c", "--config", required=True, help="YAML config file")

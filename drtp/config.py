@@ -46,9 +46,10 @@ class TraceSection(_Section):
     traces: list[str]
     limit: Limit | None = None
     output: str | None = None
-    format: Literal["auto", "ibm", "jsonl", "registry-log"] = "auto"
+    format: Literal["auto", "ibm", "jsonl", "registry-log", "parquet"] = "auto"
     skip_bad: bool = False
-    reorder_window: float = 60.0
+    reorder_window: float = 60.0  # seconds of disorder tolerated while streaming
+    sort_files: bool = False  # sort each file in memory (for unordered files)
 
 
 class Warmup(_Section):
@@ -96,7 +97,12 @@ class Config(_Section):
 
     def reader_options(self) -> dict[str, Any]:
         t = self.require("trace")
-        opts: dict[str, Any] = {"fmt": t.format, "skip_bad": t.skip_bad, "reorder_window": t.reorder_window}
+        opts: dict[str, Any] = {
+            "fmt": t.format,
+            "skip_bad": t.skip_bad,
+            "reorder_window": t.reorder_window,
+            "sort_files": t.sort_files,
+        }
         if t.limit is not None:
             opts.update(limit_type=t.limit.type, amount=t.limit.amount)
         return opts

@@ -48,10 +48,25 @@ class GenerateOptions:
     push_ratio: float = 0.07  # share of image operations that are pushes (pulls 90–95 %)
     follow_rate: float = 0.2  # pulls that fetch layers (paper: 4–27 %)
     follow_after_push: float = 0.8  # the same, within an hour after a push to the repo
+    follow_rank: int = 1  # clients ranked below this (the busiest) fetch layers proportionally less often
     layer_median: float = 400e3  # bytes; lognormal median
     layer_sigma: float = 2.3
     max_layer_size: int = 256 << 20
     min_layer_size: int = 64
+    manifest_median: float = 1000.0  # bytes; lognormal median of manifest sizes
+    manifest_sigma: float = 1.0
+    head_check_rate: float = 0.3  # pulls without layer fetches that HEAD a layer
+    repo_skew: float = 1.1  # Zipf exponents of popularity (0 = uniform)
+    layer_skew: float = 1.2  # popularity of shared base layers
+    client_skew: float = 0.9
+    old_image_rate: float = 0.3  # pulls of an older image of the repository instead of the latest
+    day_amplitude: float = 0.4  # day/night swing of the arrival rate (0 = flat)
+    weekend_factor: float = 0.7  # arrival rate on Saturdays and Sundays relative to weekdays
+    idle_rate: float = 0.0  # share of gaps between operations that are idle periods
+    idle_mean_s: float = 60.0  # mean length of an idle period
+    base_layers: int = 0  # shared base layers (0: one per ten repositories)
+    image_layers: int = 4  # at most this many own layers in a repository's first image
+    retag_rate: float = 0.0  # pushes that re-push an existing image under a new tag (layers all present)
 
 
 class _Zipf:
@@ -88,10 +103,11 @@ class TraceGenerator:
         self.repos = [f"{self.rng.choice(self.users)}/{self.token('repo', i)}" for i in range(opts.repositories)]
         self.clients = [self.token("client", i) for i in range(opts.clients)]
         self.hosts = [self.token("host", i) for i in range(opts.hosts)]
-        self.repo_pick = _Zipf(len(self.repos), 1.1, self.rng)
-        self.client_pick = _Zipf(len(self.clients), 0.9, self.rng)
-        self.base_layers = [self.new_layer() for _ in range(max(4, opts.repositories // 10))]
-        self.base_pick = _Zipf(len(self.base_layers), 1.2, self.rng)
+        self.repo_pick = _Zipf(len(self.repos), opts.repo_skew, self.rng)
+        self.client_pick = _Zipf(len(self.clients), opts.client_skew, self.rng)
+        n_base = opts.base_layers or max(4, opts.repositories // 10)
+        self.base_layers = [self.new_layer() for _ in range(n_base)]
+        self.base_pick = _Zipf(len(self.base_layers), opts.layer_skew, self.rng)
         self.images: dict[str, list[_Image]] = {}
 
     # -- entities --------------------------------------------------------------
@@ -106,18 +122,30 @@ class TraceGenerator:
         return self.token("layer", next(self.counter)), max(o.min_layer_size, min(o.max_layer_size, size))
 
     def new_image(self, repo: str, now: float) -> _Image:
-        layers = [self.base_layers[self.base_pick.draw()] for _ in range(self.rng.randint(1, 2))]
-        layers += [self.new_layer() for _ in range(self.rng.randint(1, 5))]
+        previous = self.images.get(repo)
+        if previous:  # a rebuild: the lower layers stay, the top one or two change
+            keep = previous[-1].layers
+            layers = keep[: max(1, len(keep) - self.rng.randint(1, 2))]
+            layers += [self.new_layer() for _ in range(self.rng.randint(1, 2))]
+        else:
+            layers = [self.base_layers[self.base_pick.draw()] for _ in range(self.rng.randint(1, 2))]
+            layers += [self.new_layer() for _ in range(self.rng.randint(1, max(1, self.o.image_layers)))]
         layers = list(dict.fromkeys(layers))
         tag = self.token("tag", next(self.counter))
-        size = int(min(60_000, 500 + 150 * len(layers) + self.rng.lognormvariate(math.log(1000), 1.0)))
+        o = self.o
+        size = int(
+            min(
+                200_000,
+                300 + 100 * len(layers) + self.rng.lognormvariate(math.log(o.manifest_median), o.manifest_sigma),
+            )
+        )
         return _Image(tag, layers, size, now)
 
     def image_of(self, repo: str, now: float) -> _Image:
         imgs = self.images.get(repo)
         if not imgs:  # a repository pushed before the trace starts
             imgs = self.images[repo] = [self.new_image(repo, -math.inf)]
-        if len(imgs) > 1 and self.rng.random() < 0.3:
+        if len(imgs) > 1 and self.rng.random() < self.o.old_image_rate:
             return self.rng.choice(imgs)
         return imgs[-1]
 
@@ -127,20 +155,24 @@ class TraceGenerator:
         """Diurnal and weekly rhythm (fewer requests at night and weekends)."""
         when = self.o.start + _dt.timedelta(seconds=t)
         hour = when.hour + when.minute / 60
-        day = 0.6 + 0.4 * math.sin(math.pi * (hour - 6) / 12) if 6 <= hour <= 18 else 0.45
-        return day * (0.7 if when.weekday() >= 5 else 1.0)
+        a = self.o.day_amplitude
+        day = 1 - a + a * math.sin(math.pi * (hour - 6) / 12) if 6 <= hour <= 18 else 1 - a
+        return day * (self.o.weekend_factor if when.weekday() >= 5 else 1.0)
 
-    def arrivals(self, mean_gap: float) -> Iterator[float]:
+    def arrivals(self, mean_gap: list[float]) -> Iterator[float]:
+        """Operation start times; ``mean_gap[0]`` may be adjusted while iterating."""
         t = 0.0
         while True:
             # thinning: a Poisson process modulated by rate_factor (≤ 1)
-            t += self.rng.expovariate(1.0 / mean_gap)
+            t += self.rng.expovariate(1.0 / mean_gap[0])
+            if self.o.idle_rate and self.rng.random() < self.o.idle_rate:
+                t += self.rng.expovariate(1.0 / self.o.idle_mean_s)
             if self.rng.random() <= self.rate_factor(t):
                 yield t
 
     # -- requests --------------------------------------------------------------
 
-    def pull(self, t: float, client: str, repo: str) -> list[tuple]:
+    def pull(self, t: float, client: int, repo: str) -> list[tuple]:
         img = self.image_of(repo, t)
         host = self.rng.choice(self.hosts)
         out = []
@@ -149,7 +181,9 @@ class TraceGenerator:
             return out
         out.append((t, "GET", client, host, f"v2/{repo}/manifests/{img.tag}", 200, img.manifest_size))
         recent = t - img.pushed_at < 3600
-        if self.rng.random() < (self.o.follow_after_push if recent else self.o.follow_rate):
+        # busy clients (CI systems polling tags) rarely fetch layers; people and deployers do
+        damp = min(1.0, (client + 1) / self.o.follow_rank)
+        if self.rng.random() < damp * (self.o.follow_after_push if recent else self.o.follow_rate):
             for layer, size in img.layers:
                 if self.rng.random() < 0.7:
                     t += self.rng.uniform(0.005, 0.3)
@@ -157,13 +191,18 @@ class TraceGenerator:
                         out.append((t, "HEAD", client, host, f"v2/{repo}/blobs/{layer}", 200, 0))
                         t += self.rng.uniform(0.002, 0.05)
                     out.append((t, "GET", client, host, f"v2/{repo}/blobs/{layer}", 200, size))
-        elif self.rng.random() < 0.3:  # a client checking layers it already has
+        elif self.rng.random() < self.o.head_check_rate:  # a client checking layers it already has
             layer, _ = self.rng.choice(img.layers)
             out.append((t + 0.01, "HEAD", client, host, f"v2/{repo}/blobs/{layer}", 200, 0))
         return out
 
-    def push(self, t: float, client: str, repo: str) -> list[tuple]:
-        img = self.new_image(repo, t)
+    def push(self, t: float, client: int, repo: str) -> list[tuple]:
+        previous = self.images.get(repo)
+        if previous and self.rng.random() < self.o.retag_rate:  # e.g. CI promoting a build to a new tag
+            old = previous[-1]
+            img = _Image(self.token("tag", next(self.counter)), old.layers, old.manifest_size, t)
+        else:
+            img = self.new_image(repo, t)
         known = {layer for im in self.images.get(repo, ()) for layer in im.layers}
         host = self.rng.choice(self.hosts)
         out = []
@@ -192,15 +231,26 @@ class TraceGenerator:
         o = self.o
         if o.requests <= 0:
             return
-        mean_gap = o.span_s / o.requests * 2.2  # ≈2.2 requests per image operation
+        # pace operations so that the trace spans about span_s: the clock advances by
+        # (gap + idle) / acceptance per operation, and an operation makes `per_op` requests
+        per_request = o.span_s / o.requests
+        accept = sum(self.rate_factor(o.span_s * k / 500) for k in range(500)) / 500
+        idle = o.idle_rate * o.idle_mean_s
+        per_op = 2.2
+        gap = [max(per_request * 1e-3, per_request * per_op * accept - idle)]
         heap: list[tuple] = []
         seq = itertools.count()
-        emitted = 0
-        for t in self.arrivals(mean_gap):
-            client = self.clients[self.client_pick.draw()]
+        emitted = made = ops = 0
+        for t in self.arrivals(gap):
+            client = self.client_pick.draw()
             repo = self.repos[self.repo_pick.draw()]
             op = self.push if self.rng.random() < o.push_ratio else self.pull
-            for req in op(t, client, repo):
+            reqs = op(t, client, repo)
+            ops += 1
+            made += len(reqs)
+            if ops % 256 == 0:  # learn how many requests an operation makes
+                gap[0] = max(per_request * 1e-3, per_request * made / ops * accept - idle)
+            for req in reqs:
                 heapq.heappush(heap, (req[0], next(seq), req))
             # requests of one operation span at most minutes: release what is safely ordered
             while heap and heap[0][0] < t - 600:
@@ -215,7 +265,8 @@ class TraceGenerator:
             emitted += 1
 
     def record(self, req: tuple) -> dict:
-        t, method, client, host, uri, status, size = req
+        t, method, rank, host, uri, status, size = req
+        client = self.clients[rank]
         duration = 0.002 + size / 80e6 * self.rng.uniform(0.5, 2.0) + self.rng.expovariate(200)
         return {
             "host": host,

@@ -118,6 +118,10 @@ def parse_uri(uri: str) -> Uri | None:
 
 # A fast whole-chunk pre-check, never more lenient than parse_uri: when it
 # matches, every URI in the chunk parses; when it fails, parse_uri decides.
+# The common case, IBM traces' two-part names (user/repo), checked first because it is twice as fast.
+IBM_URI_LINES = re.compile(
+    r"(?:v2/[^\n/?]++/[^\n/?]++/(?:blobs/(?:uploads/[^\n/?]*+|[^\n/?]++)|manifests/[^\n/?]++)(?:\?[^\n]*+)?\n)*+"
+)
 _SEG = r"[^\n/?]++/"  # a non-empty path segment and its slash, never given back
 _NAMELESS = r"(?!(?:manifests/|blobs/(?:uploads/)?)[^\n/?]*+(?:\?|\n))"
 URI_LINES = re.compile(

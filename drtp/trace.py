@@ -29,9 +29,9 @@ from pathlib import Path
 import msgspec
 
 from drtp.errors import DrtpError, TraceError
-from drtp.records import URI_LINES, TraceRecord, parse_uri
+from drtp.records import IBM_URI_LINES, URI_LINES, TraceRecord, parse_uri
 
-FORMATS = ("auto", "ibm", "jsonl", "registry-log")
+FORMATS = ("auto", "ibm", "jsonl", "registry-log", "parquet")
 CHUNK_BYTES = 1 << 20
 _by_time = attrgetter("timestamp")
 _RECORD_GAP = re.compile(rb"\}\s*,\s*\{")
@@ -69,6 +69,7 @@ class TraceReader:
         amount: float | None = None,
         skip_bad: bool = False,
         reorder_window: float = 60.0,
+        sort_files: bool = False,
         chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
         self.paths = [Path(p) for p in paths]
@@ -86,6 +87,7 @@ class TraceReader:
         self.amount = amount
         self.skip_bad = skip_bad
         self.window = _dt.timedelta(seconds=reorder_window)
+        self.sort_files = sort_files
         self.chunk_bytes = chunk_bytes
         self.stats = ReadStats()
 
@@ -99,28 +101,43 @@ class TraceReader:
         remaining = int(self.amount) if self.limit_type == "requests" else None
         end: _dt.datetime | None = None
         for batch in merged:
+            done = False
             if self.limit_type == "seconds":
                 if end is None:
                     end = batch[0].timestamp + _dt.timedelta(seconds=float(self.amount or 0))
                 cut = bisect.bisect_right(batch, end, key=_by_time)
-                if cut < len(batch):
-                    batch = batch[:cut]
-                    remaining = 0
-            if remaining is not None:
+                done = cut < len(batch)
+                batch = batch[:cut]
+            elif remaining is not None:
                 batch = batch[:remaining]
                 remaining -= len(batch)
+                done = remaining == 0
             if batch:
                 self.stats.records += len(batch)
                 yield batch
-            if remaining == 0:
+            if done:
                 return
 
     # -- per file -------------------------------------------------------------
 
     def _file_chunks(self, path: Path) -> Iterator[tuple[Path, int, list[TraceRecord]]]:
         fmt = self.fmt if self.fmt != "auto" else detect_format(path)
-        reader = {"ibm": _read_array, "jsonl": _read_lines, "registry-log": _read_registry_log}[fmt]
-        yield from reader(path, self.chunk_bytes, self.skip_bad, self.stats)
+        reader = {
+            "ibm": _read_array,
+            "jsonl": _read_lines,
+            "registry-log": _read_registry_log,
+            "parquet": _read_parquet,
+        }[fmt]
+        chunks = reader(path, self.chunk_bytes, self.skip_bad, self.stats)
+        if not self.sort_files:
+            yield from chunks
+            return
+        # an unordered file: hold this one file (not the trace) in memory and sort it
+        records = [rec for _, _, chunk in chunks for rec in chunk]
+        records.sort(key=_by_time)
+        step = 1 << 16
+        for start in range(0, len(records), step):
+            yield path, start, records[start : start + step]
 
 
 def read_trace(paths: Iterable[str | Path], **kwargs) -> list[TraceRecord]:
@@ -135,7 +152,9 @@ def open_binary(path: Path):
 
 def detect_format(path: Path) -> str:
     """``ibm`` for a JSON array, ``jsonl`` for IBM records one per line,
-    ``registry-log`` for a Distribution registry's JSON log."""
+    ``registry-log`` for a Distribution registry's JSON log, ``parquet`` for a columnar cache."""
+    if path.suffix == ".parquet":
+        return "parquet"
     with open_binary(path) as f:
         head = f.read(64 << 10)
     text = head.lstrip()
@@ -158,11 +177,21 @@ _one_decoder = msgspec.json.Decoder(TraceRecord)
 
 
 def _check_uris(records: list[TraceRecord]) -> bool:
-    return URI_LINES.fullmatch("\n".join([r.uri for r in records]) + "\n") is not None
+    """True when every URI has a known shape (both patterns accept only what parse_uri accepts)."""
+    text = "\n".join([r.uri for r in records]) + "\n"
+    return IBM_URI_LINES.fullmatch(text) is not None or URI_LINES.fullmatch(text) is not None
+
+
+_LEAD = re.compile(rb"[\s,]*")
 
 
 def _read_array(path, chunk_bytes, skip_bad, stats):
-    """Chunks of an IBM trace file (one JSON array of records)."""
+    """Chunks of an IBM trace file (one JSON array of records).
+
+    Each chunk is cut after its last ``}`` and decoded in one call; copies of
+    the chunk are kept to one (the bracketed decode input), which matters at
+    a million records a second.
+    """
     index = 0
     leftover = b""
     started = False
@@ -170,7 +199,7 @@ def _read_array(path, chunk_bytes, skip_bad, stats):
         while True:
             data = f.read(chunk_bytes)
             eof = not data
-            buf = leftover + data
+            buf = leftover + data if leftover else data
             if not started:
                 buf = buf.lstrip()
                 if not buf and not eof:
@@ -182,31 +211,38 @@ def _read_array(path, chunk_bytes, skip_bad, stats):
                 buf = buf[1:]
                 started = True
             if eof:
-                body = buf.rstrip()
-                if not body.endswith(b"]"):
+                buf = buf.rstrip()
+                if not buf.endswith(b"]"):
                     raise TraceError(str(path), index, "truncated JSON: the array is not closed with ']'")
-                body, leftover = body[:-1], b""
+                cut, leftover = len(buf) - 1, b""
             else:
-                cut = buf.rfind(b"}")
-                body, leftover = buf[: cut + 1], buf[cut + 1 :]
-            body = body.strip().lstrip(b",")
+                cut = buf.rfind(b"}") + 1
+                leftover = buf[cut:]
+            lead = _LEAD.match(buf, 0, cut).end()
+            body = memoryview(buf)[lead:cut].toreadonly()
             if body:
                 try:
-                    records = _chunk_decoder.decode(b"[" + body + b"]")
+                    records = _chunk_decoder.decode(b"".join((b"[", body, b"]")))
                     if not _check_uris(records):
                         raise ValueError
+                    next_index = index + len(records)
                 except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
-                    records, rest = _array_slow(path, body, index, eof, skip_bad, stats)
+                    records, rest, next_index = _array_slow(path, bytes(body), index, eof, skip_bad, stats)
                     leftover = rest + leftover
+                    if len(leftover) > max(8 * chunk_bytes, 1 << 20):
+                        # no record is this long: the JSON is broken here, not cut by the chunk
+                        more, _, next_index = _array_slow(path, leftover, next_index, True, skip_bad, stats)
+                        records += more
+                        leftover = b""
                 if records:
                     yield path, index, records
-                    index += len(records)
+                index = next_index
             if eof:
                 return
 
 
 def _array_slow(path, body: bytes, index: int, final: bool, skip_bad: bool, stats: ReadStats):
-    """Decode record by record; returns (records, bytes not yet complete)."""
+    """Decode record by record; returns (records, bytes not yet complete, next record index)."""
     text = body.decode("utf-8", errors="replace")
     scanner = json.JSONDecoder()
     records: list[TraceRecord] = []
@@ -215,17 +251,17 @@ def _array_slow(path, body: bytes, index: int, final: bool, skip_bad: bool, stat
         while pos < n and text[pos] in " \t\r\n,":
             pos += 1
         if pos >= n:
-            return records, b""
+            return records, b"", index
         try:
             _, end = scanner.raw_decode(text, pos)
         except json.JSONDecodeError as e:
-            nxt = _RECORD_GAP.search(body, len(text[:pos].encode()))
-            if nxt is None and not final:  # the chunk ends inside this record: read on
-                return records, text[pos:].encode()
+            if not final:  # the chunk may end inside this record: read on
+                return records, text[pos:].encode(), index
             _bad(path, index, f"invalid JSON ({e.msg})", skip_bad, stats)
             index += 1
+            nxt = _RECORD_GAP.search(body, len(text[:pos].encode()))  # resynchronise (skip_bad only)
             if nxt is None:
-                return records, b""
+                return records, b"", index
             pos = len(body[: nxt.start() + 1].decode("utf-8", errors="replace"))
             continue
         record = _validate(path, index, text[pos:end].encode(), _one_decoder, skip_bad, stats)
@@ -238,10 +274,10 @@ def _array_slow(path, body: bytes, index: int, final: bool, skip_bad: bool, stat
 def _validate(path, index, raw: bytes, decoder, skip_bad, stats):
     try:
         record = decoder.decode(raw)
+    except msgspec.ValidationError as e:  # a subclass of DecodeError: test it first
+        return _bad(path, index, _explain(e), skip_bad, stats)
     except msgspec.DecodeError as e:
         return _bad(path, index, f"invalid JSON ({e})", skip_bad, stats)
-    except msgspec.ValidationError as e:
-        return _bad(path, index, _explain(e), skip_bad, stats)
     if isinstance(record, TraceRecord) and parse_uri(record.uri) is None:
         return _bad(path, index, f"unknown URI shape {record.uri!r}", skip_bad, stats)
     return record
@@ -263,7 +299,7 @@ def _bad(path, index: int, reason: str, skip_bad: bool, stats: ReadStats) -> Non
 # -- JSON lines -----------------------------------------------------------------
 
 
-def _line_chunks(path, chunk_bytes) -> Iterator[tuple[int, bytes]]:
+def line_chunks(path, chunk_bytes) -> Iterator[tuple[int, bytes]]:
     """(number of the chunk's first line, whole lines) for a JSON-lines file."""
     line = 0
     leftover = b""
@@ -286,7 +322,7 @@ def _line_chunks(path, chunk_bytes) -> Iterator[tuple[int, bytes]]:
 
 def _read_lines(path, chunk_bytes, skip_bad, stats):
     """Chunks of IBM records written one JSON object per line; index = line number - 1."""
-    for first_line, body in _line_chunks(path, chunk_bytes):
+    for first_line, body in line_chunks(path, chunk_bytes):
         try:
             records = _one_decoder.decode_lines(body)
             if len(records) != body.count(b"\n") + (not body.endswith(b"\n")) or not _check_uris(records):
@@ -302,6 +338,16 @@ def _read_lines(path, chunk_bytes, skip_bad, stats):
             yield path, first_line, records
 
 
+def _read_parquet(path, chunk_bytes, skip_bad, stats):
+    """Chunks of a Parquet trace written by ``drtp convert`` (already validated)."""
+    from drtp.columnar import read_parquet
+
+    index = 0
+    for records in read_parquet(path):
+        yield path, index, records
+        index += len(records)
+
+
 # -- Distribution registry JSON logs ---------------------------------------------
 
 
@@ -313,6 +359,7 @@ class RegistryLogLine(msgspec.Struct, gc=False):
     method: str = msgspec.field(default="", name="http.request.method")
     uri: str = msgspec.field(default="", name="http.request.uri")
     client: str = msgspec.field(default="", name="http.request.remoteaddr")
+    useragent: str = msgspec.field(default="", name="http.request.useragent")
     host: str = msgspec.field(default="", name="http.request.host")
     request_id: str = msgspec.field(default="", name="http.request.id")
     status: int = msgspec.field(default=0, name="http.response.status")
@@ -336,7 +383,7 @@ def parse_go_duration(text: str) -> float:
 def _read_registry_log(path, chunk_bytes, skip_bad, stats):
     """Chunks of requests from a registry's JSON log; index = line number - 1."""
     convert = msgspec.json.Decoder(TraceRecord)
-    for first_line, body in _line_chunks(path, chunk_bytes):
+    for first_line, body in line_chunks(path, chunk_bytes):
         records = []
         for i, raw in enumerate(body.split(b"\n")):
             if not raw.strip():
@@ -401,11 +448,13 @@ def _merge(streams, window: _dt.timedelta, skip_bad: bool, stats: ReadStats):
             if ordered:
                 top = ordered[-1].timestamp
                 latest[i] = max(latest.get(i, top), top)
-                if pending:
-                    pending.extend(ordered)
-                    pending.sort(key=_by_time)
-                else:
+                if not pending:
                     pending = ordered
+                elif pending[-1].timestamp <= ordered[0].timestamp:
+                    pending += ordered  # the common case: files in order, nothing to interleave
+                else:
+                    pending += ordered
+                    pending.sort(key=_by_time)
         if not active:
             break
         if len(latest) < len(active):
@@ -429,7 +478,8 @@ def _drop_late(path, base, chunk, emitted, skip_bad, stats):
                 path,
                 base + offset,
                 f"timestamp {rec.timestamp.isoformat()} is earlier than records already read "
-                "beyond the reorder window; sort the trace or raise trace.reorder_window",
+                "beyond the reorder window; sort the files (--sort-files, trace.sort_files) "
+                "or raise trace.reorder_window",
                 skip_bad,
                 stats,
             )

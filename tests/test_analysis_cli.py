@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from analysis_fixtures import fabricate_run
-
 from drtp.analysis.trace_analysis import default_label, group_files
+
 from drtp.cli import main
 from drtp.errors import DrtpError
 from drtp.generate import GenerateOptions, generate
 from drtp.trace import write_ibm
+from tests.analysis_fixtures import fabricate_run
 
 FIGS = (
     "fig04_request_types",
@@ -93,7 +93,7 @@ def test_analyze_results_cli(tmp_path, capsys):
 def test_tiny_trace_without_manifests_still_draws_everything(tmp_path):
     import warnings
 
-    from analysis_fixtures import rec
+    from tests.analysis_fixtures import rec
 
     trace = tmp_path / "tiny.json"
     write_ibm(trace, [rec(0, "HEAD", "v2/u/r/blobs/L1"), rec(5, "POST", "v2/u/r/blobs/uploads/", status=202)])

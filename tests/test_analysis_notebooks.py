@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from analysis_fixtures import fabricate_run
 
 from drtp.generate import GenerateOptions, generate
 from drtp.trace import write_ibm
+from tests.analysis_fixtures import fabricate_run
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from analysis_fixtures import fabricate_run, rec
-
 from drtp.analysis import results as rs
 from drtp.analysis.results_analysis import analyze_results
+
 from drtp.errors import DrtpError
 from drtp.trace import write_ibm
+from tests.analysis_fixtures import fabricate_run, rec
 
 
 def test_load_tolerates_extra_columns_and_derives_ok(tmp_path):

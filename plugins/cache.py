@@ -1,0 +1,283 @@
+"""Layer cache simulations: ``lru``, ``two-level``, ``cache`` and ``libcachesim:<policy>``.
+
+The cache sees the trace's successful GET layer requests (object = layer
+digest, size = the largest bytes written for it).  A cache is either shared by
+all registry servers or, with ``per_server``, one per trace ``host`` (the paper
+simulated one per server), each with the full capacity.  Hit ratios are
+reported over all requests and after the warm-up, which ends with the request
+whose admission causes the cache's first eviction (paper §5.3: "start
+calculating … upon observing the first eviction"); for a two-level cache any
+eviction counts, including a memory layer demoted to SSD.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, check_size, resolve_size
+from drtp.plugins.compact import CompactTrace
+from drtp.plugins.policies import LRU, LibCacheSim, Outcome, TwoLevel, libcachesim_policies
+
+from drtp.errors import DrtpError
+
+ARG_HELP = {
+    "capacity": "cache size: bytes (1073741824), a size (64MB, 2GiB) or a percentage of percent_of (5%)",
+    "per_server": "one cache per trace host, each of the full capacity (default: one shared cache)",
+    "percent_of": "what a percentage is of: 'ingress' (bytes of PUT/PATCH layer uploads) or "
+    "'footprint' (bytes of distinct layers GET)",
+    "ssd_multiplier": "SSD level size as a multiple of the memory size (paper: 10, 15, 20)",
+    "threshold": "layers smaller than this go to memory, larger ones to SSD (default 100MiB)",
+    "policy": "lru, two-level, or libcachesim:<policy> (e.g. libcachesim:S3-FIFO)",
+    "params": "libcachesim policy parameters, e.g. {small_size_ratio: 0.1} for S3-FIFO",
+    "timeline_buckets": "number of time buckets in timeline.csv",
+}
+
+
+class LRUArgs(PluginArgs):
+    capacity: int | float | str
+    per_server: bool = False
+    percent_of: Literal["ingress", "footprint"] = "ingress"
+    timeline_buckets: int = 100
+
+
+class TwoLevelArgs(LRUArgs):
+    ssd_multiplier: float = 10.0
+    threshold: int | str = "100MiB"
+
+
+class LibCacheSimArgs(LRUArgs):
+    params: dict = {}
+
+
+class CacheArgs(TwoLevelArgs):
+    policy: str = "lru"
+    params: dict = {}
+
+
+def _policy_factory(policy: str, args: LRUArgs):
+    """A function capacity -> CachePolicy, for one of lru / two-level / libcachesim:<name>."""
+    key = policy.lower()
+    if key == "lru":
+        return lambda cap: LRU(cap), ("cache",)
+    if key == "two-level":
+        threshold = resolve_size(getattr(args, "threshold", "100MiB"), "threshold")
+        mult = float(getattr(args, "ssd_multiplier", 10.0))
+        if mult < 0:
+            raise DrtpError(f"simulate.args.ssd_multiplier: must be ≥ 0, not {mult}")
+        return lambda cap: TwoLevel(cap, int(cap * mult), threshold), TwoLevel.levels
+    if key.startswith("libcachesim:"):
+        name = policy.split(":", 1)[1]
+        params = getattr(args, "params", {}) or {}
+        LibCacheSim(name, 1, params)  # validates the name and parameters now
+        return lambda cap: LibCacheSim(name, cap, params), ("cache",)
+    raise DrtpError(f"simulate.args.policy: unknown policy {policy!r} (lru, two-level or libcachesim:<policy>)")
+
+
+def check_cache_args(args: LRUArgs, policy: str) -> None:
+    check_size(args.capacity, "capacity")
+    if args.timeline_buckets < 1:
+        raise DrtpError(f"simulate.args.timeline_buckets: must be ≥ 1, not {args.timeline_buckets}")
+    if hasattr(args, "threshold"):
+        check_size(args.threshold, "threshold")
+    _policy_factory(policy, args)
+
+
+def simulate_cache(trace: CompactTrace, args: LRUArgs, policy: str, plugin: str) -> SimResult:
+    """Run a cache policy over the trace's GET layer requests and tabulate hits."""
+    make, levels = _policy_factory(policy, args)
+    gets = trace.layer_gets()
+    sizes_by_obj = trace.object_sizes(gets)
+    ingress = trace.ingress_bytes()
+    footprint = int(sizes_by_obj.sum())
+    base = ingress if args.percent_of == "ingress" else footprint
+    capacity = resolve_size(args.capacity, "capacity", base, args.percent_of)
+
+    obj = trace.obj[gets]
+    # dense ids over the objects this cache sees, so tables stay small
+    uniq, dense = np.unique(obj, return_inverse=True)
+    sizes = sizes_by_obj[uniq].tolist()
+    req_sizes = sizes_by_obj[obj]
+    hosts = trace.host[gets] if args.per_server else np.zeros(len(gets), dtype=np.int32)
+    level = np.zeros(len(gets), dtype=np.uint8)
+    warm = np.zeros(len(gets), dtype=bool)
+    servers = []
+    evictions: int | None = 0
+    demotions = 0
+    t0 = time.perf_counter()
+    for h in np.unique(hosts):
+        idx = np.flatnonzero(hosts == h)
+        out: Outcome = make(capacity).run(dense[idx].tolist(), sizes)
+        level[idx] = out.level
+        if out.first_eviction >= 0:
+            warm[idx[out.first_eviction + 1 :]] = True
+        evictions = None if evictions is None or out.evictions < 0 else evictions + out.evictions
+        demotions += out.demotions
+        name = trace.hosts[h] if args.per_server else "all"
+        first_t = trace.time[gets[idx[out.first_eviction]]] if out.first_eviction >= 0 else None
+        servers.append(_counts(name, out.level, out.level.astype(bool), req_sizes[idx], first_t, warm[idx]))
+    elapsed = time.perf_counter() - t0
+
+    summary: dict = {
+        "plugin": plugin,
+        "policy": policy,
+        "capacity": args.capacity,
+        "capacity_bytes": capacity,
+        "percent_of": args.percent_of,
+        "ingress_bytes": ingress,
+        "footprint_bytes": footprint,
+        "per_server": args.per_server,
+        "caches": len(servers),
+        "trace_requests": len(trace),
+        "objects": len(uniq),
+    }
+    hit = level > 0
+    summary.update(_ratios("", hit, warm, req_sizes))
+    first_times = [s["first_eviction_time"] for s in servers if s["first_eviction_time"]]
+    summary["first_eviction_time"] = min(first_times) if first_times else None
+    summary["evictions"] = evictions
+    table_levels = [_level_row("combined", hit, warm, req_sizes)]
+    if len(levels) > 1:
+        summary["ssd_bytes"] = int(capacity * float(args.ssd_multiplier))
+        summary["threshold_bytes"] = resolve_size(args.threshold, "threshold")
+        summary["demotions"] = demotions
+        for code, lname in enumerate(levels, start=1):
+            lhit = level == code
+            summary.update(_ratios(f"_{lname}", lhit, warm, req_sizes, brief=True))
+            table_levels.insert(code - 1, _level_row(lname, lhit, warm, req_sizes))
+    summary["simulate_s"] = round(elapsed, 4)
+    summary["requests_per_s"] = round(len(gets) / elapsed) if elapsed > 0 else None
+    tables = {
+        "levels": pd.DataFrame(table_levels),
+        "servers": pd.DataFrame(servers),
+        "timeline": _timeline(trace.time[gets], level, levels, args.timeline_buckets),
+    }
+    return SimResult(summary, tables, kind="cache")
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def _ratios(suffix: str, hit: np.ndarray, warm: np.ndarray, sizes: np.ndarray, brief: bool = False) -> dict:
+    n, h = len(hit), int(hit.sum())
+    wn, wh = int(warm.sum()), int((hit & warm).sum())
+    if brief:
+        return {f"hits{suffix}": h, f"hit_ratio{suffix}": _ratio(h, n), f"hit_ratio{suffix}_warm": _ratio(wh, wn)}
+    total, hit_bytes = int(sizes.sum()), int(sizes[hit].sum())
+    return {
+        "requests": n,
+        "hits": h,
+        "hit_ratio": _ratio(h, n),
+        "warm_requests": wn,
+        "warm_hits": wh,
+        "hit_ratio_warm": _ratio(wh, wn),
+        "bytes_requested": total,
+        "bytes_hit": hit_bytes,
+        "byte_hit_ratio": _ratio(hit_bytes, total),
+    }
+
+
+def _level_row(name: str, hit: np.ndarray, warm: np.ndarray, sizes: np.ndarray) -> dict:
+    return {"level": name, **_ratios("", hit, warm, sizes)}
+
+
+def _counts(name, level, hit, sizes, first_t, warm) -> dict:
+    row = {"server": name, **_ratios("", hit, warm, sizes)}
+    row["first_eviction_time"] = _iso(first_t) if first_t is not None else None
+    return row
+
+
+def _iso(t: float) -> str:
+    return _dt.datetime.fromtimestamp(float(t), _dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _timeline(times: np.ndarray, level: np.ndarray, levels: tuple[str, ...], buckets: int) -> pd.DataFrame:
+    """Requests and hits per level in equal time buckets over the trace."""
+    cols = ["start", "requests", *[f"hits_{name}" for name in levels], "hit_ratio"]
+    if len(times) == 0:
+        return pd.DataFrame(columns=cols)
+    t0, t1 = float(times[0]), float(times[-1])
+    n = max(1, int(buckets))
+    width = (t1 - t0) / n or 1.0
+    b = np.minimum(((times - t0) / width).astype(np.int64), n - 1)
+    data = {"start": [_iso(t0 + i * width) for i in range(n)], "requests": np.bincount(b, minlength=n)}
+    for code, name in enumerate(levels, start=1):
+        data[f"hits_{name}"] = np.bincount(b, weights=(level == code), minlength=n).astype(np.int64)
+    df = pd.DataFrame(data)
+    hits = df[[f"hits_{name}" for name in levels]].sum(axis=1)
+    df["hit_ratio"] = np.where(df["requests"] > 0, hits / df["requests"].clip(lower=1), np.nan)
+    return df
+
+
+# -- the plugins -------------------------------------------------------------------------
+
+
+class LRUPlugin(SimPlugin):
+    name = "lru"
+    description = "byte-capacity LRU layer cache (larger-than-capacity layers never admitted)"
+    Args = LRUArgs
+    arg_help = ARG_HELP
+
+    @classmethod
+    def check(cls, args: LRUArgs) -> None:
+        check_cache_args(args, "lru")
+
+    def run(self, trace: CompactTrace) -> SimResult:
+        return simulate_cache(trace, self.args, "lru", self.name)
+
+
+class TwoLevelPlugin(SimPlugin):
+    name = "two-level"
+    description = "paper §5.3 memory LRU (layers < threshold) + SSD LRU (k× memory), memory evictions demoted"
+    Args = TwoLevelArgs
+    arg_help = ARG_HELP
+
+    @classmethod
+    def check(cls, args: TwoLevelArgs) -> None:
+        check_cache_args(args, "two-level")
+
+    def run(self, trace: CompactTrace) -> SimResult:
+        return simulate_cache(trace, self.args, "two-level", self.name)
+
+
+class CachePlugin(SimPlugin):
+    name = "cache"
+    description = "any cache policy chosen by the 'policy' argument (to sweep policies side by side)"
+    Args = CacheArgs
+    arg_help = ARG_HELP
+
+    @classmethod
+    def check(cls, args: CacheArgs) -> None:
+        check_cache_args(args, args.policy)
+
+    def run(self, trace: CompactTrace) -> SimResult:
+        return simulate_cache(trace, self.args, self.args.policy, self.name)
+
+
+def libcachesim_plugin(policy: str) -> type[SimPlugin]:
+    """A plugin class for one libCacheSim policy (``libcachesim:S3-FIFO``…)."""
+    LibCacheSim(policy, 1)  # raises a clear error for an unknown policy
+    full = f"libcachesim:{policy}"
+
+    class _LibCacheSimPlugin(SimPlugin):
+        name = full
+        description = f"libCacheSim's {policy} eviction policy over the same layer requests"
+        Args = LibCacheSimArgs
+        arg_help = ARG_HELP
+
+        @classmethod
+        def check(cls, args: LibCacheSimArgs) -> None:
+            check_cache_args(args, full)
+
+        def run(self, trace: CompactTrace) -> SimResult:
+            return simulate_cache(trace, self.args, full, full)
+
+    return _LibCacheSimPlugin
+
+
+def libcachesim_names() -> list[str]:
+    return [cls.__name__ for cls in libcachesim_policies().values()]

@@ -1,0 +1,48 @@
+"""Helpers for the simulation tests: hand-made and generated traces."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from drtp.plugins.compact import CompactTrace, compact
+
+from drtp.generate import GenerateOptions, generate
+from drtp.records import TraceRecord
+from drtp.trace import TraceReader, write_ibm
+
+T0 = _dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc)
+
+
+def rec(
+    t: float, method: str, uri: str, size: int = 0, client: str = "c1", host: str = "h1", status: int = 200
+) -> TraceRecord:
+    return TraceRecord(
+        host=host,
+        duration=0.01,
+        method=method,
+        client=client,
+        uri=uri,
+        status=status,
+        size=size,
+        id=f"id{t}-{method}-{uri}",
+        timestamp=T0 + _dt.timedelta(seconds=t),
+    )
+
+
+def layer_get(t: float, layer: str, size: int, client: str = "c1", host: str = "h1", repo: str = "u/r") -> TraceRecord:
+    return rec(t, "GET", f"v2/{repo}/blobs/{layer}", size, client, host)
+
+
+def hand_trace(records: list[TraceRecord]) -> CompactTrace:
+    return compact([sorted(records, key=lambda r: r.timestamp)])
+
+
+def gen_trace_file(path: Path, requests: int = 6000, seed: int = 3, **kw) -> Path:
+    opts = GenerateOptions(requests=requests, seed=seed, span_s=kw.pop("span_s", 6 * 3600), **kw)
+    write_ibm(path, generate(opts))
+    return path
+
+
+def load(path: Path) -> CompactTrace:
+    return compact(TraceReader([path]).batches())

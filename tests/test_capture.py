@@ -1,0 +1,166 @@
+"""Capture of real registry traffic: skopeo pushes, re-tags and pulls; the log becomes a trace."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from drtp.capture import Anonymizer, capture_files, follow_file
+from drtp.trace import TraceReader, write_ibm
+from tests.images import build_image, random_files
+
+pytestmark = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")
+
+REPO = "acme-team/webapp"
+
+
+def skopeo(*args: str) -> None:
+    out = subprocess.run(["skopeo", *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory):
+    """Real traffic: two images sharing a layer pushed, one re-tagged, one pulled twice."""
+    from drtp.registry import LocalRegistry
+
+    base = tmp_path_factory.mktemp("skopeo")
+    shared = random_files(2, 20_000, seed=1)
+    img1 = build_image(base / "img1", [shared, random_files(1, 30_000, seed=2)])
+    img2 = build_image(base / "img2", [shared, random_files(3, 10_000, seed=3)])
+    with LocalRegistry(base / "registry") as reg:
+        dest = f"docker://{reg.host}/{REPO}"
+        skopeo("copy", "--dest-tls-verify=false", f"dir:{base / 'img1'}", f"{dest}:release-one")
+        skopeo("copy", "--dest-tls-verify=false", f"dir:{base / 'img2'}", f"{dest}:release-two")
+        skopeo("copy", "--src-tls-verify=false", "--dest-tls-verify=false", f"{dest}:release-one", f"{dest}:stable-tag")
+        for n in (1, 2):
+            skopeo("copy", "--src-tls-verify=false", f"{dest}:release-two", f"dir:{base / f'pull{n}'}")
+        yield {"log": reg.log_path, "img1": img1, "img2": img2, "host": reg.host, "base": base}
+
+
+def logged(log: Path) -> list[dict]:
+    """Object requests as the registry logged them: the ground truth of what skopeo did."""
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    return [
+        x
+        for x in lines
+        if x.get("msg", "").startswith("response completed")
+        and re.search(r"/(manifests|blobs)/", x["http.request.uri"])
+    ]
+
+
+def test_capture_matches_what_skopeo_did(traffic, tmp_path):
+    # the live registry answers for the re-tagged manifest, which the log never shows pulled
+    cap, records = capture_files([traffic["log"]], Anonymizer("salt-one"), registry_url=f"http://{traffic['host']}")
+    out = tmp_path / "captured.json"
+    write_ibm(out, records)
+    trace = list(TraceReader([out]))
+    truth = logged(traffic["log"])
+    assert Counter(r.method for r in trace) == Counter(x["http.request.method"] for x in truth)
+    assert len(trace) == len(truth) == cap.stats.requests
+    assert [r.timestamp for r in trace] == sorted(r.timestamp for r in trace)
+
+    img1, img2 = traffic["img1"], traffic["img2"]
+    pushed_blobs = {*img1["layers"], img1["config"], *img2["layers"], img2["config"]}
+    put_blobs = [r for r in trace if r.method == "PUT" and r.kind == "blob"]
+    assert len(put_blobs) == len(pushed_blobs) == 5  # the shared layer is uploaded once
+    assert len({r.reference for r in put_blobs}) == 5
+    # every upload's size is resolved: PATCH sizes (skopeo uploads in PATCH) add up to the pushed bytes
+    patch_bytes = sum(r.size for r in trace if r.method == "PATCH")
+    put_bytes = sum(r.size for r in put_blobs)
+    layer_bytes = sum(img1["sizes"]) + sum(img2["sizes"]) - img1["sizes"][0]
+    assert patch_bytes + put_bytes > layer_bytes
+    assert cap.stats.unresolved_sizes == 0 and cap.stats.sizes_from_registry == 1
+    # POST, PATCH and PUT of one upload share a token
+    tokens = Counter(
+        re.search(r"upload=(\w+)|uploads/(\w+)$", r.uri).group(0)[-8:]
+        for r in trace
+        if r.is_upload or "upload=" in r.uri
+    )
+    assert len(tokens) == 5 and set(tokens.values()) == {3}
+    # three manifests were pushed, their sizes resolved from the later pulls
+    put_manifests = [r for r in trace if r.method == "PUT" and r.kind == "manifest"]
+    assert len(put_manifests) == 3 and all(r.size > 300 for r in put_manifests)
+    # two pulls of release-two fetch its layers and config twice, with their real sizes
+    gets = Counter((r.reference, r.size) for r in trace if r.method == "GET" and r.kind == "blob")
+    assert sum(gets.values()) >= 6 and all(size > 0 for _, size in gets)
+
+
+def test_nothing_of_the_original_names_survives(traffic, tmp_path):
+    cap, records = capture_files([traffic["log"]], Anonymizer("salt-one"))
+    out = tmp_path / "captured.json"
+    write_ibm(out, records)
+    text = out.read_text()
+    raw = traffic["log"].read_text()
+    secrets = {"acme", "webapp", "release", "stable", "127.0.0.1", traffic["host"]}
+    for digest in [*traffic["img1"]["layers"], *traffic["img2"]["layers"], traffic["img1"]["config"]]:
+        secrets.add(digest.split(":")[1][:12])
+    secrets.update(re.findall(r"uploads/([0-9a-f-]{36})", raw))
+    secrets.update(x["http.request.id"] for x in logged(traffic["log"]))
+    for secret in secrets:
+        assert secret not in text, secret
+
+
+def test_same_salt_same_tokens_other_salt_unlinkable(traffic, tmp_path):
+    def tokens(salt: str) -> tuple[list[str], set[str]]:
+        _, records = capture_files([traffic["log"]], Anonymizer(salt))
+        recs = list(records)
+        uris = [r["http.request.uri"] for r in recs]
+        return uris, {t for u in uris for t in re.findall(r"[0-9a-f]{8,}", u)}
+
+    a_uris, a = tokens("salt-one")
+    b_uris, _ = tokens("salt-one")
+    _, c = tokens("salt-two")
+    assert a_uris == b_uris
+    assert a and c and not (a & c)
+
+
+def test_follow_mode_writes_the_same_records(traffic):
+    _, records = capture_files([traffic["log"]], Anonymizer("s"))
+    whole = sorted(json.dumps(r, sort_keys=True) for r in records)
+    _, followed = follow_file(traffic["log"], Anonymizer("s"), None, delay=0.0, stop_after=0.5)
+    assert sorted(json.dumps(r, sort_keys=True) for r in followed) == whole
+
+
+def test_capture_cli(traffic, tmp_path):
+    out = tmp_path / "cli.json"
+    res = subprocess.run(
+        [sys.executable, "-m", "drtp.cli", "capture", str(traffic["log"]), "-o", str(out), "--salt", "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "unresolved 1" in res.stdout  # the re-tagged manifest: never pulled, so not in the log
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "drtp.cli",
+            "capture",
+            str(traffic["log"]),
+            "-o",
+            str(out),
+            "--salt",
+            "x",
+            "--registry",
+            f"http://{traffic['host']}",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert "from the registry 1, unresolved 0" in res.stdout
+    assert len(list(TraceReader([out]))) == len(logged(traffic["log"]))
+    res = subprocess.run(
+        [sys.executable, "-m", "drtp.cli", "capture", str(traffic["log"]), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env={"PATH": __import__("os").environ["PATH"]},
+    )
+    assert res.returncode == 2 and "salt" in res.stderr

@@ -1,0 +1,137 @@
+"""Config loading: the original trace player's keys, validation errors, secrets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from drtp.config import load_config, redacted
+from drtp.errors import ConfigError
+
+ORIGINAL = """\
+client_info:
+    client_list:
+        - 10.0.0.2:8081
+        - 10.0.0.3:8081
+    port: 8081
+    threads: 100
+    wait: true
+    route: false
+verbose: false
+trace:
+    location: /data/traces
+    traces:
+        - prod-dal09-logstash-2017.08.01-0.json
+        - prod-dal09-logstash-2017.08.01-1.json
+    limit:
+        type: seconds
+        amount: 3600
+    output: results.json
+registry:
+    - 10.0.0.10:5000
+warmup:
+    output: interm.json
+    threads: 10
+    random: true
+simulate:
+    name: cache.py
+    args:
+        cache_size: 8
+"""
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "config.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_original_config_loads_unchanged(tmp_path):
+    cfg = load_config(write(tmp_path, ORIGINAL))
+    assert cfg.client_info.client_list == ["10.0.0.2:8081", "10.0.0.3:8081"]
+    assert cfg.client_info.threads == 100 and cfg.client_info.wait is True
+    assert cfg.registry == ["10.0.0.10:5000"]
+    assert cfg.warmup.output == "interm.json" and cfg.warmup.threads == 10
+    assert cfg.simulate.name == "cache.py" and cfg.simulate.args == {"cache_size": 8}
+    assert [p.name for p in cfg.trace_paths()] == [
+        "prod-dal09-logstash-2017.08.01-0.json",
+        "prod-dal09-logstash-2017.08.01-1.json",
+    ]
+    assert cfg.reader_options()["limit_type"] == "seconds"
+    assert cfg.reader_options()["amount"] == 3600
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("trace: {location: ., traces: [a], bogus: 1}", "unknown key 'trace.bogus'"),
+        ("verbos: true", "unknown key 'verbos'"),
+        ("client_info: {threads: many}", "key 'client_info.threads': expected `int`, got `str`"),
+        ("trace: {traces: [a]}", "missing key 'trace.location'"),
+        ("trace: {location: ., traces: [a], limit: {type: minutes, amount: 3}}", "key 'trace.limit.type'"),
+        ("client_info: {client_list: [a, 3]}", "key 'client_info.client_list[1]'"),
+        ("warmup: {random: [1]}", "key 'warmup.random'"),
+        ("- a\n- b", "must be a mapping"),
+        ("trace: {location: [unclosed", "not valid YAML at line"),
+    ],
+)
+def test_bad_configs_name_the_key(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert message in str(err.value) and str(path) in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_required_key_for_a_command(tmp_path):
+    cfg = load_config(write(tmp_path, "verbose: true"))
+    with pytest.raises(ConfigError, match="missing key 'trace'"):
+        cfg.trace_paths()
+
+
+def test_env_secrets_are_expanded_and_never_printed(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRTP_TEST_TOKEN", "s3cr3t-value")
+    path = write(tmp_path, "client_info: {token: '${DRTP_TEST_TOKEN}'}\nregistry: localhost:5000\n")
+    cfg = load_config(path)
+    assert cfg.client_info.token == "s3cr3t-value"
+    assert cfg.registry == ["localhost:5000"]  # a single host:port is accepted as the original did
+    assert "s3cr3t" not in str(redacted(cfg))
+    out = subprocess.run(
+        [sys.executable, "-m", "drtp.cli", "config", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "DRTP_TEST_TOKEN": "s3cr3t-value"},
+    )
+    assert out.returncode == 0 and "***" in out.stdout and "s3cr3t" not in out.stdout + out.stderr
+
+
+def test_missing_env_var_names_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("DRTP_NOT_SET", raising=False)
+    path = write(tmp_path, "client_info: {token: '${DRTP_NOT_SET}'}")
+    with pytest.raises(ConfigError, match=r"key 'client_info.token': environment variable DRTP_NOT_SET is not set"):
+        load_config(path)
+
+
+def test_cli_reports_bad_config_in_one_line(tmp_path):
+    path = write(tmp_path, "trace: {location: ., traces: [a], bogus: 1}")
+    out = subprocess.run([sys.executable, "-m", "drtp.cli", "config", "-c", str(path)], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "unknown key 'trace.bogus'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_shipped_example_configs_load_and_their_traces_read():
+    from pathlib import Path
+
+    from drtp.trace import TraceReader
+
+    configs = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        cfg = load_config(path)
+        if cfg.trace is not None:
+            reader = TraceReader(cfg.trace_paths(), **cfg.reader_options())
+            assert sum(len(b) for b in reader.batches()) > 0, path
