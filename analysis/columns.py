@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from drtp.errors import DrtpError
 from drtp.records import KINDS, METHODS, TraceRecord, parse_uri
 from drtp.trace import TraceReader
 
@@ -109,33 +110,66 @@ class ColumnBuilder:
         self.objects = _Names()
         self.chunks: list[dict[str, np.ndarray]] = []
 
-    def add(self, batch: list[TraceRecord]) -> None:
-        n = len(batch)
-        uri_codes, uris = pd.factorize(_strings(batch, "uri"))
-        parts = [_uri_parts(u) for u in uris]
+    def _uri_columns(self, uris: np.ndarray) -> dict[str, np.ndarray]:
+        """repository, kind, object, upload of each URI; each distinct URI of the chunk is split once."""
+        uri_codes, uniques = pd.factorize(uris)
+        parts = [_uri_parts(u) for u in uniques]
         repo_u = self.repos.encode([p[0] for p in parts])
         kind_u = np.fromiter((p[1] for p in parts), dtype=np.int8, count=len(parts))
         obj_u = self.objects.encode(np.array([p[2] for p in parts], dtype=object))
         upload_u = np.fromiter((p[3] for p in parts), dtype=bool, count=len(parts))
-        chunk = {}
+        return {
+            "repository": repo_u[uri_codes],
+            "kind": kind_u[uri_codes],
+            "object": obj_u[uri_codes],
+            "upload": upload_u[uri_codes],
+        }
+
+    def add(self, batch: list[TraceRecord]) -> None:
+        """Add a batch of records (any trace format, through TraceReader)."""
+        n = len(batch)
+        chunk = {
+            "time": np.fromiter(map(_epoch, map(_get["timestamp"], batch)), dtype=np.float64, count=n),
+            "duration": _column(batch, "duration", np.float64),
+            "method": np.fromiter(map(_METHOD_CODE.__getitem__, map(_get["method"], batch)), np.int8, count=n),
+            "status": _column(batch, "status", np.int16),
+            "size": _column(batch, "size", np.int64),
+            "client": self.clients.encode(_strings(batch, "client")),
+            "host": self.hosts.encode(_strings(batch, "host")),
+        }
         if self.with_ids:
             chunk["id"] = np.array([r.id for r in batch], dtype=object)
-        self.chunks.append(
-            chunk
-            | {
-                "time": np.fromiter(map(_epoch, map(_get["timestamp"], batch)), dtype=np.float64, count=n),
-                "duration": _column(batch, "duration", np.float64),
-                "method": np.fromiter(map(_METHOD_CODE.__getitem__, map(_get["method"], batch)), np.int8, count=n),
-                "status": _column(batch, "status", np.int16),
-                "size": _column(batch, "size", np.int64),
-                "client": self.clients.encode(_strings(batch, "client")),
-                "host": self.hosts.encode(_strings(batch, "host")),
-                "repository": repo_u[uri_codes],
-                "kind": kind_u[uri_codes],
-                "object": obj_u[uri_codes],
-                "upload": upload_u[uri_codes],
-            }
-        )
+        chunk.update(self._uri_columns(_strings(batch, "uri")))
+        self.chunks.append(chunk)
+
+    def add_arrow(self, batch) -> None:
+        """Add a record batch of a Parquet trace (:mod:`drtp.columnar`): columns in, no records built."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        def text(name: str) -> np.ndarray:
+            column = batch.column(name)
+            if pa.types.is_dictionary(column.type):
+                column = column.dictionary_decode()
+            return column.to_numpy(zero_copy_only=False)
+
+        stamps = batch.column("timestamp").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        methods = pd.Categorical(text("method"), categories=list(METHODS))
+        if (methods.codes < 0).any():
+            raise DrtpError(f"unknown HTTP method in Parquet trace: {sorted(set(text('method')) - set(METHODS))}")
+        chunk = {
+            "time": stamps.to_numpy() / 1e6,
+            "duration": pc.cast(batch.column("duration"), pa.float64()).to_numpy(),
+            "method": methods.codes.astype(np.int8),
+            "status": pc.cast(batch.column("status"), pa.int16()).to_numpy(),
+            "size": pc.cast(batch.column("size"), pa.int64()).to_numpy(),
+            "client": self.clients.encode(text("client")),
+            "host": self.hosts.encode(text("host")),
+        }
+        if self.with_ids:
+            chunk["id"] = text("id").astype(object)
+        chunk.update(self._uri_columns(text("uri").astype(object)))
+        self.chunks.append(chunk)
 
     def frame(self) -> pd.DataFrame:
         def col(name: str, dtype) -> np.ndarray:
@@ -185,8 +219,13 @@ def load_trace(
 ) -> pd.DataFrame:
     """Read trace files (merged in time order) into columns; options go to TraceReader.
 
+    Parquet traces (``drtp convert``) are read column by column, without
+    building records; every other format goes through TraceReader.
     ``progress_desc`` shows a progress bar (records read) on a terminal.
     """
+    paths = [Path(p) for p in paths]
+    if _all_parquet(paths, reader_options.get("fmt", "auto")):
+        return load_parquet(paths, with_ids, **reader_options)
     batches = TraceReader(paths, **reader_options).batches()
     if progress_desc is None:
         return frame_from_batches(batches, with_ids)
@@ -194,6 +233,49 @@ def load_trace(
 
     with progress(total=None, desc=progress_desc, unit="rec") as bar:
         return frame_from_batches(_counted(batches, bar), with_ids)
+
+
+def _all_parquet(paths: list[Path], fmt: str) -> bool:
+    if fmt == "parquet":
+        return True
+    return fmt == "auto" and bool(paths) and all(p.suffix == ".parquet" for p in paths)
+
+
+def load_parquet(
+    paths: list[Path],
+    with_ids: bool = False,
+    *,
+    limit_type: str | None = None,
+    amount: float | None = None,
+    fmt: str = "parquet",
+    skip_bad: bool = False,
+    **_ignored,
+) -> pd.DataFrame:
+    """Columns of Parquet traces, a row group at a time; files are merged by time and the
+    ``requests``/``seconds`` limits applied like TraceReader applies them."""
+    import pyarrow.parquet as pq
+
+    for p in paths:
+        if not p.is_file():
+            raise DrtpError(f"{p}: trace file not found")
+    builder = ColumnBuilder(with_ids)
+    wanted = ["timestamp", "duration", "method", "status", "size", "client", "host", "uri"] + (
+        ["id"] if with_ids else []
+    )
+    for p in paths:
+        try:
+            for batch in pq.ParquetFile(p).iter_batches(batch_size=1 << 16, columns=wanted):
+                builder.add_arrow(batch)
+        except (OSError, ValueError, KeyError) as e:  # pyarrow's errors derive from these
+            raise DrtpError(f"{p}: not a drtp Parquet trace ({str(e).splitlines()[0]})") from None
+    df = builder.frame()
+    if not df["time"].is_monotonic_increasing:
+        df = df.iloc[np.argsort(df["time"].to_numpy(), kind="stable")].reset_index(drop=True)
+    if amount is not None and limit_type == "requests":
+        df = df.iloc[: int(amount)]
+    elif amount is not None and limit_type == "seconds" and len(df):
+        df = df[df["time"] <= df["time"].iloc[0] + float(amount)]
+    return df
 
 
 def _counted(batches, bar):

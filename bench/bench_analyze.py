@@ -27,6 +27,7 @@ from drtp.analysis import characterize as ch
 from drtp.analysis.columns import load_trace
 from drtp.analysis.trace_analysis import analyze_traces
 
+from drtp.columnar import write_parquet
 from drtp.generate import GenerateOptions, generate
 from drtp.records import parse_uri
 from drtp.trace import TraceReader, write_ibm
@@ -164,16 +165,29 @@ def main() -> None:
     out = work / "out"
     t_full, _ = timed(lambda: analyze_traces({"bench": [str(trace)]}, out, log=lambda *_: None))
 
+    parquet = work / "trace.parquet"  # the same trace as `drtp convert -o trace.parquet` writes it
+    t_conv, _ = timed(write_parquet, parquet, TraceReader([trace]).batches())
+    t_naive_pq, ref_pq = timed(naive, parquet)
+    t_col_pq, got_pq = timed(columnar, parquet)
+    problems += agree(ref_pq, got_pq)
+    t_load_pq, _ = timed(load_trace, [parquet])
+
     rows = [
         ("read records only (TraceReader)", t_read, None),
         ("subset of §4 numbers (read + compute)", t_col, t_naive),
         ("load columns", t_load, None),
         ("full characterization (all §4 numbers)", t_char, None),
         ("drtp analyze trace end to end (+13 PNGs, report)", t_full, None),
+        (f"Parquet input (converted once in {t_conv:.1f} s):", None, None),
+        ("  subset of §4 numbers (read + compute)", t_col_pq, t_naive_pq),
+        ("  load columns", t_load_pq, None),
     ]
     print(f"\n{count:,} records; baseline = naive per-record Python pass over the same TraceReader\n")
     print(f"{'stage':<52} {'drtp (s)':>9} {'naive (s)':>10} {'speed-up':>9}")
     for name, t, base in rows:
+        if t is None:
+            print(name)
+            continue
         b = f"{base:10.2f}" if base is not None else f"{'—':>10}"
         r = f"{base / t:8.1f}×" if base is not None else f"{'—':>9}"
         print(f"{name:<52} {t:9.2f} {b} {r}")
