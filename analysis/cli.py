@@ -35,6 +35,7 @@ def cmd_analyze_trace(args: argparse.Namespace) -> int:
         push_window_s=args.push_window,
         bin_s=args.bin,
         reader_options=reader_options,
+        profile=args.profile,
     )
     took = time.perf_counter() - t0
     print(f"wrote {out}/characterization.json, key_numbers.csv, figures and report.html in {took:.1f} s")
@@ -81,6 +82,12 @@ def register(sub) -> None:
         type=_duration,
         default=None,
         help="how long after a PUT a GET manifest counts as 'after a push' (default: the session threshold)",
+    )
+    t.add_argument(
+        "--profile",
+        metavar="NAME|FILE",
+        help="check every trace against this workload profile's targets (default: labels named like a "
+        "built-in profile, e.g. dal, are checked against it)",
     )
     t.add_argument("--bin", type=_duration, default=60.0, help="bin width for concurrency (default 60 s)")
     add_trace_options(t)

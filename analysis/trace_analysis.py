@@ -16,6 +16,7 @@ import pandas as pd
 from drtp.analysis.characterize import DEFAULT_BIN_S, DEFAULT_SESSION_S, characterize
 from drtp.analysis.columns import load_trace
 from drtp.analysis.report import Section, write_report
+from drtp.analysis.targets import check_targets, profile_for, targets_table
 from drtp.analysis.trace_figures import draw_all
 
 from drtp.errors import DrtpError
@@ -128,6 +129,7 @@ def analyze_traces(
     push_window_s: float | None = None,
     bin_s: float = DEFAULT_BIN_S,
     reader_options: dict | None = None,
+    profile: str | None = None,
     log=print,
 ) -> dict[str, dict]:
     """Characterize each labelled trace; write characterization.json, key_numbers.csv, PNGs and report.html."""
@@ -141,12 +143,25 @@ def analyze_traces(
             raise DrtpError(f"trace {label!r} ({', '.join(files)}) holds no records")
         chars[label] = characterize(df, session_s=session_s, push_window_s=push_window_s, bin_s=bin_s)
         chars[label]["files"] = list(files)
+        wanted = profile_for(label, profile)
+        if wanted:
+            chars[label]["targets"] = check_targets(chars[label], wanted)
         t2 = time.perf_counter()
         log(f"{label}: {len(df):,} records read in {t1 - t0:.1f} s, characterized in {t2 - t1:.1f} s")
         del df
     (out / "characterization.json").write_text(json.dumps(chars, indent=1))
     table = key_numbers(chars)
     table.to_csv(out / "key_numbers.csv")
+    checked = {label: c["targets"] for label, c in chars.items() if c.get("targets")}
+    targets = targets_table(checked)
+    if not targets.empty:
+        targets.to_csv(out / "targets.csv")
+        for label, rows in checked.items():
+            missed = [r["target"] for r in rows if not r["within"]]
+            log(
+                f"{label}: {len(rows) - len(missed)}/{len(rows)} profile targets met"
+                + (f"; missed: {', '.join(missed)}" if missed else "")
+            )
     figures = draw_all(chars, out)
     sections = [
         Section(
@@ -155,6 +170,15 @@ def analyze_traces(
             tables=[("", table)],
         )
     ]
+    if not targets.empty:
+        shown = targets[["profile", "characteristic", "value", "low", "high", "measured", "within"]]
+        sections.append(
+            Section(
+                "Profile targets",
+                text=["Each characteristic against the workload profile's target range (configs/profiles/)."],
+                tables=[("", shown)],
+            )
+        )
     sections += [Section(section_title(name), figures=[(CAPTIONS[name], path)]) for name, path in figures.items()]
     write_report(
         out / "report.html",
