@@ -7,9 +7,9 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from sim_helpers import gen_trace_file
 
 from drtp.cli import main
+from tests.sim_helpers import gen_trace_file
 
 
 @pytest.fixture(scope="module")

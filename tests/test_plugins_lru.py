@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from drtp.plugins.base import find_plugin, parse_plugin_args
 from drtp.plugins.policies import LRU, LibCacheSim
-from sim_helpers import gen_trace_file, hand_trace, layer_get, load, rec
 
 from drtp.errors import DrtpError
+from tests.sim_helpers import gen_trace_file, hand_trace, layer_get, load, rec
 
 SIZES = {"A": 60, "B": 30, "C": 50, "D": 150}
 SEQUENCE = "A B A C D C A D A".split()
@@ -145,14 +145,17 @@ def test_lru_equals_reference_and_libcachesim_on_generated_trace(generated, frac
         assert ours.first_eviction >= 0  # small caches do evict on this trace
 
 
-def test_other_libcachesim_policies_run_and_belady_is_best(generated):
+def test_other_libcachesim_policies_run_and_belady_beats_recency(generated):
     capacity = int(generated.object_sizes(generated.layer_gets()).sum() * 0.05)
     ratios = {
         name: run_plugin(f"libcachesim:{name}", generated, capacity=capacity).summary["hit_ratio"]
         for name in ("LRU", "FIFO", "S3-FIFO", "Sieve", "ARC", "Belady")
     }
     assert all(0 < r < 1 for r in ratios.values())
-    assert ratios["Belady"] >= max(v for k, v in ratios.items() if k != "Belady")
+    # with objects of different sizes Belady (furthest next use) is not optimal — S3-FIFO can beat it —
+    # but on this deterministic trace it beats the plain recency/insertion-order policies
+    assert ratios["Belady"] > ratios["LRU"] and ratios["Belady"] > ratios["FIFO"]
+    assert ratios["LRU"] == run_plugin("lru", generated, capacity=capacity).summary["hit_ratio"]
 
 
 def test_libcachesim_params_validated():

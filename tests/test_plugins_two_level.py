@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from drtp.plugins.policies import TwoLevel
-from sim_helpers import gen_trace_file, hand_trace, layer_get, load
-from test_plugins_lru import reference_lru, run_plugin
+
+from tests.sim_helpers import gen_trace_file, hand_trace, layer_get, load
+from tests.test_plugins_lru import reference_lru, run_plugin
 
 # memory 100 B, SSD 2x = 200 B, layers < 80 B go to memory
 SIZES = {"A": 60, "B": 50, "C": 40, "D": 70, "L": 120, "H": 250}
