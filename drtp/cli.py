@@ -242,6 +242,61 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- cost ---------------------------------------------------------------------
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from drtp.cost import cost_rows, load_pricing, plot_costs, run_volume, trace_volume
+    from drtp.units import parse_size
+
+    plans = load_pricing([Path(p) for p in args.pricing] if args.pricing else None)
+    if args.plans:
+        wanted = set(args.plans.split(","))
+        unknown = wanted - {p.name for p in plans}
+        if unknown:
+            raise DrtpError(f"--plans: unknown plan '{sorted(unknown)[0]}' (see drtp cost --list)")
+        plans = [p for p in plans if p.name in wanted]
+    if args.list:
+        for p in plans:
+            print(f"{p.name:<22} {p.provider:<26} {p.limits}")
+        return 0
+    inputs = [Path(x) for x in args.inputs]
+    if inputs and all(p.is_dir() for p in inputs):
+        volume, source = run_volume(inputs), "replay runs"
+    elif inputs:
+        volume, source = trace_volume(inputs), "trace"
+    else:
+        try:
+            volume = {
+                "storage_gb": parse_size(args.storage or "0") / 1e9,
+                "egress_gb": parse_size(args.egress or "0") / 1e9,
+            }
+        except ValueError as e:
+            raise DrtpError(str(e)) from None
+        source = "given"
+    rows = cost_rows(plans, volume["storage_gb"], volume["egress_gb"], args.months)
+    print(
+        f"volume ({source}): storage {volume['storage_gb']:,.3f} GB, egress {volume['egress_gb']:,.3f} GB, "
+        f"{args.months:g} month(s); USD, list prices from the pricing tables"
+    )
+    print(f"{'plan':<22} {'fee':>10} {'storage':>10} {'ops':>8} {'egress':>10} {'total':>11}")
+    for r in rows:
+        print(
+            f"{r['plan']:<22} {r['fee']:>10,.2f} {r['storage']:>10,.2f} {r['operations']:>8,.2f} "
+            f"{r['egress']:>10,.2f} {r['total']:>11,.2f}"
+        )
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(out / "cost.csv", index=False)
+        (out / "cost.json").write_text(json.dumps({"volume": volume, "months": args.months, "plans": rows}, indent=2))
+        plot_costs(plans, out / "cost_vs_volume.png", mark_gb=max(volume.values()) or None)
+        print(f"results: {out}/cost.csv, cost.json, cost_vs_volume.png")
+    return 0
+
+
 # -- config ---------------------------------------------------------------------
 
 
@@ -349,6 +404,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=_duration, default=3600.0, help="length of the sliding window (default 1h)")
     add_trace_options(p, limits=False)
     p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser(
+        "cost",
+        help="storage and egress cost of a trace or run for registry pricing tables",
+        description="Cost of a workload (trace files, replay run directories, or --storage/--egress) for the "
+        "pricing tables in configs/pricing/ (list prices; editable YAML).",
+    )
+    p.add_argument("inputs", nargs="*", help="trace files or run directories (optional)")
+    p.add_argument("--storage", help="storage volume when no inputs are given, e.g. 2TB")
+    p.add_argument("--egress", help="egress volume per month when no inputs are given, e.g. 10TB")
+    p.add_argument("--months", type=float, default=1.0, help="months the storage is kept (default 1)")
+    p.add_argument("--pricing", nargs="+", help="pricing YAML files or folders (default configs/pricing/)")
+    p.add_argument("--plans", help="comma-separated plan names to include")
+    p.add_argument("--list", action="store_true", help="list the plans and exit")
+    p.add_argument("--out", help="write cost.csv, cost.json and cost_vs_volume.png here")
+    p.set_defaults(func=cmd_cost)
 
     p = sub.add_parser("config", help="validate a config file and print it (secrets masked)")
     p.add_argument("-c", "--config", required=True, help="YAML config file")

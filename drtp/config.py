@@ -149,19 +149,25 @@ def _join(at: str, key: str) -> str:
     return f"{at}.{key}" if at else key
 
 
-def load_config(path: str | Path) -> Config:
-    """Load and validate a config file; raises ConfigError with one clear line."""
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's data; unreadable or invalid files raise a one-line ConfigError."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read config ({e.strerror})") from None
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Load and validate a config file; raises ConfigError with one clear line."""
+    data = read_yaml(path)
+    path = Path(path)
     return config_from_dict(data if data is not None else {}, source=str(path), base_dir=str(path.parent))
 
 

@@ -14,8 +14,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from drtp.config import read_yaml
 from drtp.errors import ConfigError
 from drtp.generate import GenerateOptions
 
@@ -40,10 +39,7 @@ def profile_path(name: str) -> Path:
 def load_profile(name: str) -> dict[str, Any]:
     """The profile as a dict with 'generator', 'targets', 'requests_per_day', 'path'; validated."""
     path = profile_path(name)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    data = read_yaml(path) or {}
     unknown = set(data) - {"description", "published", "generator", "targets", "known_gaps"}
     if unknown:
         raise ConfigError(f"{path}: unknown key '{sorted(unknown)[0]}'")

@@ -1,0 +1,221 @@
+"""``drtp cost``: storage and egress cost of a workload for registry pricing tables (thesis §4.7, §5.2.4).
+
+Pricing is data: one YAML file per provider in ``configs/pricing/`` (editable;
+see its README).  A workload's volume comes from a trace (egress = bytes of
+successful GETs; storage = bytes of the distinct objects it reads or writes),
+from replay run directories (``requests.csv``), or is given directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drtp.config import read_yaml
+from drtp.errors import ConfigError, DrtpError
+
+PRICING_DIR = Path(__file__).resolve().parent.parent / "configs" / "pricing"
+GB = 1e9  # providers bill decimal gigabytes
+_PLAN_KEYS = {
+    "monthly_fee",
+    "included_storage_gb",
+    "storage_gb_month",
+    "operations_per_gb",
+    "price_per_10k_operations",
+    "egress_gb",
+    "included_egress_gb",
+    "limits",
+}
+
+Tiers = list[tuple[float | None, float]]
+
+
+@dataclass
+class Plan:
+    provider: str
+    name: str
+    monthly_fee: float = 0.0
+    included_storage_gb: float = 0.0
+    storage: Tiers = field(default_factory=list)
+    operations_per_gb: float = 0.0
+    price_per_10k_operations: float = 0.0
+    egress: Tiers = field(default_factory=list)
+    included_egress_gb: float = 0.0
+    limits: str = ""
+
+
+def tiered(amount: float, tiers: Tiers) -> float:
+    """Cost of ``amount`` GB when each GB costs the price of the tier it falls in."""
+    cost, lower = 0.0, 0.0
+    for upper, price in tiers:
+        if amount <= lower:
+            break
+        top = amount if upper is None else min(amount, upper)
+        cost += (top - lower) * price
+        if upper is None:
+            break
+        lower = upper
+    return cost
+
+
+def _tiers(value: Any, where: str) -> Tiers:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [(None, float(value))]
+    ok = (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(t, list)
+            and len(t) == 2
+            and (t[0] is None or isinstance(t[0], (int, float)))
+            and isinstance(t[1], (int, float))
+            for t in value
+        )
+    )
+    if not ok or value[-1][0] is not None:
+        raise ConfigError(f"{where}: expected a price or tiers [[up_to_gb, price], …, [null, price]]")
+    return [(None if u is None else float(u), float(p)) for u, p in value]
+
+
+def load_pricing(paths: list[Path] | None = None) -> list[Plan]:
+    """Plans from pricing YAML files (default: every file in configs/pricing/)."""
+    files: list[Path] = []
+    for p in paths or [PRICING_DIR]:
+        p = Path(p)
+        if p.is_dir():
+            files.extend(sorted(p.glob("*.yaml")))
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise ConfigError(f"{p}: pricing file not found")
+    plans = []
+    for f in files:
+        data = read_yaml(f) or {}
+        unknown = set(data) - {"provider", "source", "plans"}
+        if unknown:
+            raise ConfigError(f"{f}: unknown key '{sorted(unknown)[0]}'")
+        for name, spec in (data.get("plans") or {}).items():
+            bad = set(spec or {}) - _PLAN_KEYS
+            if bad:
+                raise ConfigError(f"{f}: unknown key 'plans.{name}.{sorted(bad)[0]}'")
+            spec = spec or {}
+            plans.append(
+                Plan(
+                    provider=str(data.get("provider", f.stem)),
+                    name=str(name),
+                    monthly_fee=float(spec.get("monthly_fee", 0)),
+                    included_storage_gb=float(spec.get("included_storage_gb", 0)),
+                    storage=_tiers(spec.get("storage_gb_month", 0), f"{f}: key 'plans.{name}.storage_gb_month'"),
+                    operations_per_gb=float(spec.get("operations_per_gb", 0)),
+                    price_per_10k_operations=float(spec.get("price_per_10k_operations", 0)),
+                    egress=_tiers(spec.get("egress_gb", 0), f"{f}: key 'plans.{name}.egress_gb'"),
+                    included_egress_gb=float(spec.get("included_egress_gb", 0)),
+                    limits=str(spec.get("limits", "")),
+                )
+            )
+    if not plans:
+        raise ConfigError("no pricing plans found")
+    return plans
+
+
+def plan_cost(plan: Plan, storage_gb: float, egress_gb: float, months: float = 1.0) -> dict[str, float]:
+    """Cost in USD of keeping ``storage_gb`` for ``months`` and serving ``egress_gb`` in that time."""
+    storage = tiered(max(0.0, storage_gb - plan.included_storage_gb), plan.storage) * months
+    operations = storage_gb * plan.operations_per_gb / 10_000 * plan.price_per_10k_operations * months
+    egress = tiered(max(0.0, egress_gb - plan.included_egress_gb * months), plan.egress)
+    fee = plan.monthly_fee * months
+    return {
+        "fee": fee,
+        "storage": storage,
+        "operations": operations,
+        "egress": egress,
+        "total": fee + storage + operations + egress,
+    }
+
+
+def trace_volume(paths: list[Path], **reader_options: Any) -> dict[str, float]:
+    """Egress (successful GET bytes) and storage (distinct objects' bytes) of a trace, in GB."""
+    from drtp.records import parse_uri
+    from drtp.trace import TraceReader
+
+    egress = 0
+    objects: dict[tuple[str, str], int] = {}
+    for batch in TraceReader(paths, **reader_options).batches():
+        for r in batch:
+            if r.status >= 400:
+                continue
+            parts = parse_uri(r.uri)
+            if parts.reference.startswith("uploads/"):
+                continue
+            if r.method == "GET":
+                egress += r.size
+            if r.method in ("GET", "PUT") and r.size:
+                key = ("", parts.reference) if parts.kind == "blob" else (parts.repository, parts.reference)
+                objects[key] = max(objects.get(key, 0), r.size)
+    return {"egress_gb": egress / GB, "storage_gb": sum(objects.values()) / GB}
+
+
+def run_volume(run_dirs: list[Path]) -> dict[str, float]:
+    """The same from replay runs' ``requests.csv`` (successful GETs; distinct digests or references)."""
+    import pandas as pd
+
+    egress = storage = 0.0
+    for d in run_dirs:
+        csv = d / "requests.csv"
+        if not csv.is_file():
+            raise DrtpError(f"{d}: not a run directory (no requests.csv)")
+        df = pd.read_csv(csv)
+        missing = {"method", "size", "ok"} - set(df.columns)
+        if missing:
+            raise DrtpError(f"{csv}: missing column '{sorted(missing)[0]}'")
+        ok = df[df["ok"].astype(bool)]
+        if "auxiliary" in ok.columns:
+            ok = ok[~ok["auxiliary"].astype(bool)]
+        egress += ok.loc[ok["method"] == "GET", "size"].sum()
+        key = "digest" if "digest" in ok.columns else "reference"
+        stored = ok[ok["method"].isin(["GET", "PUT"]) & (ok["size"] > 0)]
+        storage += stored.groupby(stored[key].fillna(""))["size"].max().sum()
+    return {"egress_gb": egress / GB, "storage_gb": storage / GB}
+
+
+def cost_rows(plans: list[Plan], storage_gb: float, egress_gb: float, months: float) -> list[dict[str, Any]]:
+    rows = []
+    for p in plans:
+        c = plan_cost(p, storage_gb, egress_gb, months)
+        rows.append(
+            {"provider": p.provider, "plan": p.name, **{k: round(v, 2) for k, v in c.items()}, "limits": p.limits}
+        )
+    return sorted(rows, key=lambda r: r["total"])
+
+
+def plot_costs(plans: list[Plan], path: Path, max_tb: float = 200.0, mark_gb: float | None = None) -> None:
+    """Storage, egress and total cost against data volume (storage = egress), as thesis Fig. 5.35–5.37."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    volumes_tb = np.linspace(0, max_tb, 201)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5), sharex=True)
+    parts = (("storage", "storage (one month)"), ("egress", "egress"), ("total", "total: storage = egress"))
+    for ax, (key, title) in zip(axes, parts, strict=True):
+        ax.set_prop_cycle(color=plt.cm.tab20.colors)
+        for p in plans:
+            costs = []
+            for v in volumes_tb:
+                c = plan_cost(p, v * 1000, v * 1000)
+                costs.append(c["storage"] + c["operations"] + c["fee"] if key == "storage" else c[key])
+            ax.plot(volumes_tb, np.array(costs) / 1000, label=p.name)
+        if mark_gb:
+            ax.axvline(mark_gb / 1000, color="grey", ls=":", lw=1)
+        ax.set_title(title)
+        ax.set_xlabel("data volume (TB)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("cost per month (thousand USD)")
+    axes[-1].legend(fontsize=7, ncol=2)
+    fig.suptitle("Registry cost against data volume (list prices; edit configs/pricing/*.yaml)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
