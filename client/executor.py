@@ -1,0 +1,236 @@
+"""Sends one replay request to its registry and measures it.
+
+Each worker thread has its own connection pool (urllib3, the transport under
+python-dxf's requests sessions) so connections are reused and no lock is
+shared.  The exact trace verb is sent — GET, HEAD, PUT, PATCH, POST, DELETE —
+and every error (HTTP status, timeout, refused connection) becomes a failed
+result, never an exception.
+
+Blob uploads follow the Registry V2 protocol (REFERENCE §2): the trace's POST
+opens an upload, a PATCH sends the layer's bytes, the PUT closes it with the
+digest (or sends the whole layer at once).  The open upload is remembered per
+(trace client, repository); a trace PATCH or PUT that finds none opens one
+with an auxiliary POST.  Pushed bytes are random (or zeros), so a pushed
+layer gets a new digest that the result carries back to the master.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+from urllib.parse import urlencode, urljoin
+
+import urllib3
+
+from drtp.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
+from drtp.replay_types import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
+
+READ_CHUNK = 1 << 20
+
+
+class Upload:
+    """An upload session opened in the registry and not yet closed."""
+
+    __slots__ = ("location", "sha", "written")
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self.sha = hashlib.sha256()
+        self.written = 0
+
+
+class Response:
+    __slots__ = ("status", "headers", "bytes", "error")
+
+    def __init__(self, status: int, headers, nbytes: int, error: str = "") -> None:
+        self.status = status
+        self.headers = headers
+        self.bytes = nbytes
+        self.error = error
+
+
+class Executor:
+    """Executes requests for one run; one instance shared by the run's worker threads."""
+
+    def __init__(self, spec: RunSpec, clock) -> None:
+        self.spec = spec
+        self.clock = clock  # seconds since the run's common start
+        self.uploads: dict[tuple[str, str], Upload] = {}  # (trace client, repository) -> open upload
+        self.local = threading.local()
+        self.timeout = urllib3.Timeout(connect=min(5.0, spec.timeout), read=spec.timeout)
+
+    # -- transport -----------------------------------------------------------------
+
+    def _pool(self) -> urllib3.PoolManager:
+        pool = getattr(self.local, "pool", None)
+        if pool is None:
+            pool = self.local.pool = urllib3.PoolManager(num_pools=8, maxsize=2, retries=False)
+        return pool
+
+    def _rng(self) -> random.Random:
+        rng = getattr(self.local, "rng", None)
+        if rng is None:
+            rng = self.local.rng = random.Random()
+        return rng
+
+    def content(self, size: int) -> bytes:
+        return self._rng().randbytes(size) if self.spec.random else bytes(size)
+
+    def http(self, method: str, url: str, body: bytes | None = None, headers: dict | None = None) -> Response:
+        try:
+            r = self._pool().request(
+                method,
+                url,
+                body=body,
+                headers=headers,
+                preload_content=False,
+                redirect=True,
+                timeout=self.timeout,
+            )
+        except urllib3.exceptions.HTTPError as e:
+            return Response(0, {}, 0, _error_text(e))
+        try:
+            nbytes = 0
+            if method != "HEAD":
+                for chunk in r.stream(READ_CHUNK):
+                    nbytes += len(chunk)
+            return Response(r.status, r.headers, nbytes)
+        except urllib3.exceptions.HTTPError as e:
+            return Response(r.status, r.headers, 0, _error_text(e))
+        finally:
+            r.release_conn()
+
+    # -- requests --------------------------------------------------------------------
+
+    def execute(self, req: ReplayRequest) -> ReplayResult:
+        base = registry_base(req.registry)
+        aux: list[AuxResult] = []
+        op = req.op
+        if op == "get":
+            return self._object(req, base)
+        if op == "manifest-put":
+            return self._manifest_put(req, base, aux)
+        key = (req.client, req.repository)
+        if op == "upload-open":
+            start = self.clock()
+            r = self.http("POST", f"{base}/v2/{req.repository}/blobs/uploads/")
+            latency = self.clock() - start
+            if r.status == 202 and r.headers.get("Location"):
+                self.uploads[key] = Upload(urljoin(base + "/", r.headers["Location"]))
+            return self._result(req, r, start, latency, None, aux)
+        upload = self.uploads.get(key)
+        if upload is None:
+            upload = self._open_aux(req, base, aux)
+            if upload is None:
+                return self._failed_aux(req, aux)
+        if op == "upload-chunk":
+            data = self.content(req.size)
+            start = self.clock()
+            r = self.http("PATCH", upload.location, body=data, headers={"Content-Type": "application/octet-stream"})
+            latency = self.clock() - start
+            if r.status == 202:
+                upload.sha.update(data)
+                upload.written += len(data)
+                if r.headers.get("Location"):
+                    upload.location = urljoin(base + "/", r.headers["Location"])
+            else:
+                self.uploads.pop(key, None)
+            r.bytes = len(data)
+            return self._result(req, r, start, latency, None, aux)
+        # upload-close: the PUT that ends the push of a layer
+        self.uploads.pop(key, None)
+        data = b""
+        if req.size > 0 or upload.written == 0:
+            data = self.content(req.size or 1024)
+            upload.sha.update(data)
+        digest = "sha256:" + upload.sha.hexdigest()
+        sep = "&" if "?" in upload.location else "?"
+        url = upload.location + sep + urlencode({"digest": digest})
+        start = self.clock()
+        r = self.http("PUT", url, body=data, headers={"Content-Type": "application/octet-stream"})
+        latency = self.clock() - start
+        r.bytes = len(data)
+        result = self._result(req, r, start, latency, digest, aux)
+        result.size = upload.written + len(data)
+        return result
+
+    def _object(self, req: ReplayRequest, base: str) -> ReplayResult:
+        ref = req.digest or req.reference
+        url = f"{base}/v2/{req.repository}/{req.kind}s/{ref}"
+        headers = {"Accept": ACCEPT} if req.kind == "manifest" else None
+        start = self.clock()
+        r = self.http(req.method, url, headers=headers)
+        latency = self.clock() - start
+        digest = req.digest or (r.headers.get("Docker-Content-Digest") if r.status < 300 else None)
+        return self._result(req, r, start, latency, digest, [])
+
+    def _manifest_put(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> ReplayResult:
+        layers = [(layer.digest, layer.size) for layer in req.layers]
+        if not layers and not self._ensure_config(req, base, aux):
+            return self._failed_aux(req, aux)
+        body = build_manifest(layers, req.size)
+        digest = digest_of(body)
+        start = self.clock()
+        r = self.http(
+            "PUT", f"{base}/v2/{req.repository}/manifests/{req.reference}", body=body, headers={"Content-Type": SCHEMA2}
+        )
+        latency = self.clock() - start
+        r.bytes = len(body)
+        result = self._result(req, r, start, latency, digest, aux)
+        result.size = len(body)
+        return result
+
+    # -- helper requests (auxiliary) ----------------------------------------------------
+
+    def _aux(self, aux: list[AuxResult], method: str, what: str, url: str, **kw) -> Response:
+        start = self.clock()
+        r = self.http(method, url, **kw)
+        aux.append(AuxResult(method, what, r.status, start, self.clock() - start, r.bytes, r.error))
+        return r
+
+    def _open_aux(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> Upload | None:
+        r = self._aux(aux, "POST", "blob upload open", f"{base}/v2/{req.repository}/blobs/uploads/")
+        if r.status != 202 or not r.headers.get("Location"):
+            return None
+        return Upload(urljoin(base + "/", r.headers["Location"]))
+
+    def _ensure_config(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> bool:
+        blob = f"{base}/v2/{req.repository}/blobs/{CONFIG_DIGEST}"
+        if self._aux(aux, "HEAD", "config blob check", blob).status == 200:
+            return True
+        upload = self._open_aux(req, base, aux)
+        if upload is None:
+            return False
+        sep = "&" if "?" in upload.location else "?"
+        url = upload.location + sep + urlencode({"digest": CONFIG_DIGEST})
+        return self._aux(aux, "PUT", "config blob push", url, body=CONFIG_BLOB).status == 201
+
+    # -- results ----------------------------------------------------------------------------
+
+    def _result(
+        self, req: ReplayRequest, r: Response, start: float, latency: float, digest, aux: list[AuxResult]
+    ) -> ReplayResult:
+        status = r.status
+        ok = not r.error and 0 < status and (status < 400 or status == req.expected_status)
+        error = r.error or ("" if ok else f"HTTP {status}")
+        return ReplayResult(req.seq, status, ok, start, latency, r.bytes, digest, error=error, aux=aux)
+
+    def _failed_aux(self, req: ReplayRequest, aux: list[AuxResult]) -> ReplayResult:
+        """The trace request could not be sent because a helper request failed."""
+        last = aux[-1]
+        why = f"helper {last.method} failed: {last.error or last.status}"
+        return ReplayResult(req.seq, 0, False, last.start, 0.0, error=why, aux=aux)
+
+
+def _error_text(e: Exception) -> str:
+    reason = getattr(e, "reason", None)
+    text = f"{type(reason or e).__name__}: {reason or e}"
+    return text[:300]
+
+
+def monotonic_clock(start_epoch: float):
+    """A perf_counter clock reading seconds since ``start_epoch`` (a time.time() value)."""
+    offset = time.perf_counter() - (time.time() - start_epoch)
+    return lambda: time.perf_counter() - offset
