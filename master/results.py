@@ -194,7 +194,7 @@ class RunResults:
         for a in res.aux:
             self.auxiliary += 1
             self.csv.writerow(
-                (*base, a.method, req.kind, req.repository, a.what, "", 0, a.bytes, "", f"{a.start:.6f}")
+                (*base, a.method, "blob", req.repository, a.what, "", 0, a.bytes, "", f"{a.start:.6f}")
                 + (f"{a.latency:.6f}", "", a.status, "", 0 < a.status < 400, a.error, True)
             )
 
