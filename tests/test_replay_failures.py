@@ -15,6 +15,7 @@ from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
 from replay_support import TOKEN, Node, make_trace, write_config
 
+from drtp.config import load_config
 from drtp.errors import DrtpError
 from drtp.node_auth import sign
 from drtp.registry import LocalRegistry
@@ -131,3 +132,49 @@ def test_a_registry_stopped_mid_run_gives_failed_rows_not_a_crash(tmp_path):
     # what failed started after what succeeded: the registry went away mid-run
     assert failed.start_s.min() > rows[rows.ok].start_s.min()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["failed"] == len(failed)
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    trace = make_trace(tmp_path / "trace.json", requests=300, span=60.0)
+    nodes = [Node(tmp_path), Node(tmp_path)]
+    try:
+        with LocalRegistry(tmp_path / "registry") as reg:
+            write_config(tmp_path, trace, [reg.host], [n.address for n in nodes], wait=True, speedup=2.0)
+            run_warmup(load_config(tmp_path / "config.yaml"), quiet=True)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "drtp.cli",
+                    "run",
+                    "-c",
+                    str(tmp_path / "config.yaml"),
+                    "--out",
+                    str(tmp_path / "run"),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(os.environ),
+            )
+            time.sleep(4)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 130, err.decode()[-2000:]
+            # the nodes dropped the rest: they are idle and still serve
+            for n in nodes:
+                runs = NodeLink(n.address, TOKEN, None).check()["runs"]
+                assert all(r["queued"] == 0 for r in runs.values())
+    finally:
+        for n in nodes:
+            n.stop()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    rows = _read_rows(tmp_path / "run")
+    assert summary["interrupted"] is True
+    assert 0 < summary["requests"] == len(rows) < 300
+    assert summary["not_sent"] == 300 - len(rows)
+    assert b"GET manifest" in out  # the summary table was printed
