@@ -47,11 +47,8 @@ def op_of(rec: TraceRecord) -> str:
 class Planner:
     def __init__(self, registries: list[str]) -> None:
         self.registries = registries
-        # the remapping table, the one structure that grows with the trace (one entry per distinct
-        # layer): trace ref -> (repository, real layer) of its latest push, and, only for a ref whose
-        # repositories hold different digests, (repository, trace ref) -> real layer
-        self.blob_any: dict[str, tuple[str, Layer]] = {}
-        self.blobs: dict[tuple[str, str], Layer] = {}
+        self.blobs: dict[tuple[str, str], Layer] = {}  # (repository, trace ref) -> real layer
+        self.blob_any: dict[str, Layer] = {}  # trace ref -> the latest real layer in any repository
         # pushes in flight: ("blob", ref) or ("manifest", repository, tag) -> how many
         self.pending: dict[tuple, int] = defaultdict(int)
         self.image: dict[tuple[str, str], list[str]] = {}  # (client, repository) -> layer refs of the image
@@ -59,16 +56,10 @@ class Planner:
     # -- the warmup map ----------------------------------------------------------------------
 
     def learn(self, repository: str, kind: str, reference: str, digest: str, size: int) -> None:
-        if kind != "blob":
-            return
-        prev = self.blob_any.get(reference)
-        if prev is not None and prev[1].digest == digest:
-            return  # the same blob mounted in another repository: one entry serves both
-        layer = Layer(digest, size)
-        if prev is not None:
-            self.blobs[(prev[0], reference)] = prev[1]
+        if kind == "blob":
+            layer = Layer(digest, size)
             self.blobs[(repository, reference)] = layer
-        self.blob_any[reference] = (repository, layer)
+            self.blob_any[reference] = layer
 
     # -- planning ----------------------------------------------------------------------------------
 
@@ -86,11 +77,7 @@ class Planner:
         return [key] if self.pending.get(key) else []
 
     def resolve(self, repository: str, ref: str) -> Layer | None:
-        layer = self.blobs.get((repository, ref)) if self.blobs else None
-        if layer is None:
-            latest = self.blob_any.get(ref)
-            layer = latest[1] if latest is not None else None
-        return layer
+        return self.blobs.get((repository, ref)) or self.blob_any.get(ref)
 
     def plan(self, rec: TraceRecord, seq: int, at: float | None) -> ReplayRequest:
         op = op_of(rec)
