@@ -34,6 +34,8 @@ from dxf import DXF
 from dxf.exceptions import DXFError
 
 from drtp.config import Config
+from drtp.content import STREAM_ABOVE, chunks, new_seed
+from drtp.content import digest as stream_digest
 from drtp.errors import DrtpError
 from drtp.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
 from drtp.progress import progress
@@ -179,10 +181,16 @@ class Warmup:
                     continue
                 except (requests.RequestException, DXFError):
                     pass  # e.g. the registry does not mount: push instead
-            data = self._content(max(size, 1))
-            digest = digest_of(data)
+            size = max(size, 1)
+            if size <= STREAM_ABOVE:
+                data = self._content(size)
+                digest = digest_of(data)
+            else:  # large: hash one pass, stream the same bytes in a second
+                seed, randomized = new_seed(), self.cfg.warmup.random
+                digest = stream_digest(seed, size, randomized)
+                data = chunks(seed, size, randomized)
             dxf.push_blob(data=data, digest=digest)
-            entry = self._entry(registry, repo, "blob", ref, digest, len(data), "pushed")
+            entry = self._entry(registry, repo, "blob", ref, digest, size, "pushed")
             out.append(entry)
             source = source or entry
         return out
