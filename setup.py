@@ -31,6 +31,7 @@ setup(
         "pyarrow>=14",
         "tqdm>=4.60",
         "libcachesim>=0.3.5",  # standard eviction policies beside drtp's own caches
+        "uhashring>=2",  # consistent hashing of trace clients to client nodes
     ],
     extras_require={
         "test": ["pytest>=7", "ruff>=0.4", "hypothesis>=6", "nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]

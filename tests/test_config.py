@@ -123,11 +123,12 @@ def test_cli_reports_bad_config_in_one_line(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-def test_shipped_example_configs_load_and_their_traces_read():
+def test_shipped_example_configs_load_and_their_traces_read(monkeypatch):
     from pathlib import Path
 
     from drtp.trace import TraceReader
 
+    monkeypatch.setenv("DRTP_TOKEN", "example-secret")  # the replay examples take the secret from here
     configs = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
     assert configs
     for path in configs:

@@ -1,0 +1,46 @@
+"""``drtp client``: run a client node that executes the master's replay requests."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+from drtp.node_auth import resolve_token
+
+
+def cmd_client(args: argparse.Namespace) -> int:
+    from drtp.client.server import NodeService
+
+    token = resolve_token(args.token, "drtp client")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    service = NodeService(token)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        service.serve(args.host, args.port)
+    except KeyboardInterrupt:
+        pass
+    except OSError as e:
+        from drtp.errors import DrtpError
+
+        raise DrtpError(f"cannot listen on {args.host}:{args.port}: {e.strerror}") from None
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "client",
+        help="run a client node (executes replay requests sent by the master)",
+        description="A client node: a small HTTP service that takes batches of replay requests from its master "
+        "(signed with the shared secret), sends them to the registry and streams the results back.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
+    p.add_argument("--token", help="shared secret (default: $DRTP_TOKEN); the master's client_info.token")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every HTTP call")
+    p.set_defaults(func=cmd_client)

@@ -1,0 +1,279 @@
+"""Sends one replay request to its registry and measures it.
+
+Each worker thread keeps its own keep-alive connection per registry
+(``http.client``: half the CPU per request of a requests/urllib3 session, and
+on a 2-core machine the replayer's CPU is taken from the registry), so no
+lock is shared.  The exact trace verb is sent — GET, HEAD, PUT, PATCH, POST, DELETE —
+and every error (HTTP status, timeout, refused connection) becomes a failed
+result, never an exception.
+
+Blob uploads follow the Registry V2 protocol (REFERENCE §2): the trace's POST
+opens an upload, a PATCH sends the layer's bytes, the PUT closes it with the
+digest (or sends the whole layer at once).  The open upload is remembered per
+(trace client, repository); a trace PATCH or PUT that finds none opens one
+with an auxiliary POST.  Pushed bytes are random (or zeros), so a pushed
+layer gets a new digest that the result carries back to the master.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from urllib.parse import urlencode, urljoin, urlsplit
+
+from drtp.content import STREAM_ABOVE, chunks, new_seed
+from drtp.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
+from drtp.replay_types import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
+
+READ_CHUNK = 1 << 20
+
+
+class Upload:
+    """An upload session opened in the registry and not yet closed."""
+
+    __slots__ = ("location", "sha", "written")
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self.sha = hashlib.sha256()
+        self.written = 0
+
+
+class Response:
+    __slots__ = ("status", "headers", "bytes", "error")
+
+    def __init__(self, status: int, headers, nbytes: int, error: str = "") -> None:
+        self.status = status
+        self.headers = headers
+        self.bytes = nbytes
+        self.error = error
+
+
+class Executor:
+    """Executes requests for one run; one instance shared by the run's worker threads."""
+
+    def __init__(self, spec: RunSpec, clock) -> None:
+        self.spec = spec
+        self.clock = clock  # seconds since the run's common start
+        self.uploads: dict[tuple[str, str], Upload] = {}  # (trace client, repository) -> open upload
+        self.local = threading.local()
+
+    # -- transport -----------------------------------------------------------------
+
+    def _conn(self, scheme: str, netloc: str, fresh: bool = False) -> http.client.HTTPConnection:
+        conns = getattr(self.local, "conns", None)
+        if conns is None:
+            conns = self.local.conns = {}
+        key = (scheme, netloc)
+        conn = conns.get(key)
+        if conn is None or fresh:
+            if conn is not None:
+                conn.close()
+            cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+            conn = conns[key] = cls(netloc, timeout=self.spec.timeout)
+        return conn
+
+    def _rng(self) -> random.Random:
+        rng = getattr(self.local, "rng", None)
+        if rng is None:
+            rng = self.local.rng = random.Random()
+        return rng
+
+    def content(self, size: int) -> bytes:
+        return self._rng().randbytes(size) if self.spec.random else bytes(size)
+
+    def payload(self, size: int) -> tuple[bytes | Callable[[], Iterator[bytes]], int]:
+        """Bytes of a pushed blob: in memory when small, else a maker of a 1 MiB chunk stream."""
+        if size <= STREAM_ABOVE:
+            return self.content(size), size
+        seed, randomized = new_seed(), self.spec.random
+        return (lambda: chunks(seed, size, randomized)), size
+
+    def http(self, method: str, url: str, body=None, headers: dict | None = None) -> Response:
+        """One request on this thread's keep-alive connection; follows up to 3 redirects of reads."""
+        for _ in range(4):
+            r = self._send(method, url, body, headers or {})
+            if r.status in (301, 302, 303, 307, 308) and method in ("GET", "HEAD") and r.headers.get("Location"):
+                url = urljoin(url, r.headers["Location"])
+                continue
+            return r
+        return r
+
+    def _send(self, method: str, url: str, body, headers: dict) -> Response:
+        u = urlsplit(url)
+        path = u.path + ("?" + u.query if u.query else "")
+        for attempt in range(2):
+            conn = self._conn(u.scheme, u.netloc, fresh=attempt > 0)
+            reused = conn.sock is not None
+            try:
+                conn.request(method, path, body=body() if callable(body) else body, headers=headers)
+                resp = conn.getresponse()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                conn.close()
+                if reused and attempt == 0:
+                    continue  # the server closed an idle keep-alive connection: once more on a new one
+                return Response(0, {}, 0, _error_text(e))
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                return Response(0, {}, 0, _error_text(e))
+            try:
+                nbytes = 0
+                while True:
+                    chunk = resp.read(READ_CHUNK)
+                    if not chunk:
+                        break
+                    nbytes += len(chunk)
+                if resp.will_close:
+                    conn.close()
+                return Response(resp.status, resp.headers, nbytes)
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                return Response(resp.status, resp.headers, 0, _error_text(e))
+        raise AssertionError("unreachable")
+
+    # -- requests --------------------------------------------------------------------
+
+    def execute(self, req: ReplayRequest) -> ReplayResult:
+        base = registry_base(req.registry)
+        aux: list[AuxResult] = []
+        op = req.op
+        if op == "get":
+            return self._object(req, base)
+        if op == "manifest-put":
+            return self._manifest_put(req, base, aux)
+        key = (req.client, req.repository)
+        if op == "upload-open":
+            start = self.clock()
+            r = self.http("POST", f"{base}/v2/{req.repository}/blobs/uploads/")
+            latency = self.clock() - start
+            if r.status == 202 and r.headers.get("Location"):
+                self.uploads[key] = Upload(urljoin(base + "/", r.headers["Location"]))
+            return self._result(req, r, start, latency, None, aux)
+        upload = self.uploads.get(key)
+        if upload is None:
+            upload = self._open_aux(req, base, aux)
+            if upload is None:
+                return self._failed_aux(req, aux)
+        if op == "upload-chunk":
+            payload, size = self.payload(req.size)
+            start = self.clock()
+            r = self.http("PATCH", upload.location, body=payload, headers=_octets(size))
+            latency = self.clock() - start
+            if r.status == 202:
+                _hash_into(upload.sha, payload)
+                upload.written += size
+                if r.headers.get("Location"):
+                    upload.location = urljoin(base + "/", r.headers["Location"])
+            else:
+                self.uploads.pop(key, None)
+            r.bytes = size
+            return self._result(req, r, start, latency, None, aux)
+        # upload-close: the PUT that ends the push of a layer
+        self.uploads.pop(key, None)
+        payload, size = b"", 0
+        if req.size > 0 or upload.written == 0:
+            payload, size = self.payload(req.size or 1024)
+            _hash_into(upload.sha, payload)
+        digest = "sha256:" + upload.sha.hexdigest()
+        sep = "&" if "?" in upload.location else "?"
+        url = upload.location + sep + urlencode({"digest": digest})
+        start = self.clock()
+        r = self.http("PUT", url, body=payload, headers=_octets(size))
+        latency = self.clock() - start
+        r.bytes = size
+        result = self._result(req, r, start, latency, digest, aux)
+        result.size = upload.written + size
+        return result
+
+    def _object(self, req: ReplayRequest, base: str) -> ReplayResult:
+        ref = req.digest or req.reference
+        url = f"{base}/v2/{req.repository}/{req.kind}s/{ref}"
+        headers = {"Accept": ACCEPT} if req.kind == "manifest" else None
+        start = self.clock()
+        r = self.http(req.method, url, headers=headers)
+        latency = self.clock() - start
+        digest = req.digest or (r.headers.get("Docker-Content-Digest") if r.status < 300 else None)
+        return self._result(req, r, start, latency, digest, [])
+
+    def _manifest_put(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> ReplayResult:
+        layers = [(layer.digest, layer.size) for layer in req.layers]
+        if not layers and not self._ensure_config(req, base, aux):
+            return self._failed_aux(req, aux)
+        body = build_manifest(layers, req.size)
+        digest = digest_of(body)
+        start = self.clock()
+        r = self.http(
+            "PUT", f"{base}/v2/{req.repository}/manifests/{req.reference}", body=body, headers={"Content-Type": SCHEMA2}
+        )
+        latency = self.clock() - start
+        r.bytes = len(body)
+        result = self._result(req, r, start, latency, digest, aux)
+        result.size = len(body)
+        return result
+
+    # -- helper requests (auxiliary) ----------------------------------------------------
+
+    def _aux(self, aux: list[AuxResult], method: str, what: str, url: str, **kw) -> Response:
+        start = self.clock()
+        r = self.http(method, url, **kw)
+        aux.append(AuxResult(method, what, r.status, start, self.clock() - start, r.bytes, r.error))
+        return r
+
+    def _open_aux(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> Upload | None:
+        r = self._aux(aux, "POST", "blob upload open", f"{base}/v2/{req.repository}/blobs/uploads/")
+        if r.status != 202 or not r.headers.get("Location"):
+            return None
+        return Upload(urljoin(base + "/", r.headers["Location"]))
+
+    def _ensure_config(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> bool:
+        blob = f"{base}/v2/{req.repository}/blobs/{CONFIG_DIGEST}"
+        if self._aux(aux, "HEAD", "config blob check", blob).status == 200:
+            return True
+        upload = self._open_aux(req, base, aux)
+        if upload is None:
+            return False
+        sep = "&" if "?" in upload.location else "?"
+        url = upload.location + sep + urlencode({"digest": CONFIG_DIGEST})
+        return self._aux(aux, "PUT", "config blob push", url, body=CONFIG_BLOB).status == 201
+
+    # -- results ----------------------------------------------------------------------------
+
+    def _result(
+        self, req: ReplayRequest, r: Response, start: float, latency: float, digest, aux: list[AuxResult]
+    ) -> ReplayResult:
+        status = r.status
+        ok = not r.error and 0 < status and (status < 400 or status == req.expected_status)
+        error = r.error or ("" if ok else f"HTTP {status}")
+        return ReplayResult(req.seq, status, ok, start, latency, r.bytes, digest, error=error, aux=aux)
+
+    def _failed_aux(self, req: ReplayRequest, aux: list[AuxResult]) -> ReplayResult:
+        """The trace request could not be sent because a helper request failed."""
+        last = aux[-1]
+        why = f"helper {last.method} failed: {last.error or last.status}"
+        return ReplayResult(req.seq, 0, False, last.start, 0.0, error=why, aux=aux)
+
+
+def _octets(size: int) -> dict[str, str]:
+    return {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+
+
+def _hash_into(sha, payload) -> None:
+    if isinstance(payload, bytes):
+        sha.update(payload)
+    else:
+        for chunk in payload():
+            sha.update(chunk)
+
+
+def _error_text(e: Exception) -> str:
+    return f"{type(e).__name__}: {e}"[:300]
+
+
+def monotonic_clock(start_epoch: float):
+    """A perf_counter clock reading seconds since ``start_epoch`` (a time.time() value)."""
+    offset = time.perf_counter() - (time.time() - start_epoch)
+    return lambda: time.perf_counter() - offset

@@ -1,0 +1,100 @@
+"""The records that travel master → client node → master during a replay.
+
+One module, imported by both sides, so the wire format has one definition:
+the master turns each trace record into a :class:`ReplayRequest`, sends them
+to a client node in a :class:`Batch`, and the node streams back one
+:class:`ReplayResult` per request (newline-delimited JSON, msgspec).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+# What the node does for a request; derived from the trace record by the master.
+Op = Literal[
+    "get",  # GET of a manifest or blob (also HEAD and DELETE: see method)
+    "upload-open",  # POST v2/<repo>/blobs/uploads/
+    "upload-chunk",  # PATCH v2/<repo>/blobs/uploads/<uuid>
+    "upload-close",  # PUT of a layer (closes the upload, returns the new digest)
+    "manifest-put",  # PUT v2/<repo>/manifests/<tag>: a real schema-2 manifest
+]
+
+
+class Layer(msgspec.Struct, array_like=True, gc=False):
+    digest: str
+    size: int
+
+
+class ReplayRequest(msgspec.Struct, gc=False, omit_defaults=True):
+    """One trace record, ready to be sent to a registry by a client node."""
+
+    seq: int  # position in the trace (0-based); results refer to it
+    trace_id: str
+    client: str  # the trace's client address (http.request.remoteaddr)
+    method: str
+    kind: str  # "manifest" or "blob"
+    op: Op
+    registry: str  # host:port or http(s)://host:port
+    repository: str
+    reference: str  # the trace's reference: tag, layer id or uploads/<uuid>
+    size: int  # bytes the trace says were written (to push for uploads)
+    expected_status: int  # the trace's status
+    digest: str | None = None  # the real digest to address (blob reads)
+    at: float | None = None  # intended start, seconds after the run's start; None: as soon as possible
+    layers: list[Layer] = []  # manifest-put: the layers the manifest references
+
+
+class RunSpec(msgspec.Struct, omit_defaults=True):
+    """Sent once per run to each node: how to execute the batches that follow."""
+
+    run: str
+    start_epoch: float  # the common start (time.time() on the master) requests' ``at`` counts from
+    threads: int = 16
+    timeout: float = 30.0
+    random: bool = True  # random (True) or zero content for pushed blobs
+
+
+class Batch(msgspec.Struct):
+    run: str
+    requests: list[ReplayRequest]
+
+
+class AuxResult(msgspec.Struct, array_like=True, gc=False):
+    """A protocol helper request issued for a trace request (e.g. the POST opening an upload)."""
+
+    method: str
+    what: str
+    status: int
+    start: float
+    latency: float
+    bytes: int
+    error: str = ""
+
+
+class ReplayResult(msgspec.Struct, gc=False, omit_defaults=True):
+    """What happened to one request; ``start`` counts from the run's common start."""
+
+    seq: int
+    status: int  # 0 when no response came (timeout, refused…)
+    ok: bool
+    start: float
+    latency: float  # seconds from the actual start to the end of the response
+    bytes: int = 0  # body bytes sent or received
+    digest: str | None = None  # digest addressed, or the new digest of a pushed layer/manifest
+    size: int | None = None  # size of the object pushed (a layer's total over PATCH and PUT)
+    error: str = ""
+    aux: list[AuxResult] = []
+
+
+def registry_base(entry: str) -> str:
+    """``host:port`` → ``http://host:port``; URLs are kept (trailing slash dropped)."""
+    entry = entry.rstrip("/")
+    return entry if entry.startswith(("http://", "https://")) else f"http://{entry}"
+
+
+batch_encoder = msgspec.json.Encoder()
+batch_decoder = msgspec.json.Decoder(Batch)
+spec_decoder = msgspec.json.Decoder(RunSpec)
+result_decoder = msgspec.json.Decoder(ReplayResult)  # the stream also carries blank keep-alive lines

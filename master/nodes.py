@@ -1,0 +1,141 @@
+"""The master's connection to one client node: signed control calls, a feeder, a result reader.
+
+Each node gets two threads: the feeder sends the node's batches in order
+(one POST each), the reader holds the node's result stream open and turns
+every line into an event on the master's one event queue.  A node that
+refuses a call, drops the stream, or sends nothing (not even a keep-alive)
+for ``silence_s`` is reported dead once, with the reason.
+"""
+
+from __future__ import annotations
+
+import http.client
+import queue
+import threading
+from urllib.parse import urlsplit
+
+import msgspec
+import requests
+
+from drtp.errors import DrtpError
+from drtp.node_auth import sign
+from drtp.replay_types import Batch, ReplayRequest, RunSpec, result_decoder
+
+_END = object()
+_CANCEL = object()
+
+
+class NodeLink:
+    def __init__(self, address: str, token: str, events: queue.Queue, silence_s: float = 15.0) -> None:
+        self.name = address
+        self.base = address if address.startswith("http") else f"http://{address}"
+        self.token = token
+        self.events = events
+        self.silence_s = silence_s
+        self.session = requests.Session()
+        self.outbox: queue.Queue = queue.Queue()
+        self.run: str | None = None
+        self.dead = False
+        self.finished = False  # the result stream ended normally
+        self.threads: list[threading.Thread] = []
+
+    # -- control calls ---------------------------------------------------------------------
+
+    def call(self, method: str, path: str, body: bytes = b"", timeout: float = 10.0) -> requests.Response:
+        headers = sign(self.token, method, path, body)
+        if body:
+            headers["Content-Type"] = "application/json"
+        return self.session.request(method, self.base + path, data=body, headers=headers, timeout=timeout)
+
+    def check(self) -> dict:
+        """The node's health; a DrtpError naming the node if it is down or refuses the token."""
+        try:
+            r = self.call("GET", "/health", timeout=5)
+        except requests.RequestException as e:
+            raise DrtpError(f"client node {self.name} does not answer ({type(e).__name__})") from None
+        if r.status_code == 401:
+            raise DrtpError(f"client node {self.name} refused the shared secret (client_info.token)")
+        if r.status_code != 200:
+            raise DrtpError(f"client node {self.name}: health check answered HTTP {r.status_code}")
+        return r.json()
+
+    def start(self, spec: RunSpec) -> None:
+        r = self.call("POST", "/runs", msgspec.json.encode(spec))
+        if r.status_code != 201:
+            raise DrtpError(f"client node {self.name} did not start the run: HTTP {r.status_code} {r.text[:200]}")
+        self.run = spec.run
+        self.threads = [
+            threading.Thread(target=self._feed, name=f"feed-{self.name}", daemon=True),
+            threading.Thread(target=self._read, name=f"read-{self.name}", daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+
+    def send(self, requests_: list[ReplayRequest]) -> None:
+        self.outbox.put(requests_)
+
+    def end(self) -> None:
+        self.outbox.put(_END)
+
+    def cancel(self) -> None:
+        """Ctrl-C: ask the node to drop what it queued (best effort, short timeout)."""
+        self.outbox.put(_CANCEL)
+        try:
+            self.call("POST", f"/runs/{self.run}/cancel", timeout=2)
+        except requests.RequestException:
+            pass
+
+    def _died(self, reason: str) -> None:
+        if not self.dead:
+            self.dead = True
+            self.events.put(("dead", self.name, reason))
+
+    # -- threads ------------------------------------------------------------------------------
+
+    def _feed(self) -> None:
+        encode = msgspec.json.encode
+        while not self.dead:
+            item = self.outbox.get()
+            if item is _CANCEL:
+                return
+            path = f"/runs/{self.run}/end" if item is _END else f"/runs/{self.run}/batch"
+            body = b"" if item is _END else encode(Batch(self.run, item))
+            try:
+                r = self.call("POST", path, body, timeout=30)
+            except requests.RequestException as e:
+                self._died(f"{type(e).__name__} while sending a batch")
+                return
+            if r.status_code not in (200, 202):
+                self._died(f"refused a batch: HTTP {r.status_code} {r.text[:200]}")
+                return
+            if item is _END:
+                return
+
+    def _read(self) -> None:
+        path = f"/runs/{self.run}/results"
+        url = urlsplit(self.base)
+        conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=self.silence_s)
+        decode = result_decoder.decode
+        try:
+            conn.request("GET", path, headers=sign(self.token, "GET", path))
+            resp = conn.getresponse()
+            if resp.status != 200:
+                self._died(f"refused the result stream: HTTP {resp.status}")
+                return
+            while True:
+                line = resp.readline()
+                if not line:
+                    break
+                line = line.strip()
+                if line:
+                    self.events.put(("result", self.name, decode(line)))
+        except (OSError, http.client.HTTPException) as e:
+            self._died(f"result stream broken ({type(e).__name__}: {e})"[:200])
+            return
+        except msgspec.DecodeError as e:
+            self._died(f"sent a malformed result ({e})")
+            return
+        finally:
+            conn.close()
+        self.finished = True
+        self.events.put(("closed", self.name, ""))

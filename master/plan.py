@@ -1,0 +1,146 @@
+"""Turns trace records into replay requests, and keeps the digests they address.
+
+The trace's layer references are anonymized; the registry knows the digests
+that warmup pushed (the warmup map) and those that layers pushed during the
+run got (returned by the client node that pushed them: the paper's
+remapping).  A request that reads a layer whose push is still in flight
+depends on that push: :meth:`Planner.blocked_by` says so and the master waits
+for the push's result before sending it, whichever node pushed it.
+
+A manifest PUT stays a PUT (defect B1) and carries the layers its image
+pushed or found (HEAD) in that repository since the client's last manifest
+operation there, so the node can build a real manifest (defect F3).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+
+from drtp.manifest import placeholder_digest
+from drtp.records import TraceRecord
+from drtp.replay_types import Layer, ReplayRequest, ReplayResult
+
+MAX_IMAGE_LAYERS = 32
+
+
+def registry_for(repository: str, registries: list[str]) -> str:
+    """The registry a repository lives on when a run spreads over several (stable across runs)."""
+    if len(registries) == 1:
+        return registries[0]
+    return registries[zlib.crc32(repository.encode()) % len(registries)]
+
+
+def op_of(rec: TraceRecord) -> str:
+    method, kind, _ref = rec.method, rec.kind, rec.reference
+    if kind == "manifest":
+        return "manifest-put" if method == "PUT" else "get"
+    if method == "POST":
+        return "upload-open"
+    if method == "PATCH":
+        return "upload-chunk"
+    if method == "PUT":
+        return "upload-close"
+    return "get"  # GET/HEAD/DELETE of a blob (or of an upload's status)
+
+
+class Planner:
+    def __init__(self, registries: list[str]) -> None:
+        self.registries = registries
+        self.blobs: dict[tuple[str, str], Layer] = {}  # (repository, trace ref) -> real layer
+        self.blob_any: dict[str, Layer] = {}  # trace ref -> the latest real layer in any repository
+        # pushes in flight: ("blob", ref) or ("manifest", repository, tag) -> how many
+        self.pending: dict[tuple, int] = defaultdict(int)
+        self.image: dict[tuple[str, str], list[str]] = {}  # (client, repository) -> layer refs of the image
+
+    # -- the warmup map ----------------------------------------------------------------------
+
+    def learn(self, repository: str, kind: str, reference: str, digest: str, size: int) -> None:
+        if kind == "blob":
+            layer = Layer(digest, size)
+            self.blobs[(repository, reference)] = layer
+            self.blob_any[reference] = layer
+
+    # -- planning ----------------------------------------------------------------------------------
+
+    def blocked_by(self, rec: TraceRecord) -> list[tuple]:
+        """Pushes in flight that this record must wait for (it reads or references what they push)."""
+        if not self.pending:
+            return []
+        if rec.kind == "blob":
+            key = ("blob", rec.reference)
+            return [key] if rec.method != "PUT" and self.pending.get(key) else []
+        if rec.method == "PUT":
+            keys = [("blob", r) for r in self.image.get((rec.client, rec.repository), ())]
+            return [k for k in keys if self.pending.get(k)]
+        key = ("manifest", rec.repository, rec.reference)
+        return [key] if self.pending.get(key) else []
+
+    def resolve(self, repository: str, ref: str) -> Layer | None:
+        return self.blobs.get((repository, ref)) or self.blob_any.get(ref)
+
+    def plan(self, rec: TraceRecord, seq: int, at: float | None) -> ReplayRequest:
+        op = op_of(rec)
+        repo, ref = rec.repository, rec.reference
+        digest = None
+        layers: list[Layer] = []
+        key = (rec.client, repo)
+        if op == "get" and rec.kind == "blob" and not ref.startswith("uploads"):
+            layer = self.resolve(repo, ref)
+            digest = layer.digest if layer else placeholder_digest(ref)
+            if rec.method == "HEAD" and rec.status < 400 and layer is not None:
+                self._add_layer(key, ref)
+        elif op == "get" and rec.kind == "manifest" and rec.method == "GET":
+            self.image.pop(key, None)  # a pull starts: forget what an earlier push looked at
+        elif op == "upload-close" and not ref.startswith("uploads"):
+            self.pending[("blob", ref)] += 1
+            self._add_layer(key, ref)
+        elif op == "manifest-put":
+            self.pending[("manifest", repo, ref)] += 1
+            for r in self.image.pop(key, ()):
+                layer = self.resolve(repo, r)
+                if layer is not None:
+                    layers.append(layer)
+        return ReplayRequest(
+            seq=seq,
+            trace_id=rec.id,
+            client=rec.client,
+            method=rec.method,
+            kind=rec.kind,
+            op=op,
+            registry=registry_for(repo, self.registries),
+            repository=repo,
+            reference=ref,
+            size=rec.size,
+            expected_status=rec.status,
+            digest=digest,
+            at=at,
+            layers=layers,
+        )
+
+    def _add_layer(self, key: tuple[str, str], ref: str) -> None:
+        refs = self.image.setdefault(key, [])
+        if ref not in refs:
+            refs.append(ref)
+            del refs[:-MAX_IMAGE_LAYERS]
+
+    # -- results -------------------------------------------------------------------------------------
+
+    def done(self, req: ReplayRequest, result: ReplayResult | None) -> None:
+        """A request finished (result) or was lost (None): record the digest a push got."""
+        if req.op == "manifest-put":
+            self._release(("manifest", req.repository, req.reference))
+            return
+        if req.op != "upload-close" or req.reference.startswith("uploads"):
+            return
+        ref = req.reference
+        self._release(("blob", ref))
+        if result is not None and result.ok and result.digest:
+            self.learn(req.repository, "blob", ref, result.digest, result.size or req.size)
+
+    def _release(self, key: tuple) -> None:
+        left = self.pending.get(key, 0) - 1
+        if left > 0:
+            self.pending[key] = left
+        else:
+            self.pending.pop(key, None)

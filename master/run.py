@@ -1,0 +1,277 @@
+"""``drtp run``: replay a trace through client nodes against the registry.
+
+One thread (this one) reads the trace as a stream, plans each record into a
+request (master.plan), routes it to a node (master.routing) and buffers it in
+that node's next batch; the nodes' threads (master.nodes) send batches and
+bring results back as events, which this thread writes (master.results) as
+they arrive.  At most ``client_info.inflight`` requests per node are out at a
+time, so memory stays bounded whatever the trace's length.  Before it blocks
+(on that bound, or on a layer push a request depends on) it sends every
+partial batch, so no node ever waits for requests the master holds.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import queue
+import time
+import uuid
+from pathlib import Path
+
+from drtp.master.nodes import NodeLink
+from drtp.master.plan import Planner
+from drtp.master.results import RunResults, format_table
+from drtp.master.routing import Router
+from drtp.master.warmup import check_registries, load_map
+
+from drtp.config import Config, redacted
+from drtp.errors import DrtpError
+from drtp.node_auth import resolve_token
+from drtp.progress import progress
+from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec
+from drtp.trace import TraceReader
+
+START_LEAD_S = 1.0  # as-is mode: the common start is this far after the run is set up
+
+
+def node_addresses(cfg: Config) -> list[str]:
+    ci = cfg.client_info
+    if not ci.client_list:
+        raise DrtpError(f"{cfg.base_dir}: missing key 'client_info.client_list' (the client nodes, host:port)")
+    return [a if ":" in a.split("//")[-1] else f"{a}:{ci.port}" for a in ci.client_list]
+
+
+def default_out(cfg: Config) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return cfg.path(cfg.results) / f"run-{stamp}"
+
+
+class Replay:
+    def __init__(self, cfg: Config, out_dir: Path, quiet: bool = False) -> None:
+        self.cfg = cfg
+        self.ci = cfg.client_info
+        self.out_dir = out_dir
+        self.quiet = quiet
+        self.registries = cfg.require("registry")
+        self.token = resolve_token(self.ci.token, "client_info.token")
+        self.events: queue.Queue = queue.Queue()
+        self.links = {a: NodeLink(a, self.token, self.events) for a in node_addresses(cfg)}
+        self.router = Router(list(self.links), hashed=self.ci.route)
+        self.planner = Planner(self.registries)
+        self.inflight: dict[int, tuple[str, ReplayRequest]] = {}
+        self.per_node: dict[str, int] = {a: 0 for a in self.links}
+        self.buffers: dict[str, list[ReplayRequest]] = {a: [] for a in self.links}
+        self.upload_node: dict[tuple[str, str], str] = {}
+        self.dead: dict[str, dict] = {}
+        self.done = 0
+        self.results: RunResults | None = None
+        self.bar = None
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    def _load_warmup(self) -> int:
+        path = self.cfg.path(self.cfg.warmup.output)
+        if not path.exists():
+            raise DrtpError(f"warmup map {path} not found: run 'drtp warmup -c CONFIG' first")
+        n = 0
+        for entry in load_map(path):
+            self.planner.learn(entry["repository"], entry["kind"], entry["reference"], entry["digest"], entry["size"])
+            n += 1
+        return n
+
+    def _reader(self) -> TraceReader:
+        return TraceReader(self.cfg.trace_paths(), **self.cfg.reader_options())
+
+    # -- the run ------------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        check_registries(self.registries)
+        for link in self.links.values():
+            link.check()
+        self._load_warmup()
+        total = sum(len(b) for b in self._reader().batches())
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        timed = self.ci.wait
+        run_id = uuid.uuid4().hex[:12]
+        (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
+        self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000)
+        start_epoch = time.time() + (START_LEAD_S if timed else 0.0)
+        spec = RunSpec(run_id, start_epoch, self.ci.threads, self.ci.timeout, self.cfg.warmup.random)
+        for link in self.links.values():
+            link.start(spec)
+        interrupted = False
+        t0 = time.perf_counter()
+        with progress(total=total, desc="replay", unit="req") as bar:
+            self.bar = bar
+            try:
+                self._dispatch(timed)
+                self._finish()
+            except KeyboardInterrupt:
+                interrupted = True
+                for link in self.links.values():
+                    link.cancel()
+                self._drain(timeout=0)
+        wall = time.perf_counter() - t0
+        extra = {
+            "mode": "as-is" if timed else "stress",
+            "route": "hash" if self.ci.route else "round-robin",
+            "speedup": self.ci.speedup,
+            "nodes": list(self.links),
+            "registries": self.registries,
+            "trace_requests": total,
+            "wall_s": wall,
+            "dead_nodes": self.dead,
+            "interrupted": interrupted,
+            "not_sent": total - self.results.all.requests,
+        }
+        summary = self.results.close(**extra)
+        if not self.quiet:
+            print(format_table(summary))
+            for name, d in self.dead.items():
+                print(f"client node {name} died ({d['reason']}); {d['lost']} requests lost")
+            print(f"results in {self.out_dir}/ (requests.csv, summary.json)")
+        if interrupted:
+            raise KeyboardInterrupt
+        return summary
+
+    def _dispatch(self, timed: bool) -> None:
+        cap = max(1, self.ci.inflight)
+        batch = max(1, self.ci.batch)
+        speedup = self.ci.speedup
+        first = None
+        seq = 0
+        for records in self._reader().batches():
+            for rec in records:
+                if not self.router.alive:
+                    return
+                self._drain(timeout=0)
+                blocked = self.planner.blocked_by(rec)
+                if blocked:
+                    self._flush_all()
+                    while self.planner.blocked_by(rec) and self.router.alive:
+                        self._drain(timeout=1.0)
+                t = rec.time
+                if first is None:
+                    first = t
+                at = (t - first) / speedup if timed else None
+                node = self._route(rec)
+                while self.per_node[node] >= cap and node not in self.dead:
+                    self._flush_all()
+                    self._drain(timeout=1.0)
+                if node in self.dead:
+                    node = self._route(rec)
+                    if node is None:
+                        return
+                req = self.planner.plan(rec, seq, at)
+                self.inflight[seq] = (node, req)
+                self.per_node[node] += 1
+                buf = self.buffers[node]
+                buf.append(req)
+                if len(buf) >= batch:
+                    self._flush(node)
+                seq += 1
+
+    def _route(self, rec) -> str | None:
+        op_key = (rec.client, rec.repository)
+        pinned = None
+        if rec.kind == "blob" and rec.method in ("POST", "PATCH", "PUT"):
+            # an upload continues on the node that opened it (the node holds the session)
+            pinned = self.upload_node.get(op_key)
+            if pinned in self.dead:
+                pinned = None
+        node = pinned or self.router.pick(rec.client)
+        if node is not None and rec.kind == "blob":
+            if rec.method in ("POST", "PATCH"):
+                self.upload_node[op_key] = node
+            elif rec.method == "PUT":
+                self.upload_node.pop(op_key, None)
+        return node
+
+    def _flush(self, node: str) -> None:
+        buf = self.buffers[node]
+        if buf and node not in self.dead:
+            self.links[node].send(buf)
+            self.buffers[node] = []
+
+    def _flush_all(self) -> None:
+        for node in self.buffers:
+            self._flush(node)
+
+    def _finish(self) -> None:
+        self._flush_all()
+        for name, link in self.links.items():
+            if name not in self.dead:
+                link.end()
+        while self.inflight:
+            if not self._drain(timeout=1.0) and all(link.dead or link.finished for link in self.links.values()):
+                # every stream is closed or dead: what remains will never come
+                for name in {n for n, _ in self.inflight.values()}:
+                    self._node_dead(name, "result stream ended before all results")
+                break
+        self.results.flush()
+
+    # -- events ------------------------------------------------------------------------------------------
+
+    def _drain(self, timeout: float) -> int:
+        """Handle the events that are there (waiting up to ``timeout`` for the first); returns how many."""
+        n = 0
+        try:
+            event = self.events.get(timeout=timeout) if timeout > 0 else self.events.get_nowait()
+        except queue.Empty:
+            return 0
+        while True:
+            kind, node, payload = event
+            if kind == "result":
+                self._result(node, payload)
+            elif kind == "dead":
+                self._node_dead(node, payload)
+            elif kind == "closed" and self.per_node[node] > 0:
+                # the node sends its stream's end only after its last result: the rest is lost
+                self._node_dead(node, f"result stream ended with {self.per_node[node]} requests outstanding")
+            n += 1
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                break
+        self.results.flush()
+        if self.bar is not None:
+            self.bar.update(0)
+        return n
+
+    def _result(self, node: str, res: ReplayResult) -> None:
+        entry = self.inflight.pop(res.seq, None)
+        if entry is None:
+            return  # a result from a node already given up on
+        owner, req = entry
+        self.per_node[owner] -= 1
+        self.planner.done(req, res)
+        self.results.add(owner, req, res)
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            if not res.ok:
+                self.bar.bar.set_postfix(failed=self.results.failed, refresh=False)
+
+    def _node_dead(self, node: str, reason: str) -> None:
+        if node in self.dead:
+            return
+        self.links[node].dead = True
+        self.router.remove(node)
+        lost = [seq for seq, (owner, _) in self.inflight.items() if owner == node]
+        for seq in sorted(lost):
+            _, req = self.inflight.pop(seq)
+            self.planner.done(req, None)
+            self.results.add(node, req, None, lost_reason=f"client node {node} died")
+            if self.bar is not None:
+                self.bar.update(1)
+        self.per_node[node] = 0
+        self.buffers[node] = []
+        self.dead[node] = {"reason": reason, "lost": len(lost)}
+        msg = f"client node {node} died ({reason}); {len(lost)} requests lost"
+        if not self.quiet:
+            print(f"\ndrtp: {msg}", flush=True)
+
+
+def run_replay(cfg: Config, out_dir: Path | None = None, quiet: bool = False) -> dict:
+    return Replay(cfg, out_dir or default_out(cfg), quiet=quiet).run()

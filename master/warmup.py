@@ -1,0 +1,310 @@
+"""``drtp warmup``: make every object the trace reads exist in the registry before the run.
+
+One streaming pass over the trace finds the objects read before (or without)
+being pushed by the trace itself — blobs read with a non-error status, and
+manifests read with a non-error status — with the largest size the trace saw
+for each.  Objects the trace first pushes are left to the run; reads the trace
+saw fail (e.g. a pull of a tag never pushed: 404) are not warmed, so the run
+sees the same 404.
+
+Then, with ``warmup.threads`` threads and python-dxf: each blob is pushed once
+(random or zero bytes of its size, per ``warmup.random``) and cross-repo
+mounted into the other repositories that read it; then each manifest is
+pushed as a real schema-2 manifest over layers of its repository, padded to
+about the trace's size.  Every object done is appended at once to the
+warmup map (``warmup.output``, JSON lines: registry, repository, kind,
+reference, digest, size), so an interrupted warmup resumes where it stopped
+and a finished one does nothing the second time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+from drtp.master.plan import registry_for
+from dxf import DXF
+from dxf.exceptions import DXFError
+
+from drtp.config import Config
+from drtp.content import STREAM_ABOVE, chunks, new_seed
+from drtp.content import digest as stream_digest
+from drtp.errors import DrtpError
+from drtp.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
+from drtp.progress import progress
+from drtp.replay_types import registry_base
+from drtp.trace import TraceReader
+
+DEFAULT_BLOB_SIZE = 1024  # a blob only ever HEADed: the trace has no size for it
+MANIFEST_LAYERS = 3
+
+
+@dataclass
+class WarmupPlan:
+    # (registry, blob ref) -> [size, repositories in order of first read]
+    blobs: dict[tuple[str, str], list] = field(default_factory=dict)
+    # (registry, repository, tag) -> size
+    manifests: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    records: int = 0
+
+
+def check_registries(registries: list[str]) -> None:
+    """A DrtpError naming the first registry that does not answer ``/v2/``."""
+    for reg in registries:
+        url = registry_base(reg) + "/v2/"
+        try:
+            requests.get(url, timeout=5)
+        except requests.RequestException as e:
+            raise DrtpError(f"registry {reg} does not answer ({type(e).__name__})") from None
+
+
+def plan_warmup(reader: TraceReader, registries: list[str]) -> WarmupPlan:
+    plan = WarmupPlan()
+    pushed: set[tuple[str, str, str]] = set()  # (repository, kind, ref) the trace PUT
+    for records in reader.batches():
+        plan.records += len(records)
+        for rec in records:
+            repo, kind, ref = rec.repository, rec.kind, rec.reference
+            if kind == "blob" and ref.startswith("uploads"):
+                continue
+            key = (repo, kind, ref)
+            if rec.method == "PUT":
+                pushed.add(key)
+                continue
+            if rec.method not in ("GET", "HEAD") or rec.status >= 400 or key in pushed:
+                continue
+            reg = registry_for(repo, registries)
+            if kind == "blob":
+                entry = plan.blobs.get((reg, ref))
+                if entry is None:
+                    plan.blobs[(reg, ref)] = [rec.size, [repo]]
+                else:
+                    entry[0] = max(entry[0], rec.size)
+                    if repo not in entry[1]:
+                        entry[1].append(repo)
+            else:
+                mkey = (reg, repo, ref)
+                plan.manifests[mkey] = max(plan.manifests.get(mkey, 0), rec.size)
+    return plan
+
+
+def load_map(path: Path) -> Iterator[dict]:
+    """Entries of a warmup map; a torn last line (interrupted write) is ignored."""
+    with open(path) as f:
+        for line in f:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(entry, dict) and {"repository", "kind", "reference", "digest"} <= entry.keys():
+                yield entry
+
+
+@dataclass
+class WarmupStats:
+    blobs_pushed: int = 0
+    blobs_mounted: int = 0
+    manifests: int = 0
+    already: int = 0
+    failed: int = 0
+    bytes: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Warmup:
+    def __init__(self, cfg: Config, quiet: bool = False) -> None:
+        self.cfg = cfg
+        self.quiet = quiet
+        self.registries = cfg.require("registry")
+        self.map_path = cfg.path(cfg.warmup.output)
+        self.stats = WarmupStats()
+        self.done: dict[tuple[str, str, str, str], dict] = {}  # (registry, repository, kind, ref) -> entry
+
+    def _dxf(self, registry: str, repo: str) -> DXF:
+        host = registry.split("://")[-1]
+        return DXF(host, repo, insecure=not registry.startswith("https://"), timeout=60)
+
+    def _content(self, size: int) -> bytes:
+        return random.randbytes(size) if self.cfg.warmup.random else bytes(size)
+
+    # -- resuming ------------------------------------------------------------------------------
+
+    def _load_done(self) -> None:
+        if not self.map_path.exists():
+            return
+        data = self.map_path.read_bytes()
+        if data and not data.endswith(b"\n"):  # a line torn by an interruption: drop it
+            with open(self.map_path, "r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+        entries = list(load_map(self.map_path))
+        sample = random.Random(0).sample(entries, min(3, len(entries)))
+        for e in sample:  # a map made for another (or a wiped) registry is not trusted
+            if not self._exists(e):
+                if not self.quiet:
+                    print(f"warmup map {self.map_path} does not match the registry: starting over")
+                self.map_path.unlink()
+                return
+        for e in entries:
+            self.done[(e["registry"], e["repository"], e["kind"], e["reference"])] = e
+
+    def _exists(self, e: dict) -> bool:
+        kind = "blobs" if e["kind"] == "blob" else "manifests"
+        try:
+            dxf = self._dxf(e["registry"], e["repository"])
+            dxf._request("head", f"{kind}/{e['digest']}")  # the registry's own HEAD, via dxf's session
+            return True
+        except (requests.RequestException, DXFError):
+            return False
+
+    # -- work items ---------------------------------------------------------------------------
+
+    def _blob(self, registry: str, ref: str, size: int, repos: list[str]) -> list[dict]:
+        """Push one blob into the first repository that lacks it, mount it into the others."""
+        out = []
+        have = [self.done.get((registry, r, "blob", ref)) for r in repos]
+        source = next((e for e in have if e), None)
+        for repo, entry in zip(repos, have, strict=False):
+            if entry:
+                continue
+            dxf = self._dxf(registry, repo)
+            if source is not None:
+                try:
+                    dxf.mount_blob(source["repository"], source["digest"])
+                    out.append(self._entry(registry, repo, "blob", ref, source["digest"], source["size"], "mounted"))
+                    continue
+                except (requests.RequestException, DXFError):
+                    pass  # e.g. the registry does not mount: push instead
+            size = max(size, 1)
+            if size <= STREAM_ABOVE:
+                data = self._content(size)
+                digest = digest_of(data)
+            else:  # large: hash one pass, stream the same bytes in a second
+                seed, randomized = new_seed(), self.cfg.warmup.random
+                digest = stream_digest(seed, size, randomized)
+                data = chunks(seed, size, randomized)
+            dxf.push_blob(data=data, digest=digest)
+            entry = self._entry(registry, repo, "blob", ref, digest, size, "pushed")
+            out.append(entry)
+            source = source or entry
+        return out
+
+    def _manifest(self, registry: str, repo: str, tag: str, size: int, layers: list[tuple[str, int]]) -> list[dict]:
+        dxf = self._dxf(registry, repo)
+        if not layers:
+            dxf.push_blob(data=CONFIG_BLOB, digest=CONFIG_DIGEST)
+        body = build_manifest(layers, size)
+        dxf.set_manifest(tag, body.decode())
+        return [self._entry(registry, repo, "manifest", tag, digest_of(body), len(body), "manifest")]
+
+    @staticmethod
+    def _entry(registry, repo, kind, ref, digest, size, how) -> dict:
+        return {
+            "registry": registry,
+            "repository": repo,
+            "kind": kind,
+            "reference": ref,
+            "digest": digest,
+            "size": size,
+            "how": how,
+        }
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> WarmupStats:
+        reader = TraceReader(self.cfg.trace_paths(), **self.cfg.reader_options())
+        check_registries(self.registries)
+        t0 = time.perf_counter()
+        plan = plan_warmup(reader, self.registries)
+        self._load_done()
+        blob_jobs = []
+        for (reg, ref), (size, repos) in plan.blobs.items():
+            if all((reg, r, "blob", ref) in self.done for r in repos):
+                self.stats.already += len(repos)
+            else:
+                blob_jobs.append((reg, ref, size or DEFAULT_BLOB_SIZE, repos))
+        total = sum(len(j[3]) for j in blob_jobs) + len(plan.manifests)
+        self.map_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.map_path, "a") as out, progress(total=total, desc="warmup", unit="obj") as bar:
+            self._pool_run(self._blob, blob_jobs, out, bar, weights=[len(j[3]) for j in blob_jobs])
+            layers_of: dict[tuple[str, str], list[tuple[str, int]]] = {}
+            for (reg, repo, kind, _ref), e in sorted(self.done.items()):
+                if kind == "blob" and len(layers_of.setdefault((reg, repo), [])) < MANIFEST_LAYERS:
+                    layers_of[(reg, repo)].append((e["digest"], e["size"]))
+            manifest_jobs = []
+            for (reg, repo, tag), size in plan.manifests.items():
+                if (reg, repo, "manifest", tag) in self.done:
+                    self.stats.already += 1
+                    bar.update(0)
+                else:
+                    manifest_jobs.append((reg, repo, tag, size, layers_of.get((reg, repo), [])))
+            self._pool_run(self._manifest, manifest_jobs, out, bar, weights=[1] * len(manifest_jobs))
+        self.elapsed = time.perf_counter() - t0
+        self.plan = plan
+        return self.stats
+
+    def _pool_run(self, fn, jobs: list[tuple], out, bar, weights: list[int]) -> None:
+        threads = max(1, self.cfg.warmup.threads)
+        with ThreadPoolExecutor(threads) as pool:
+            futures = {}
+            it = iter(zip(jobs, weights, strict=False))
+            try:
+                for job, weight in it:  # keep the queue short: memory stays bounded
+                    futures[pool.submit(fn, *job)] = (job, weight)
+                    if len(futures) >= 4 * threads:
+                        self._collect(futures, out, bar, block=True)
+                while futures:
+                    self._collect(futures, out, bar, block=True)
+            except KeyboardInterrupt:
+                for f in futures:
+                    f.cancel()
+                raise
+
+    def _collect(self, futures: dict, out, bar, block: bool) -> None:
+        finished, _ = wait(list(futures), return_when=FIRST_COMPLETED)
+        for f in finished:
+            job, weight = futures.pop(f)
+            try:
+                entries = f.result()
+            except (requests.RequestException, DXFError, OSError) as e:
+                self.stats.failed += 1
+                if len(self.stats.errors) < 20:
+                    self.stats.errors.append(f"{job[:3]}: {type(e).__name__}: {e}"[:300])
+                bar.update(weight)
+                continue
+            for e in entries:
+                how = e.pop("how", "")
+                out.write(json.dumps(e) + "\n")
+                self.done[(e["registry"], e["repository"], e["kind"], e["reference"])] = e
+                if how == "pushed":
+                    self.stats.blobs_pushed += 1
+                    self.stats.bytes += e["size"]
+                elif how == "mounted":
+                    self.stats.blobs_mounted += 1
+                else:
+                    self.stats.manifests += 1
+            out.flush()
+            os.fsync(out.fileno())
+            bar.update(weight)
+
+
+def run_warmup(cfg: Config, quiet: bool = False) -> WarmupStats:
+    w = Warmup(cfg, quiet=quiet)
+    stats = w.run()
+    if not quiet:
+        print(
+            f"warmup: {w.plan.records:,} trace requests; pushed {stats.blobs_pushed:,} blobs "
+            f"({stats.bytes / 1e6:.1f} MB), mounted {stats.blobs_mounted:,}, {stats.manifests:,} manifests; "
+            f"{stats.already:,} already there; {stats.failed:,} failed; {w.elapsed:.1f} s → {w.map_path}"
+        )
+        for err in stats.errors[:5]:
+            print(f"  failed: {err}")
+    if stats.failed:
+        raise DrtpError(f"warmup: {stats.failed} objects failed (run it again to retry them)")
+    return stats

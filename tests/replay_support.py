@@ -1,0 +1,96 @@
+"""Shared helpers of the replay tests: a generated trace, client nodes as real processes, configs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import yaml
+from drtp.master.nodes import NodeLink
+
+from drtp.config import load_config
+from drtp.generate import GenerateOptions, generate
+from drtp.registry import free_port
+from drtp.trace import TraceReader, write_ibm
+
+TOKEN = "test-secret-0123456789"
+
+
+def make_trace(path: Path, requests: int = 300, seed: int = 7, span: float = 30.0) -> Path:
+    opts = GenerateOptions(
+        requests=requests, seed=seed, span_s=span, clients=20, repositories=12, max_layer_size=64_000
+    )
+    write_ibm(path, generate(opts))
+    return path
+
+
+class Node:
+    """``drtp client`` as a subprocess on a free loopback port."""
+
+    def __init__(self, workdir: Path, token: str = TOKEN) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.log = workdir / f"node-{self.port}.log"
+        env = dict(os.environ, DRTP_TOKEN=token)
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "drtp.cli", "client", "--port", str(self.port)],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                NodeLink(self.address, token, None).check()
+                return
+            except Exception:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(f"client node did not start: {self.log.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def write_config(workdir: Path, trace: Path, registries: list[str], nodes: list[str], **client_info):
+    ci = {"client_list": nodes, "threads": 8, "token": TOKEN, "batch": 50, "inflight": 200}
+    ci.update(client_info)
+    cfg = {
+        "trace": {"location": str(trace.parent), "traces": [trace.name]},
+        "registry": registries,
+        "client_info": ci,
+        "warmup": {"output": str(workdir / "warmup-map.jsonl"), "threads": 4},
+        "results": str(workdir / "results"),
+    }
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return load_config(path)
+
+
+def log_tail(log_path: Path, offset: int, out: Path) -> list:
+    """The registry's requests logged after byte ``offset``, as trace records."""
+    time.sleep(0.3)  # the registry logs a request just after answering it
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        out.write_bytes(f.read())
+    return list(TraceReader([out], fmt="registry-log"))
+
+
+def method_kind_counts(records) -> Counter:
+    return Counter((r.method, r.kind) for r in records)
