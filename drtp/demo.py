@@ -134,4 +134,11 @@ def run_demo(out: Path, requests: int = 2000, seed: int = 1) -> int:
             run_replay(cfg, out / "run")
         finally:
             stop_nodes(nodes)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from drtp.analysis.results_analysis import analyze_results
+
+    analyze_results([out / "run"], out / "analysis", [str(trace)], log=lambda *_: None)
+    print(f"plots and report.html (measured beside the trace's own latencies) in {out / 'analysis'}/")
     return 0
