@@ -20,7 +20,7 @@ from drtp import __version__
 from drtp.errors import DrtpError
 
 # modules that add subcommands of their own (each has register(subparsers))
-COMMAND_MODULES: tuple[str, ...] = ("drtp.master.cli", "drtp.client.cli")
+COMMAND_MODULES: tuple[str, ...] = ("drtp.master.cli", "drtp.client.cli", "drtp.cluster.cli")
 
 
 def _positive_int(text: str) -> int:
