@@ -24,7 +24,9 @@ if [ -f "$CI_DIR/id_ed25519.pub" ] && [ -f /root/.ssh/authorized_keys ]; then
     mv /root/.ssh/authorized_keys.tmp /root/.ssh/authorized_keys; chmod 0600 /root/.ssh/authorized_keys
 fi
 # proctrack/cgroup leaves empty per-node cgroups behind (/sys/fs/cgroup/freezer/slurm_n1 ...)
-for d in /sys/fs/cgroup/*/slurm_n*; do
-    [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+for node in $(cat "$CI_DIR/node-names" 2>/dev/null); do
+    for d in /sys/fs/cgroup/*/"slurm_$node"; do
+        [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+    done
 done
 true

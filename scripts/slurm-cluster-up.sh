@@ -8,7 +8,8 @@
 # Packages: slurmctld slurmd slurm-client munge openssh-server openssh-sftp-server (INSTALL=1 installs them).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-NNODES=${NNODES:-2}                   # virtual slurmd nodes on this host (n1..nN)
+NNODES=${NNODES:-2}                   # virtual slurmd nodes on this host ($NODE_PREFIX1..N)
+NODE_PREFIX=${NODE_PREFIX:-n}         # node names; distinct prefixes keep two clusters' cgroups apart
 CPUS_PER_NODE=${CPUS_PER_NODE:-4}     # may exceed nproc (SlurmdParameters=config_overrides)
 SSH_PORT=${SSH_PORT:-2222}
 CTLD_PORT=${CTLD_PORT:-6817}
@@ -88,7 +89,7 @@ MinJobAge=600
 KillWait=5
 CONF
     for i in $(seq 1 "$NNODES"); do
-        echo "NodeName=n$i NodeHostname=$host NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + i)) CPUs=$CPUS_PER_NODE State=UNKNOWN"
+        echo "NodeName=$NODE_PREFIX$i NodeHostname=$host NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + i)) CPUs=$CPUS_PER_NODE State=UNKNOWN"
     done >> "$SLURM_CONF"
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$SLURM_CONF"
     if [ "$PROCTRACK" = proctrack/cgroup ]; then
@@ -101,10 +102,10 @@ CONF
 
 start_slurmds() {  # returns 1 if a slurmd does not come up
     for i in $(seq 1 "$NNODES"); do
-        rm -f "$CI_DIR/run-slurmd-n$i.pid"
-        /usr/sbin/slurmd -N "n$i" || return 1
-        wait_pidfile "$CI_DIR/run-slurmd-n$i.pid" || return 1
-        cp "$CI_DIR/run-slurmd-n$i.pid" "$CI_DIR/slurmd-n$i.pid"
+        rm -f "$CI_DIR/run-slurmd-$NODE_PREFIX$i.pid"
+        /usr/sbin/slurmd -N "$NODE_PREFIX$i" || return 1
+        wait_pidfile "$CI_DIR/run-slurmd-$NODE_PREFIX$i.pid" || return 1
+        cp "$CI_DIR/run-slurmd-$NODE_PREFIX$i.pid" "$CI_DIR/slurmd-$NODE_PREFIX$i.pid"
     done
 }
 
@@ -121,6 +122,7 @@ if ! start_slurmds && [ "$PROCTRACK" = proctrack/cgroup ]; then
     start_slurmds
 fi
 echo "$PROCTRACK" > "$CI_DIR/proctrack"
+seq -f "$NODE_PREFIX%g" 1 "$NNODES" > "$CI_DIR/node-names"   # for slurm-cluster-down.sh
 for _ in $(seq 1 150); do                     # wait until every node is idle
     [ "$(sinfo -h -N -o '%T' 2>/dev/null | grep -c '^idle$')" = "$NNODES" ] && break
     sleep 0.2

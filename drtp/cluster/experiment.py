@@ -207,12 +207,18 @@ class Experiment:
                 raise DrtpError(f"gave up waiting for experiment {self.name} (jobs still running: drtp slurm cancel)")
             time.sleep(poll)
         if clients and not clients.terminal:
-            slurm.scancel([clients.job_id])
-        dest = self.gather()
+            if not (self.dir / "released").exists():
+                (self.dir / "released").touch()  # the master is over: the clients are not needed
+                slurm.scancel([clients.job_id])
+            end = time.monotonic() + 20  # let the client job end, so its log and state are final
+            while not slurm.job_info(clients.job_id).terminal and time.monotonic() < end:
+                time.sleep(min(poll, 1.0))
+            self.poll()
         self.state["finished"] = True
         problems = self.problems()
         self.state["problems"] = problems
         self.save()
+        dest = self.gather()
         for p in problems:
             print(f"drtp: {p}", file=out, flush=True)
         done = self.requests_done()
