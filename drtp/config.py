@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
@@ -35,10 +35,10 @@ class ClientInfo(_Section):
     route: bool = False  # True: consistent hash of the client address; False: round-robin
     token: str | None = None  # shared secret between master and client nodes
     # drtp's own keys
-    batch: int = 200  # requests per batch sent to a node
-    inflight: int = 2000  # requests out at a node at most (bounds the master's memory)
+    batch: Annotated[int, msgspec.Meta(ge=1)] = 200  # requests per batch sent to a node
+    inflight: Annotated[int, msgspec.Meta(ge=1)] = 2000  # requests out at a node at most (bounds memory)
     timeout: float = 30.0  # seconds before a registry request fails as a timeout
-    speedup: float = 1.0  # as-is mode: replay this many times faster than the trace
+    speedup: Annotated[float, msgspec.Meta(gt=0)] = 1.0  # as-is mode: replay this many times faster
     on_time_ms: float = 10.0  # as-is mode: a request started this late still counts as on time
 
 

@@ -1,16 +1,23 @@
 """``drtp demo``: the main job end to end on this machine.
 
-Generates a small trace, checks it, starts a real Distribution registry on
-loopback and checks it answers a push and a pull through python-dxf.  Grows
-into the full replay (warmup + run through two client nodes) with the
-replay issue.
+Generates a small trace, summarises it, starts a real Distribution registry
+and two client nodes (``drtp client`` processes) on loopback, warms the
+registry up, replays the trace through the nodes (as fast as possible) and
+prints the summary; the run's ``requests.csv`` and ``summary.json`` land in
+``OUT/run``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import subprocess
+import sys
 import time
 from pathlib import Path
+
+import yaml
 
 from drtp.analysis.trace_summary import format_summary, summarize
 from drtp.generate import GenerateOptions, generate
@@ -38,24 +45,93 @@ def registry_roundtrip(host: str, size: int = 300_000) -> dict:
     return {"push_s": t1 - t0, "pull_s": t2 - t1, "bytes": size, "digest": digest}
 
 
+def start_nodes(n: int, token: str, logdir: Path) -> list[tuple[subprocess.Popen, str]]:
+    """``n`` client nodes on free loopback ports, answering their health check."""
+    from drtp.master.nodes import NodeLink
+    from drtp.registry import free_port
+
+    nodes = []
+    env = dict(os.environ, DRTP_TOKEN=token)
+    for _ in range(n):
+        port = free_port()
+        with open(logdir / f"node-{port}.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "drtp.cli", "client", "--port", str(port)],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        nodes.append((proc, f"127.0.0.1:{port}"))
+    deadline = time.monotonic() + 20
+    for proc, address in nodes:
+        while True:
+            try:
+                NodeLink(address, token, None).check()
+                break
+            except Exception:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    stop_nodes(nodes)
+                    raise RuntimeError(f"client node {address} did not start; see {logdir}") from None
+                time.sleep(0.1)
+    return nodes
+
+
+def stop_nodes(nodes) -> None:
+    for proc, _ in nodes:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc, _ in nodes:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def run_demo(out: Path, requests: int = 2000, seed: int = 1) -> int:
+    from drtp.config import load_config
+    from drtp.master.run import run_replay
+    from drtp.master.warmup import run_warmup
+
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.json"
     opts = GenerateOptions(
         requests=requests, seed=seed, span_s=600, clients=20, repositories=30, max_layer_size=2 << 20
     )
     n = write_ibm(trace, generate(opts))
-    print(f"[1/3] generated {n:,} requests → {trace}")
+    print(f"[1/5] generated {n:,} requests → {trace}")
     summary = summarize(TraceReader([trace]).batches())
     (out / "trace-summary.json").write_text(json.dumps(summary, indent=2))
-    print("[2/3] trace summary:")
+    print("[2/5] trace summary:")
     print("      " + format_summary(summary).replace("\n", "\n      "))
+    token = secrets.token_hex(16)
     with LocalRegistry(out / "registry") as reg:
         rt = registry_roundtrip(reg.host)
-        print(
-            f"[3/3] registry {reg.url} (Distribution, loopback): pushed and pulled a "
-            f"{rt['bytes'] // 1000} KB blob in {rt['push_s'] * 1000:.1f} ms / {rt['pull_s'] * 1000:.1f} ms"
-        )
-    (out / "registry-check.json").write_text(json.dumps(rt, indent=2))
-    print(f"results in {out}/")
+        (out / "registry-check.json").write_text(json.dumps(rt, indent=2))
+        nodes = start_nodes(2, token, out)
+        print(f"[3/5] registry {reg.url}; client nodes {', '.join(a for _, a in nodes)}")
+        try:
+            config = {
+                "trace": {"location": ".", "traces": [trace.name]},
+                "registry": [reg.host],
+                "client_info": {
+                    "client_list": [a for _, a in nodes],
+                    "threads": 16,
+                    "wait": False,
+                    "route": True,
+                    "token": "${DRTP_TOKEN}",
+                },
+                "warmup": {"output": "warmup-map.jsonl", "threads": 8, "random": True},
+                "results": ".",
+            }
+            (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+            os.environ["DRTP_TOKEN"] = token
+            cfg = load_config(out / "config.yaml")
+            (out / "warmup-map.jsonl").unlink(missing_ok=True)  # a new registry each demo
+            print("[4/5] warmup:")
+            run_warmup(cfg)
+            print("[5/5] replay (as fast as possible, hash routing):")
+            run_replay(cfg, out / "run")
+        finally:
+            stop_nodes(nodes)
     return 0

@@ -225,6 +225,9 @@ class Replay:
                 self._result(node, payload)
             elif kind == "dead":
                 self._node_dead(node, payload)
+            elif kind == "closed" and self.per_node[node] > 0:
+                # the node sends its stream's end only after its last result: the rest is lost
+                self._node_dead(node, f"result stream ended with {self.per_node[node]} requests outstanding")
             n += 1
             try:
                 event = self.events.get_nowait()

@@ -11,10 +11,10 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-from replay_support import Node, log_tail, make_trace, method_kind_counts, write_config
-
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
+from replay_support import Node, log_tail, make_trace, method_kind_counts, write_config
+
 from drtp.registry import LocalRegistry
 from drtp.trace import TraceReader
 
@@ -54,14 +54,14 @@ def test_replay_matches_trace_and_registry_log(tmp_path, nodes, trace, route, wa
 
     # one row per trace record, in the trace's methods, every one as the trace had it
     assert len(main) == len(records)
-    assert Counter(zip(main.method, main.kind)) == method_kind_counts(records)
+    assert Counter(zip(main.method, main.kind, strict=False)) == method_kind_counts(records)
     assert set(main.trace_id) == {r.id for r in records}
     bad = main[~main.ok]
     assert bad.empty, bad[["method", "kind", "reference", "status", "error"]].to_string()
     assert (main.status == main.expected_status).all()
 
     # the registry saw exactly the trace's requests plus the helper requests reported as auxiliary
-    expected = method_kind_counts(records) + Counter(zip(aux.method, aux.kind))
+    expected = method_kind_counts(records) + Counter(zip(aux.method, aux.kind, strict=False))
     assert method_kind_counts(sent) == expected
     # PUT manifests stayed PUTs (B1) and were accepted as real manifests
     assert sum(1 for r in sent if r.method == "PUT" and r.kind == "manifest" and r.status == 201) == sum(
@@ -113,3 +113,21 @@ def test_replay_matches_trace_and_registry_log(tmp_path, nodes, trace, route, wa
         assert np.allclose(resp, ok.latency_s + (ok.start_s - ok.intended_s), atol=2e-6)
     else:
         assert main.intended_s.isna().all()
+
+
+def test_replay_spreads_repositories_over_several_registries(tmp_path, nodes, trace):
+    records = list(TraceReader([trace]))
+    with LocalRegistry(tmp_path / "r1") as r1, LocalRegistry(tmp_path / "r2") as r2:
+        cfg = write_config(tmp_path, trace, [r1.host, r2.host], [n.address for n in nodes])
+        run_warmup(cfg, quiet=True)
+        offsets = [r.log_path.stat().st_size for r in (r1, r2)]
+        summary = run_replay(cfg, tmp_path / "run", quiet=True)
+        sent = [
+            log_tail(r.log_path, o, tmp_path / f"{i}.log")
+            for i, (r, o) in enumerate(zip((r1, r2), offsets, strict=False))
+        ]
+    assert summary["requests"] == len(records) and summary["failed"] == 0
+    assert all(sent), "each registry got part of the run"
+    repos = [{r.repository for r in s} for s in sent]
+    assert not repos[0] & repos[1], "a repository lives on one registry"
+    assert sum(len(s) for s in sent) == len(records) + summary["auxiliary"]

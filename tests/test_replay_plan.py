@@ -1,0 +1,81 @@
+"""The master's planner (remapping, dependencies) and its running percentiles, without a registry."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import random
+
+import numpy as np
+import pytest
+from drtp.master.plan import Planner, registry_for
+from drtp.master.results import LogHistogram
+
+from drtp.manifest import placeholder_digest
+from drtp.records import TraceRecord
+from drtp.replay_types import ReplayResult
+
+T = _dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc)
+
+
+def rec(method: str, uri: str, status: int = 200, size: int = 0, client: str = "c1") -> TraceRecord:
+    return TraceRecord("h", 0.01, method, client, uri, status, size, "id", T)
+
+
+def test_a_push_remaps_later_reads_and_keeps_other_repositories_digests():
+    p = Planner(["r:1"])
+    p.learn("a/x", "blob", "L1", "sha256:warm", 10)
+    p.learn("a/y", "blob", "L1", "sha256:warm", 10)  # mounted into a second repository
+    put = p.plan(rec("PUT", "v2/a/z/blobs/L1", 201, 10), 0, None)
+    assert put.op == "upload-close" and put.digest is None
+    get = rec("GET", "v2/a/y/blobs/L1")
+    assert p.blocked_by(get) == [("blob", "L1")]  # the push is in flight: wait for it
+    p.done(put, ReplayResult(0, 201, True, 0.0, 0.01, 10, "sha256:new", size=10))
+    assert p.blocked_by(get) == []
+    assert p.plan(get, 1, None).digest == "sha256:warm"  # a/y keeps what it had
+    assert p.plan(rec("GET", "v2/a/z/blobs/L1"), 2, None).digest == "sha256:new"
+    assert p.plan(rec("GET", "v2/b/q/blobs/L9", 404), 3, None).digest == placeholder_digest("L9")
+
+
+def test_a_manifest_put_stays_a_put_and_carries_the_pushed_layers():
+    p = Planner(["r:1"])
+    p.learn("a/x", "blob", "base", "sha256:base", 5)
+    p.plan(rec("HEAD", "v2/a/x/blobs/base"), 0, None)
+    put_layer = p.plan(rec("PUT", "v2/a/x/blobs/L2", 201, 7), 1, None)
+    manifest = rec("PUT", "v2/a/x/manifests/v1", 201, 900)
+    assert p.blocked_by(manifest) == [("blob", "L2")]
+    p.done(put_layer, ReplayResult(1, 201, True, 0.0, 0.01, 7, "sha256:l2", size=7))
+    req = p.plan(manifest, 2, None)
+    assert (req.method, req.op) == ("PUT", "manifest-put")
+    assert [(layer.digest, layer.size) for layer in req.layers] == [("sha256:base", 5), ("sha256:l2", 7)]
+    # a pull of that tag waits for the manifest push
+    assert p.blocked_by(rec("GET", "v2/a/x/manifests/v1", client="c2")) == [("manifest", "a/x", "v1")]
+    p.done(req, ReplayResult(2, 201, True, 0.0, 0.01))
+    assert p.blocked_by(rec("GET", "v2/a/x/manifests/v1", client="c2")) == []
+
+
+def test_a_failed_push_leaves_reads_on_a_digest_that_fails():
+    p = Planner(["r:1"])
+    put = p.plan(rec("PUT", "v2/a/x/blobs/L3", 201, 7), 0, None)
+    p.done(put, ReplayResult(0, 500, False, 0.0, 0.01, error="HTTP 500"))
+    assert p.plan(rec("GET", "v2/a/x/blobs/L3"), 1, None).digest == placeholder_digest("L3")
+
+
+def test_registry_for_is_stable_and_spreads():
+    regs = ["a:1", "b:2", "c:3"]
+    chosen = {registry_for(f"u/r{i}", regs) for i in range(100)}
+    assert chosen == set(regs)
+    assert registry_for("u/r1", regs) == registry_for("u/r1", list(regs))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_log_histogram_percentiles_match_nearest_rank(seed):
+    rng = random.Random(seed)
+    values = [rng.lognormvariate(math.log(0.01), 1.5) for _ in range(5000)] + [0.0, 5e-7]
+    h = LogHistogram()
+    for v in values:
+        h.add(v)
+    for q in (0.5, 0.9, 0.99):
+        exact = np.percentile(values, q * 100, method="inverted_cdf")
+        assert h.quantile(q) == pytest.approx(exact, rel=1e-3)
+    assert h.describe()["max"] == max(values)
