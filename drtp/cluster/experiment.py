@@ -176,11 +176,12 @@ class Experiment:
             state = job.get("state", "UNKNOWN")
             if state == "COMPLETED" or state not in slurm.TERMINAL:
                 continue
-            if role == "clients" and state == "CANCELLED" and released and not job.get("ended_early"):
-                continue  # the master released it when it was done
+            if role == "clients" and released and not job.get("ended_early"):
+                continue  # the master (or wait) released it when it was done
             exit_code = f", exit {job['exit_code']}" if job.get("exit_code") not in (None, "", "0:0") else ""
             when = " before the master finished" if role == "clients" else ""
-            lines.append(f"{role} job {job['id']} {state}{when}{exit_code}; log: {job['log']}")
+            what = "client" if role == "clients" else role
+            lines.append(f"{what} job {job['id']} {state}{when}{exit_code}; log: {job['log']}")
         return lines
 
     def wait(self, poll: float = 2.0, out=sys.stdout, timeout: float | None = None) -> int:
@@ -190,11 +191,12 @@ class Experiment:
         while True:
             infos = self.poll()
             clients, master = infos.get("clients"), infos.get("master")
-            if clients and clients.terminal and not (self.dir / "released").exists():
+            if clients and not clients.active and not (self.dir / "released").exists():
                 job = self.state["jobs"]["clients"]
                 if not job.get("ended_early") and clients.state != "UNKNOWN":
-                    job["ended_early"] = True
-                    print(f"drtp: client job {clients.job_id} {clients.state}; log: {job['log']}", file=out, flush=True)
+                    job["ended_early"] = True  # before the master released it
+                    msg = f"client job {clients.job_id} is {clients.state} while the master runs; log: {job['log']}"
+                    print(f"drtp: {msg}", file=out, flush=True)
             line = self.status_line(infos)
             if line != last:
                 stamp = _dt.datetime.now().strftime("%H:%M:%S")
@@ -207,7 +209,7 @@ class Experiment:
                 raise DrtpError(f"gave up waiting for experiment {self.name} (jobs still running: drtp slurm cancel)")
             time.sleep(poll)
         if clients and not clients.terminal:
-            if not (self.dir / "released").exists():
+            if clients.active and not (self.dir / "released").exists():
                 (self.dir / "released").touch()  # the master is over: the clients are not needed
                 slurm.scancel([clients.job_id])
             end = time.monotonic() + 20  # let the client job end, so its log and state are final

@@ -30,6 +30,8 @@ TERMINAL = {
     "SPECIAL_EXIT",
     "REVOKED",
 }
+# states of a job that is (or will be) running; anything else means it is ending or over
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING", "RESV_DEL_HOLD"}
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
@@ -128,6 +130,10 @@ class JobInfo:
     exit_code: str = ""
     nodes: str = ""
     log: str = ""
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
 
     @property
     def terminal(self) -> bool:
