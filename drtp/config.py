@@ -87,6 +87,7 @@ class Slurm(_Section):
     workdir: str = "slurm-jobs"  # shared folder that holds one folder per experiment
     register_timeout: float = 300.0  # seconds the master waits for every client to come up
     poll: float = 2.0  # seconds between status polls
+    each_registry: bool = False  # one run per registry in registry:, in turn, on the same client nodes
 
 
 class SshHost(_Section):

@@ -56,10 +56,10 @@ def registry(tmp_path):
         yield reg
 
 
-def write_config(workdir: Path, trace: Path, registry: str, cluster: Cluster, **sections) -> Path:
+def write_config(workdir: Path, trace: Path, registry: str | list[str], cluster: Cluster, **sections) -> Path:
     cfg = {
         "trace": {"location": str(trace.parent), "traces": [trace.name]},
-        "registry": [registry],
+        "registry": registry if isinstance(registry, list) else [registry],
         "client_info": {"threads": 8, "token": "${DRTP_TOKEN}", "batch": 50, "inflight": 200},
         "warmup": {"output": "warmup-map.jsonl", "threads": 4},
         "results": "results",
@@ -144,6 +144,27 @@ def test_slurm_submit_replays_through_jobs(tmp_path, cluster, trace, registry):
     status = drtp(["slurm", "status", "--exp", str(exp)], cluster.env())
     assert status.returncode == 0, status.stderr
     assert re.search(rf"master: job {master_id} COMPLETED", status.stdout)
+
+
+def test_each_registry_in_turn_on_one_allocation(tmp_path, cluster, trace, registry):
+    with LocalRegistry(tmp_path / "registry2") as second:
+        config = write_config(tmp_path, trace, [registry.host, second.host], cluster, slurm={"each_registry": True})
+        proc = drtp(["slurm", "submit", "-c", str(config), "--name", "two"], cluster.env(DRTP_TOKEN=TOKEN))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        second_log = second.log_path.read_bytes()
+    exp = tmp_path / "slurm-jobs" / "two"
+    state = json.loads((exp / "experiment.json").read_text())
+    assert len(state["jobs"]) == 2  # one client job served both runs
+    names = (exp / "runs.txt").read_text().split()
+    assert names == [f"1-{registry.host.replace(':', '_')}", f"2-{second.host.replace(':', '_')}"]
+    for name, reg in zip(names, (registry.host, second.host), strict=True):
+        main = check_results(tmp_path / "results" / "two" / name, trace)
+        assert yaml.safe_load((exp / f"run-config-{name}.yaml").read_text())["registry"] == [reg]
+        assert json.loads((tmp_path / "results" / "two" / name / "summary.json").read_text())["registries"] == [reg]
+        assert len(main) == 300
+    assert b"/v2/" in second_log and f"requests done {2 * len(main)}".encode() in proc.stdout.encode()
+    # one warmup map per registry
+    assert len(list(tmp_path.glob("warmup-map-*.jsonl"))) == 2
 
 
 def test_failed_master_job_reported_with_id_and_log(tmp_path, cluster, trace):

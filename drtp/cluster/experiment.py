@@ -8,7 +8,9 @@ Layout of ``<slurm.workdir>/<name>/``::
     master.sbatch
     nodes/task-<i>     written by each client task: Slurm node name, host name, port
     run-config.yaml    config.yaml plus client_info.client_list, written by the master job
-    run/               the master's results (requests.csv, summary.json, config.json)
+    runs.txt           the runs in turn (one empty line: the one run; slurm.each_registry: <i>-<registry>)
+    run/               the master's results (requests.csv, summary.json, config.json);
+                       with slurm.each_registry, run/<i>-<registry>/ per registry (run-config-<i>-<registry>.yaml)
     logs/              clients-<job>.out, master-<job>.out
     released           marker: the master is done and cancelled the client job itself
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -131,18 +134,22 @@ class Experiment:
     # -- follow ----------------------------------------------------------------------------------
 
     def requests_done(self) -> int | None:
-        """Rows in the run's requests.csv so far (None before the run starts)."""
-        path = self.dir / "run" / "requests.csv"
-        if not path.exists():
+        """Rows in the runs' requests.csv files so far (None before the first run starts)."""
+        paths = sorted((self.dir / "run").glob("**/requests.csv")) if (self.dir / "run").exists() else []
+        if not paths:
             return None
-        offset, count = self.state.get("_csv", (0, 0))
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-        end = chunk.rfind(b"\n") + 1
-        count += chunk[:end].count(b"\n")
-        self.state["_csv"] = (offset + end, count)
-        return max(0, count - 1)  # the header
+        progress = self.state.setdefault("csv_rows", {})
+        total = 0
+        for path in paths:
+            offset, count = progress.get(str(path), (0, 0))
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1
+            count += chunk[:end].count(b"\n")
+            progress[str(path)] = (offset + end, count)
+            total += max(0, count - 1)  # the header
+        return total
 
     def poll(self) -> dict[str, slurm.JobInfo]:
         infos = {}
@@ -232,10 +239,8 @@ class Experiment:
         dest = Path(self.state["results"])
         dest.mkdir(parents=True, exist_ok=True)
         run = self.dir / "run"
-        if run.exists():
-            for f in run.iterdir():
-                if f.is_file():
-                    shutil.copy2(f, dest / f.name)
+        if run.exists():  # one run: its files; each_registry: a folder per run
+            shutil.copytree(run, dest, dirs_exist_ok=True)
         (dest / "logs").mkdir(exist_ok=True)
         for f in (self.dir / "logs").iterdir():
             shutil.copy2(f, dest / "logs" / f.name)
@@ -274,8 +279,8 @@ def registrations(exp_dir: Path) -> list[tuple[int, str, str, int]]:
     return sorted(out)
 
 
-def resolve_clients(exp: Experiment, timeout: float, out=sys.stdout) -> Path:
-    """Wait for every client task, check each answers, write run-config.yaml; its path."""
+def resolve_clients(exp: Experiment, timeout: float, out=sys.stdout) -> list[str]:
+    """Wait for every client task, check each answers, write the run configs; the runs' names."""
     from drtp.master.nodes import NodeLink
     from drtp.node_auth import resolve_token
 
@@ -307,7 +312,31 @@ def resolve_clients(exp: Experiment, timeout: float, out=sys.stdout) -> Path:
                 time.sleep(0.5)
     data = yaml.safe_load((exp.dir / "config.yaml").read_text())
     data.setdefault("client_info", {})["client_list"] = addresses
-    path = exp.dir / "run-config.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    names = write_run_configs(exp.dir, data, each_registry=bool(cfg.slurm and cfg.slurm.each_registry))
     print(f"client nodes: {', '.join(addresses)}", file=out, flush=True)
-    return path
+    return names
+
+
+def run_name(i: int, registry: str) -> str:
+    return f"{i}-" + re.sub(r"[^A-Za-z0-9.]+", "_", registry.split("//")[-1]).strip("_")
+
+
+def write_run_configs(exp_dir: Path, data: dict, each_registry: bool) -> list[str]:
+    """run-config[-NAME].yaml for each run and runs.txt naming them in order ("" = the one run)."""
+    registries = data.get("registry") or []
+    registries = [registries] if isinstance(registries, str) else registries
+    if not each_registry or len(registries) < 2:
+        (exp_dir / "run-config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        names = [""]
+    else:
+        names = []
+        out = Path(data["warmup"]["output"])
+        for i, reg in enumerate(registries, 1):
+            name = run_name(i, reg)
+            one = json.loads(json.dumps(data))
+            one["registry"] = [reg]
+            one["warmup"]["output"] = str(out.with_name(f"{out.stem}-{name}{out.suffix}"))  # a map per registry
+            (exp_dir / f"run-config-{name}.yaml").write_text(yaml.safe_dump(one, sort_keys=False))
+            names.append(name)
+    (exp_dir / "runs.txt").write_text("".join(f"{n}\n" for n in names))
+    return names
