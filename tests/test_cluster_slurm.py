@@ -247,7 +247,11 @@ def deploy_section(tmp_path: Path, cluster: Cluster, mode: str) -> dict:
         "install": "auto",
         "mode": mode,
         "env": {"SLURM_CONF": str(cluster.slurm_conf)},
-        "client_hosts": [{"host": "127.0.0.1", "port": cluster.ssh_port}] * 2,
+        # the same sshd under two names: the second is handled as another host (its own connection and copy)
+        "client_hosts": [
+            {"host": "127.0.0.1", "port": cluster.ssh_port},
+            {"host": "localhost", "port": cluster.ssh_port},
+        ],
     }
 
 
@@ -279,20 +283,27 @@ def test_deploy_over_ssh_pulls_results_back(tmp_path, cluster, trace, registry, 
 
     runs = list((tmp_path / "results").iterdir())
     assert len(runs) == 1 and runs[0].name.startswith("run-")
-    check_results(runs[0], trace)
+    main = check_results(runs[0], trace)
     assert "pulled" in out and str(runs[0]) in out
     if mode == "ssh":
         assert len(list((runs[0] / "logs").glob("client-*.log"))) == 2
+        port = yaml.safe_load(config.read_text())["client_info"]["port"]
+        assert set(main.node) == {f"127.0.0.1:{port}", f"localhost:{port + 1}"}
+        assert re.search(r"copied 0 files \(0.0 MB\) to root@localhost:\d+:.*, \d+ already there", out)
         assert not list((remote / "exp" / "deploy-config" / "logs").glob("*.pid"))  # the clients were stopped
     else:
         assert list((runs[0] / "logs").glob("master-*.out"))
 
 
 def test_redeploy_skips_files_already_copied(tmp_path, cluster, trace):
-    config = write_config(tmp_path, trace, "127.0.0.1:9", cluster, deploy=deploy_section(tmp_path, cluster, "slurm"))
+    section = deploy_section(tmp_path, cluster, "slurm")
+    # through a jump host (the same sshd: it forwards the connection to itself)
+    section["jump"] = {"host": "127.0.0.1", "port": cluster.ssh_port, "user": "root", "key_file": str(cluster.ssh_key)}
+    config = write_config(tmp_path, trace, "127.0.0.1:9", cluster, deploy=section)
     env = dict(os.environ, DRTP_TOKEN=TOKEN)
     first = drtp(["deploy", "-c", str(config), "--copy-only"], env)
     assert first.returncode == 0, first.stdout + first.stderr
+    assert f"connected to root@127.0.0.1:{cluster.ssh_port} through 127.0.0.1" in first.stdout
     copied = int(re.search(r"copied (\d+) files", first.stdout).group(1))
     assert copied > 20
 
@@ -311,3 +322,28 @@ def test_redeploy_skips_files_already_copied(tmp_path, cluster, trace):
     third = drtp(["deploy", "-c", str(config), "--copy-only"], env)
     assert "copied 1 files" in third.stdout and f"{copied - 1} already there" in third.stdout
     assert remote_trace.read_bytes() == trace.read_bytes()
+
+
+def test_deploy_makes_a_venv_and_installs_the_copied_project(tmp_path, cluster, trace):
+    section = deploy_section(tmp_path, cluster, "slurm")
+    venv = tmp_path / "remote-venv"
+    section.update(
+        venv=str(venv),
+        install="always",
+        python=getattr(sys, "_base_executable", sys.executable),
+        system_site_packages=True,
+        pip_args=["--no-deps"],  # quick: the code, not its dependencies
+    )
+    config = write_config(tmp_path, trace, "127.0.0.1:9", cluster, deploy=section)
+    proc = drtp(["deploy", "-c", str(config), "--copy-only"], dict(os.environ, DRTP_TOKEN=TOKEN))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "-m venv --system-site-packages" in proc.stdout and "pip install" in proc.stdout
+    # the venv's drtp is the copied project (an editable install of <remote_dir>/project)
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import drtp.cluster, drtp.slurm; print(drtp.cluster.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.strip() == str(tmp_path / "remote" / "project" / "drtp" / "cluster" / "__init__.py")

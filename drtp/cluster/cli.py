@@ -35,7 +35,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"master job {jobs['master']['id']} (log {jobs['master']['log']})", flush=True)
     if args.no_wait:
         return 0
-    return exp.wait(poll=cfg.slurm.poll)
+    try:
+        return exp.wait(poll=cfg.slurm.poll)
+    except KeyboardInterrupt:
+        print(
+            f"\ndrtp: stopped following; the jobs go on. 'drtp slurm wait --exp {exp.dir}' follows them again, "
+            f"'drtp slurm cancel --exp {exp.dir}' cancels them",
+            file=sys.stderr,
+        )
+        return 130
 
 
 def cmd_wait(args: argparse.Namespace) -> int:

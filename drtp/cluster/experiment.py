@@ -154,7 +154,11 @@ class Experiment:
     def poll(self) -> dict[str, slurm.JobInfo]:
         infos = {}
         for role, job in self.state.get("jobs", {}).items():
-            info = slurm.job_info(job["id"])
+            try:
+                info = slurm.job_info(job["id"])
+            except DrtpError as e:  # slurmctld busy or restarting: keep the last state, try again next poll
+                print(f"drtp: {e}", file=sys.stderr, flush=True)
+                info = slurm.JobInfo(job["id"], job.get("state", "PENDING"), log=job.get("log", ""))
             if info.log:
                 job["log"] = info.log
             if info.state != "UNKNOWN":
