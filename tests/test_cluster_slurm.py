@@ -25,7 +25,7 @@ from drtp.registry import LocalRegistry
 from drtp.trace import TraceReader
 
 DRTP = [sys.executable, "-m", "drtp.cli"]
-VENV_SETUP = f"source {sys.prefix}/bin/activate"  # the jobs run this checkout's drtp
+JOB_DRTP = f"{sys.executable} -m drtp.cli"  # the jobs run this interpreter's (this checkout's) drtp
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +68,7 @@ def write_config(workdir: Path, trace: Path, registry: str | list[str], cluster:
             "tasks_per_node": 1,
             "time": "00:05:00",
             "client_port": 20000 + os.getpid() % 20000,
-            "setup": [VENV_SETUP],
+            "drtp": JOB_DRTP,
             "poll": 0.5,
             "register_timeout": 60,
         },
@@ -235,6 +235,8 @@ def test_cancelled_client_job_reported_and_results_kept(tmp_path, cluster, trace
 
 
 def deploy_section(tmp_path: Path, cluster: Cluster, mode: str) -> dict:
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the deploy tests reuse the virtualenv the tests run in, and this is not one")
     return {
         "host": "127.0.0.1",
         "port": cluster.ssh_port,
