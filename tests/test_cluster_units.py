@@ -19,6 +19,7 @@ CFG = {
     "trace": {"location": "traces", "traces": ["a.json"]},
     "registry": ["reg.example:5000"],
     "client_info": {"token": "${DRTP_TOKEN}"},
+    "results": "/scratch/${USER}/results",
     "warmup": {"output": "maps/warmup.jsonl"},
     "slurm": {
         "partition": "defq",
@@ -39,6 +40,7 @@ CFG = {
 def config(tmp_path, monkeypatch):
     monkeypatch.setenv("DRTP_TOKEN", "secret-token-123")
     monkeypatch.setenv("SSH_PW", "ssh-password-456")
+    monkeypatch.setenv("USER", "u")
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(CFG))
     return path
@@ -95,7 +97,7 @@ def test_experiment_config_copy_has_absolute_paths_and_no_secrets(config):
     base = config.parent.resolve()
     assert data["trace"]["location"] == str(base / "traces")
     assert data["warmup"]["output"] == str(base / "maps" / "warmup.jsonl")
-    assert data["results"] == str(base / "results")
+    assert data["results"] == "/scratch/${USER}/results"
     assert data["client_info"]["token"] == "${DRTP_TOKEN}"
     assert "deploy" not in data
 
@@ -105,7 +107,7 @@ def test_deploy_rewrites_the_config_and_passes_only_job_secrets(config):
     assert dep.name == "deploy-exp"
     # the token travels (on stdin); the SSH password does not leave this machine
     assert dep.secrets == {"DRTP_TOKEN": "secret-token-123"}
-    assert env_refs(CFG) == {"DRTP_TOKEN", "SSH_PW"}
+    assert env_refs(CFG) == {"DRTP_TOKEN", "SSH_PW", "USER"}  # USER: the remote side's own, not sent
     lay = Layout("/home/u/drtp-deploy", "/home/u/drtp-deploy/venv", "/home/u/drtp-deploy/exp/deploy-exp")
     remote = dep.remote_config(lay, None)
     assert remote["trace"]["location"] == "traces" and remote["results"] == "results"

@@ -35,6 +35,8 @@ from drtp.errors import DrtpError
 PROJECT_DIRS = ("drtp", "master", "client", "plugins", "analysis", "slurm")
 PROJECT_FILES = ("setup.py", "pyproject.toml", "README.md")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# variables that describe the machine itself: the remote side expands its own, never the laptop's
+HOST_VARS = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "PWD", "TMPDIR", "HOSTNAME", "LANG"}
 
 # run on the remote side by deploy.python: sizes and SHA-256 of the files named on stdin (JSON)
 _HASH_SCRIPT = """
@@ -294,7 +296,7 @@ class Deployment:
     def _secret_env(self) -> dict[str, str]:
         """The environment variables the config uses outside deploy: (tokens…), to pass on stdin."""
         rest = {k: v for k, v in self.raw.items() if k != "deploy"}
-        return {v: os.environ[v] for v in sorted(env_refs(rest)) if v in os.environ}
+        return {v: os.environ[v] for v in sorted(env_refs(rest) - HOST_VARS) if v in os.environ}
 
     def _env_prefix(self) -> str:
         """Shell text that reads the secrets from stdin and exports deploy.env (shown, so no secrets)."""
