@@ -185,6 +185,22 @@ def test_failed_master_job_reported_with_id_and_log(tmp_path, cluster, trace):
     assert (tmp_path / "results" / "bad" / "logs" / log.name).exists()
 
 
+def test_no_wait_then_cancel_then_wait(tmp_path, cluster, trace):
+    config = write_config(tmp_path, trace, "127.0.0.1:9", cluster, slurm={"register_timeout": 120})
+    env = cluster.env(DRTP_TOKEN=TOKEN)
+    proc = drtp(["slurm", "submit", "-c", str(config), "--name", "stop", "--no-wait"], env)
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads((tmp_path / "slurm-jobs" / "stop" / "experiment.json").read_text())
+    ids = [state["jobs"]["clients"]["id"], state["jobs"]["master"]["id"]]
+    cancel = drtp(["slurm", "cancel", "-c", str(config)], env)  # -c: the config's latest experiment
+    assert cancel.returncode == 0 and f"cancelled jobs {ids[0]} {ids[1]} of stop" in cancel.stdout
+    waited = drtp(["slurm", "wait", "-c", str(config), "--poll", "0.5"], env)
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    assert f"drtp: master job {ids[1]} CANCELLED" in waited.stdout
+    assert f"drtp: client job {ids[0]} CANCELLED" in waited.stdout
+    assert json.loads((tmp_path / "results" / "stop" / "experiment.json").read_text())["finished"] is True
+
+
 def test_cancelled_client_job_reported_and_results_kept(tmp_path, cluster, trace, registry):
     # as-is timing stretches the 300 requests over ~10 s, so the client job can be cancelled mid-run
     config = write_config(tmp_path, trace, registry.host, cluster, client_info={"wait": True, "speedup": 3.0})
