@@ -31,6 +31,7 @@ setup(
         "paramiko>=3",
         "pyarrow>=14",
         "tqdm>=4.60",
+        "uhashring>=2",  # consistent hashing of trace clients to client nodes
     ],
     extras_require={"test": ["pytest>=7", "ruff>=0.4", "hypothesis>=6"]},
     entry_points={"console_scripts": ["drtp=drtp.cli:main"]},

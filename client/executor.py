@@ -22,8 +22,10 @@ import http.client
 import random
 import threading
 import time
+from collections.abc import Callable, Iterator
 from urllib.parse import urlencode, urljoin, urlsplit
 
+from drtp.content import STREAM_ABOVE, chunks, new_seed
 from drtp.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.replay_types import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
 
@@ -84,7 +86,14 @@ class Executor:
     def content(self, size: int) -> bytes:
         return self._rng().randbytes(size) if self.spec.random else bytes(size)
 
-    def http(self, method: str, url: str, body: bytes | None = None, headers: dict | None = None) -> Response:
+    def payload(self, size: int) -> tuple[bytes | Callable[[], Iterator[bytes]], int]:
+        """Bytes of a pushed blob: in memory when small, else a maker of a 1 MiB chunk stream."""
+        if size <= STREAM_ABOVE:
+            return self.content(size), size
+        seed, randomized = new_seed(), self.spec.random
+        return (lambda: chunks(seed, size, randomized)), size
+
+    def http(self, method: str, url: str, body=None, headers: dict | None = None) -> Response:
         """One request on this thread's keep-alive connection; follows up to 3 redirects of reads."""
         for _ in range(4):
             r = self._send(method, url, body, headers or {})
@@ -94,14 +103,14 @@ class Executor:
             return r
         return r
 
-    def _send(self, method: str, url: str, body: bytes | None, headers: dict) -> Response:
+    def _send(self, method: str, url: str, body, headers: dict) -> Response:
         u = urlsplit(url)
         path = u.path + ("?" + u.query if u.query else "")
         for attempt in range(2):
             conn = self._conn(u.scheme, u.netloc, fresh=attempt > 0)
             reused = conn.sock is not None
             try:
-                conn.request(method, path, body=body, headers=headers)
+                conn.request(method, path, body=body() if callable(body) else body, headers=headers)
                 resp = conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 conn.close()
@@ -150,34 +159,34 @@ class Executor:
             if upload is None:
                 return self._failed_aux(req, aux)
         if op == "upload-chunk":
-            data = self.content(req.size)
+            payload, size = self.payload(req.size)
             start = self.clock()
-            r = self.http("PATCH", upload.location, body=data, headers={"Content-Type": "application/octet-stream"})
+            r = self.http("PATCH", upload.location, body=payload, headers=_octets(size))
             latency = self.clock() - start
             if r.status == 202:
-                upload.sha.update(data)
-                upload.written += len(data)
+                _hash_into(upload.sha, payload)
+                upload.written += size
                 if r.headers.get("Location"):
                     upload.location = urljoin(base + "/", r.headers["Location"])
             else:
                 self.uploads.pop(key, None)
-            r.bytes = len(data)
+            r.bytes = size
             return self._result(req, r, start, latency, None, aux)
         # upload-close: the PUT that ends the push of a layer
         self.uploads.pop(key, None)
-        data = b""
+        payload, size = b"", 0
         if req.size > 0 or upload.written == 0:
-            data = self.content(req.size or 1024)
-            upload.sha.update(data)
+            payload, size = self.payload(req.size or 1024)
+            _hash_into(upload.sha, payload)
         digest = "sha256:" + upload.sha.hexdigest()
         sep = "&" if "?" in upload.location else "?"
         url = upload.location + sep + urlencode({"digest": digest})
         start = self.clock()
-        r = self.http("PUT", url, body=data, headers={"Content-Type": "application/octet-stream"})
+        r = self.http("PUT", url, body=payload, headers=_octets(size))
         latency = self.clock() - start
-        r.bytes = len(data)
+        r.bytes = size
         result = self._result(req, r, start, latency, digest, aux)
-        result.size = upload.written + len(data)
+        result.size = upload.written + size
         return result
 
     def _object(self, req: ReplayRequest, base: str) -> ReplayResult:
@@ -246,6 +255,18 @@ class Executor:
         last = aux[-1]
         why = f"helper {last.method} failed: {last.error or last.status}"
         return ReplayResult(req.seq, 0, False, last.start, 0.0, error=why, aux=aux)
+
+
+def _octets(size: int) -> dict[str, str]:
+    return {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+
+
+def _hash_into(sha, payload) -> None:
+    if isinstance(payload, bytes):
+        sha.update(payload)
+    else:
+        for chunk in payload():
+            sha.update(chunk)
 
 
 def _error_text(e: Exception) -> str:

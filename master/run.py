@@ -23,7 +23,7 @@ from drtp.master.nodes import NodeLink
 from drtp.master.plan import Planner
 from drtp.master.results import RunResults, format_table
 from drtp.master.routing import Router
-from drtp.master.warmup import load_map
+from drtp.master.warmup import check_registries, load_map
 
 from drtp.config import Config, redacted
 from drtp.errors import DrtpError
@@ -86,6 +86,7 @@ class Replay:
     # -- the run ------------------------------------------------------------------------------------
 
     def run(self) -> dict:
+        check_registries(self.registries)
         for link in self.links.values():
             link.check()
         self._load_warmup()

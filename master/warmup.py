@@ -34,9 +34,12 @@ from dxf import DXF
 from dxf.exceptions import DXFError
 
 from drtp.config import Config
+from drtp.content import STREAM_ABOVE, chunks, new_seed
+from drtp.content import digest as stream_digest
 from drtp.errors import DrtpError
 from drtp.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
 from drtp.progress import progress
+from drtp.replay_types import registry_base
 from drtp.trace import TraceReader
 
 DEFAULT_BLOB_SIZE = 1024  # a blob only ever HEADed: the trace has no size for it
@@ -50,6 +53,16 @@ class WarmupPlan:
     # (registry, repository, tag) -> size
     manifests: dict[tuple[str, str, str], int] = field(default_factory=dict)
     records: int = 0
+
+
+def check_registries(registries: list[str]) -> None:
+    """A DrtpError naming the first registry that does not answer ``/v2/``."""
+    for reg in registries:
+        url = registry_base(reg) + "/v2/"
+        try:
+            requests.get(url, timeout=5)
+        except requests.RequestException as e:
+            raise DrtpError(f"registry {reg} does not answer ({type(e).__name__})") from None
 
 
 def plan_warmup(reader: TraceReader, registries: list[str]) -> WarmupPlan:
@@ -126,6 +139,10 @@ class Warmup:
     def _load_done(self) -> None:
         if not self.map_path.exists():
             return
+        data = self.map_path.read_bytes()
+        if data and not data.endswith(b"\n"):  # a line torn by an interruption: drop it
+            with open(self.map_path, "r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
         entries = list(load_map(self.map_path))
         sample = random.Random(0).sample(entries, min(3, len(entries)))
         for e in sample:  # a map made for another (or a wiped) registry is not trusted
@@ -164,10 +181,16 @@ class Warmup:
                     continue
                 except (requests.RequestException, DXFError):
                     pass  # e.g. the registry does not mount: push instead
-            data = self._content(max(size, 1))
-            digest = digest_of(data)
+            size = max(size, 1)
+            if size <= STREAM_ABOVE:
+                data = self._content(size)
+                digest = digest_of(data)
+            else:  # large: hash one pass, stream the same bytes in a second
+                seed, randomized = new_seed(), self.cfg.warmup.random
+                digest = stream_digest(seed, size, randomized)
+                data = chunks(seed, size, randomized)
             dxf.push_blob(data=data, digest=digest)
-            entry = self._entry(registry, repo, "blob", ref, digest, len(data), "pushed")
+            entry = self._entry(registry, repo, "blob", ref, digest, size, "pushed")
             out.append(entry)
             source = source or entry
         return out
@@ -196,6 +219,7 @@ class Warmup:
 
     def run(self) -> WarmupStats:
         reader = TraceReader(self.cfg.trace_paths(), **self.cfg.reader_options())
+        check_registries(self.registries)
         t0 = time.perf_counter()
         plan = plan_warmup(reader, self.registries)
         self._load_done()

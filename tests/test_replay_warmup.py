@@ -1,0 +1,63 @@
+"""Warmup: what the trace reads exists, manifests are real, a second run is a no-op, a cut one resumes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+from drtp.master.warmup import load_map, run_warmup
+from replay_support import make_trace, write_config
+
+from drtp.manifest import ACCEPT, SCHEMA2
+from drtp.registry import LocalRegistry
+from drtp.trace import TraceReader
+
+pytestmark = pytest.mark.registry
+
+
+def test_warmup_pushes_what_is_read_and_resumes(tmp_path):
+    trace = make_trace(tmp_path / "trace.json")
+    records = list(TraceReader([trace]))
+    with LocalRegistry(tmp_path / "registry") as reg:
+        cfg = write_config(tmp_path, trace, [reg.host], ["127.0.0.1:1"])
+        first = run_warmup(cfg, quiet=True)
+        map_path = cfg.path(cfg.warmup.output)
+        entries = list(load_map(map_path))
+        assert first.blobs_pushed > 0 and first.manifests > 0 and first.failed == 0
+        assert len(entries) == first.blobs_pushed + first.blobs_mounted + first.manifests
+
+        # every manifest the trace reads with success before any push of it is a real schema-2 manifest
+        warmed = {(e["repository"], e["reference"]): e for e in entries if e["kind"] == "manifest"}
+        never_pushed_404 = {(r.repository, r.reference) for r in records if r.kind == "manifest" and r.status == 404}
+        assert not never_pushed_404 & set(warmed), "a tag the trace never had was warmed"
+        for (repo, tag), e in list(warmed.items())[:10]:
+            r = requests.get(f"{reg.url}/v2/{repo}/manifests/{tag}", headers={"Accept": ACCEPT}, timeout=5)
+            assert r.status_code == 200 and r.headers["Content-Type"] == SCHEMA2
+            doc = r.json()
+            assert len(r.content) == e["size"]
+            trace_size = max(x.size for x in records if x.repository == repo and x.reference == tag)
+            assert abs(len(r.content) - trace_size) <= 2 or len(r.content) > trace_size
+            for layer in doc["layers"]:  # it references blobs present in its repository
+                head = requests.head(f"{reg.url}/v2/{repo}/blobs/{layer['digest']}", timeout=5)
+                assert head.status_code == 200 and int(head.headers["Content-Length"]) == layer["size"]
+        # blobs are there with the trace's size
+        for e in [e for e in entries if e["kind"] == "blob"][:10]:
+            head = requests.head(f"{reg.url}/v2/{e['repository']}/blobs/{e['digest']}", timeout=5)
+            assert head.status_code == 200 and int(head.headers["Content-Length"]) == e["size"]
+
+        # a second warmup does nothing
+        size = reg.log_path.stat().st_size
+        again = run_warmup(cfg, quiet=True)
+        assert (again.blobs_pushed, again.blobs_mounted, again.manifests) == (0, 0, 0)
+        assert again.already == len(entries)
+        pushes = [json.loads(x) for x in reg.log_path.read_bytes()[size:].splitlines() if x.startswith(b"{")]
+        assert not [x for x in pushes if x.get("http.request.method") in ("PUT", "POST", "PATCH")]
+
+        # cut the map (an interrupted warmup, with a torn last line): only the rest is redone
+        lines = map_path.read_text().splitlines()
+        keep = len(lines) // 2
+        map_path.write_text("\n".join(lines[:keep]) + '\n{"registry": "127.0')
+        resumed = run_warmup(cfg, quiet=True)
+        assert resumed.blobs_pushed + resumed.blobs_mounted + resumed.manifests == len(lines) - keep
+        assert len(list(load_map(map_path))) == len(lines)
