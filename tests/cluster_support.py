@@ -7,6 +7,7 @@ scripts/slurm-cluster-down.sh, which stops exactly the daemons it started.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -60,6 +61,15 @@ def _port_base() -> int:
     while True:
         p = free_port()
         if port_free(p + 1) and port_free(p + 2):
+            return p
+
+
+def free_port_pair() -> int:
+    """A port p with p and p+1 free, below the ephemeral range (other programs' free ports come from there)."""
+    rng = random.Random()
+    while True:
+        p = rng.randrange(20000, 32000)
+        if port_free(p) and port_free(p + 1):
             return p
 
 

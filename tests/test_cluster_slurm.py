@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from cluster_support import Cluster, InstallFailed, cluster_down, cluster_up, why_not
+from cluster_support import Cluster, InstallFailed, cluster_down, cluster_up, free_port_pair, why_not
 from replay_support import TOKEN, make_trace
 
 from drtp.registry import LocalRegistry
@@ -67,7 +67,7 @@ def write_config(workdir: Path, trace: Path, registry: str | list[str], cluster:
             "nodes": 2,
             "tasks_per_node": 1,
             "time": "00:05:00",
-            "client_port": 20000 + os.getpid() % 20000,
+            "client_port": free_port_pair(),
             "drtp": JOB_DRTP,
             "poll": 0.5,
             "register_timeout": 60,
@@ -179,7 +179,7 @@ def test_failed_master_job_reported_with_id_and_log(tmp_path, cluster, trace):
     assert re.search(
         rf"drtp: master job {master['id']} FAILED, exit [1-9]\d*:0; log: {re.escape(str(log))}", proc.stdout
     )
-    assert "warmup" in log.read_text()
+    assert "drtp: error:" in log.read_text() and "127.0.0.1:9" in log.read_text()  # the reason is in the log
     # the master released its clients: their cancellation is not reported as a failure
     assert not any(p.startswith("client ") for p in state["problems"])
     assert (tmp_path / "results" / "bad" / "logs" / log.name).exists()
@@ -280,7 +280,7 @@ def test_deploy_over_ssh_pulls_results_back(tmp_path, cluster, trace, registry, 
         trace,
         registry.host,
         cluster,
-        client_info={"port": 21000 + os.getpid() % 20000},
+        client_info={"port": free_port_pair()},
         deploy=deploy_section(tmp_path, cluster, mode),
     )
     env = dict(os.environ, DRTP_TOKEN=TOKEN)

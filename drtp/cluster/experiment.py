@@ -312,7 +312,15 @@ def resolve_clients(exp: Experiment, timeout: float, out=sys.stdout) -> list[str
                 break
             except DrtpError as e:
                 if time.monotonic() > deadline:
-                    raise DrtpError(f"client node {a} did not come up within {timeout:.0f} s: {e}") from None
+                    log = exp.state["jobs"]["clients"]["log"]
+                    raise DrtpError(
+                        f"client node {a} did not come up within {timeout:.0f} s: {e}; log: {log}"
+                    ) from None
+                info = slurm.job_info(client_job)
+                if info.terminal:
+                    raise DrtpError(
+                        f"client job {client_job} {info.state} before its clients came up; log: {info.log}"
+                    ) from None
                 time.sleep(0.5)
     data = yaml.safe_load((exp.dir / "config.yaml").read_text())
     data.setdefault("client_info", {})["client_list"] = addresses
