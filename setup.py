@@ -15,8 +15,9 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["drtp"] + [f"drtp.{p}" for p in PARTS],
-    package_dir={"drtp": "drtp", **{f"drtp.{p}": p for p in PARTS}},
+    packages=["drtp", "drtp.cluster", "drtp.slurm"] + [f"drtp.{p}" for p in PARTS],
+    package_dir={"drtp": "drtp", "drtp.slurm": "slurm", **{f"drtp.{p}": p for p in PARTS}},
+    package_data={"drtp.slurm": ["*.sbatch"]},
     install_requires=[
         "bottle>=0.12",
         "python-dxf>=12",  # import name dxf; NOT the CAD package "dxf"

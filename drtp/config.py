@@ -69,6 +69,60 @@ class Simulate(_Section):
     args: dict[str, Any] = {}
 
 
+class Slurm(_Section):
+    """``slurm:``: how ``drtp slurm submit`` asks Slurm for the client nodes and the master (docs/cluster.md)."""
+
+    partition: str | None = None
+    account: str | None = None
+    nodes: int = 1  # nodes of the client job
+    tasks_per_node: int = 1  # drtp client processes per node (each on its own port)
+    cpus_per_task: int = 1
+    time: str = "01:00:00"  # time limit of each job (sbatch --time)
+    master_time: str | None = None  # the master job's limit (default: time)
+    master_cpus: int = 2
+    extra: list[str] = []  # more sbatch options, e.g. "--mem=4G" (or whole "#SBATCH …" lines)
+    setup: list[str] = []  # shell lines run first in each job: "module load python", "source venv/bin/activate"
+    drtp: str = "drtp"  # how the jobs run drtp, e.g. "python -m drtp.cli"
+    client_port: int = 8081  # task i of the client job listens on client_port + i
+    bind: str = "0.0.0.0"  # address the client nodes listen on
+    workdir: str = "slurm-jobs"  # shared folder that holds one folder per experiment
+    register_timeout: float = 300.0  # seconds the master waits for every client to come up
+    poll: float = 2.0  # seconds between status polls
+    each_registry: bool = False  # one run per registry in registry:, in turn, on the same client nodes
+
+
+class SshHost(_Section):
+    """One SSH endpoint: the deploy target, a jump host, or a client host."""
+
+    host: str
+    port: int = 22
+    user: str | None = None
+    key_file: str | None = None  # default: the SSH agent and ~/.ssh keys
+    password: str | None = None  # use ${ENV_VAR}; never written anywhere
+
+
+class Deploy(_Section):
+    """``deploy:``: where ``drtp deploy`` copies the project and runs the experiment (docs/cluster.md)."""
+
+    host: str
+    port: int = 22
+    user: str | None = None
+    key_file: str | None = None
+    password: str | None = None
+    jump: SshHost | None = None  # reach ``host`` through this host (ssh -J)
+    known_hosts: str | None = None  # default ~/.ssh/known_hosts
+    accept_new_host_keys: bool = True  # False: an unknown host key is an error
+    remote_dir: str = "drtp-deploy"  # relative to the remote home
+    python: str = "python3"  # the remote interpreter the venv is made from
+    venv: str | None = None  # default <remote_dir>/venv
+    install: Literal["always", "auto", "never"] = "auto"  # auto: pip install only if drtp is not importable
+    system_site_packages: bool = False  # venv --system-site-packages
+    pip_args: list[str] = []
+    mode: Literal["slurm", "ssh"] = "slurm"  # slurm: drtp slurm submit there; ssh: clients on client_hosts
+    client_hosts: list[SshHost] = []  # mode ssh: one drtp client on each (as the master reaches them)
+    env: dict[str, str] = {}  # extra environment for remote commands (not secrets: use ${VAR} in the config)
+
+
 class Config(_Section):
     trace: TraceSection | None = None
     client_info: ClientInfo = msgspec.field(default_factory=ClientInfo)
@@ -77,6 +131,8 @@ class Config(_Section):
     warmup: Warmup = msgspec.field(default_factory=Warmup)
     simulate: Simulate | None = None
     results: str = "results"  # where run directories go
+    slurm: Slurm | None = None  # drtp slurm (docs/cluster.md)
+    deploy: Deploy | None = None  # drtp deploy (docs/cluster.md)
 
     # where the file was loaded from; relative paths are resolved against it
     base_dir: str = "."

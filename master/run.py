@@ -156,6 +156,8 @@ class Replay:
                     first = t
                 at = (t - first) / speedup if timed else None
                 node = self._route(rec)
+                if node is None:  # every node is dead: what was measured is kept, the summary still written
+                    return
                 while self.per_node[node] >= cap and node not in self.dead:
                     self._flush_all()
                     self._drain(timeout=1.0)

@@ -1,0 +1,155 @@
+"""``drtp slurm …`` (experiments as Slurm jobs) and ``drtp deploy`` (the same from a laptop, over SSH)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _experiment(args: argparse.Namespace):
+    from drtp.cluster.experiment import Experiment, latest
+    from drtp.config import load_config
+    from drtp.errors import DrtpError
+
+    if args.exp:
+        exp = Experiment(Path(args.exp))
+        if not exp.state:
+            raise DrtpError(f"{args.exp}: not an experiment folder (no experiment.json)")
+        return exp
+    if not args.config:
+        raise DrtpError("give -c CONFIG (its latest experiment) or --exp FOLDER")
+    return latest(load_config(args.config))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from drtp.cluster.experiment import Experiment
+    from drtp.config import load_config
+
+    cfg = load_config(args.config)
+    exp = Experiment.create(Path(args.config), cfg, args.name)
+    exp.submit(cfg)
+    jobs = exp.state["jobs"]
+    print(f"experiment {exp.name} in {exp.dir}")
+    print(f"client job {jobs['clients']['id']} (log {jobs['clients']['log']})")
+    print(f"master job {jobs['master']['id']} (log {jobs['master']['log']})", flush=True)
+    if args.no_wait:
+        return 0
+    try:
+        return exp.wait(poll=cfg.slurm.poll)
+    except KeyboardInterrupt:
+        print(
+            f"\ndrtp: stopped following; the jobs go on. 'drtp slurm wait --exp {exp.dir}' follows them again, "
+            f"'drtp slurm cancel --exp {exp.dir}' cancels them",
+            file=sys.stderr,
+        )
+        return 130
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    exp = _experiment(args)
+    return exp.wait(poll=args.poll)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    exp = _experiment(args)
+    infos = exp.poll()
+    exp.save()
+    print(f"experiment {exp.name} ({exp.dir})")
+    print(exp.status_line(infos))
+    for role, job in exp.state["jobs"].items():
+        print(f"  {role}: job {job['id']} {job.get('state', 'UNKNOWN')} log {job['log']}")
+    if exp.state.get("gathered"):
+        print(f"results in {exp.state['gathered']}")
+    for p in exp.problems():
+        print(f"drtp: {p}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    exp = _experiment(args)
+    ids = exp.cancel()
+    print(f"cancelled jobs {' '.join(ids)} of {exp.name}")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from drtp.cluster import slurm
+    from drtp.config import load_config
+
+    cfg = load_config(args.config)
+    s = cfg.require("slurm")
+    exp_dir = str(cfg.path(s.workdir).resolve() / "EXPERIMENT")
+    print(slurm.render_clients(s, exp_dir, "drtp-EXPERIMENT"))
+    print(slurm.render_master(s, exp_dir, "drtp-EXPERIMENT", "CLIENT_JOB"))
+    return 0
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from drtp.cluster.experiment import Experiment, resolve_clients
+
+    exp = Experiment(Path(args.exp))
+    resolve_clients(exp, timeout=args.timeout if args.timeout is not None else _register_timeout(exp))
+    return 0
+
+
+def _register_timeout(exp) -> float:
+    from drtp.config import load_config
+
+    cfg = load_config(exp.dir / "config.yaml")
+    return cfg.slurm.register_timeout if cfg.slurm else 300.0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from drtp.cluster.deploy import run_deploy
+
+    return run_deploy(Path(args.config), name=args.name, copy_only=args.copy_only, out=sys.stdout)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "slurm",
+        help="run an experiment as Slurm jobs (submit, status, wait, cancel)",
+        description="Run the replay on a Slurm cluster: a client job (one drtp client per task) and a master "
+        "job (warmup, then run), rendered from the config's slurm: section.",
+    )
+    ssub = p.add_subparsers(dest="slurm_command", metavar="ACTION", required=True)
+
+    q = ssub.add_parser("submit", help="submit the client and master jobs, follow them, gather the results")
+    q.add_argument("-c", "--config", required=True, help="YAML config file (with a slurm: section)")
+    q.add_argument("--name", help="experiment name (default exp-<date>-<time>)")
+    q.add_argument("--no-wait", action="store_true", help="submit and return (follow later with 'drtp slurm wait')")
+    q.set_defaults(func=cmd_submit)
+
+    for action, func, text in (
+        ("status", cmd_status, "show the jobs of an experiment"),
+        ("wait", cmd_wait, "follow an experiment until it ends, then gather its results"),
+        ("cancel", cmd_cancel, "cancel the jobs of an experiment"),
+    ):
+        q = ssub.add_parser(action, help=text)
+        q.add_argument("-c", "--config", help="YAML config file: its latest experiment")
+        q.add_argument("--exp", help="the experiment folder (<slurm.workdir>/<name>)")
+        if action == "wait":
+            q.add_argument("--poll", type=float, default=2.0, help="seconds between polls (default 2)")
+        q.set_defaults(func=func)
+
+    q = ssub.add_parser("render", help="print the sbatch scripts the config makes (nothing is submitted)")
+    q.add_argument("-c", "--config", required=True, help="YAML config file")
+    q.set_defaults(func=cmd_render)
+
+    q = ssub.add_parser("nodes", help="(inside the master job) wait for the client tasks, write run-config.yaml")
+    q.add_argument("--exp", required=True, help="the experiment folder")
+    q.add_argument("--timeout", type=float, help="seconds to wait (default slurm.register_timeout)")
+    q.set_defaults(func=cmd_nodes)
+
+    p = sub.add_parser(
+        "deploy",
+        help="copy drtp, the config and traces to a host over SSH, run there, pull the results back",
+        description="Copy the project, config and trace files to deploy.host (through deploy.jump if set), "
+        "prepare a venv there, run the experiment (through Slurm, or client nodes on deploy.client_hosts) "
+        "and copy the results back into the local results folder. Files already there are skipped.",
+    )
+    p.add_argument("-c", "--config", required=True, help="YAML config file (with a deploy: section)")
+    p.add_argument("--name", help="experiment name (default <config name>)")
+    p.add_argument("--copy-only", action="store_true", help="copy and install, run nothing")
+    p.set_defaults(func=cmd_deploy)

@@ -1,0 +1,472 @@
+"""``drtp deploy``: run an experiment on a remote host over SSH (paramiko) and pull the results back.
+
+Steps: connect (keys from ``deploy.key_file``, the SSH agent or ~/.ssh; a password only from a
+``${VAR}`` in the config; optionally through ``deploy.jump``), copy the project, the config and the
+trace files (a file whose size and SHA-256 already match is skipped), make the venv (``deploy.install``),
+run — ``drtp slurm submit`` there (mode slurm), or one ``drtp client`` per ``deploy.client_hosts`` entry
+plus ``drtp warmup`` and ``drtp run`` (mode ssh) — and copy the run's results into the local results
+folder.  Secrets referenced by the config (``${VAR}``) reach remote commands on their stdin, never on a
+command line, in a file or in the output.
+
+Remote layout under ``deploy.remote_dir``: ``project/`` (the source), ``venv/``, and
+``exp/<name>/`` (config.yaml, traces/, results/, logs/).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import shlex
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import paramiko
+import yaml
+
+from drtp.config import Config, Deploy, SshHost, load_config
+from drtp.errors import DrtpError
+
+PROJECT_DIRS = ("drtp", "master", "client", "plugins", "analysis", "slurm")
+PROJECT_FILES = ("setup.py", "pyproject.toml", "README.md")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# variables that describe the machine itself: the remote side expands its own, never the laptop's
+HOST_VARS = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "PWD", "TMPDIR", "HOSTNAME", "LANG"}
+
+# run on the remote side by deploy.python: sizes and SHA-256 of the files named on stdin (JSON)
+_HASH_SCRIPT = """
+import hashlib, json, os, sys
+out = {}
+for p in json.load(sys.stdin):
+    try:
+        size = os.path.getsize(p)
+    except OSError:
+        continue
+    h = hashlib.sha256()
+    with open(p, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 20), b''):
+            h.update(chunk)
+    out[p] = [size, h.hexdigest()]
+json.dump(out, sys.stdout)
+"""
+
+# run on the master's host: wait until every client address accepts TCP connections
+_WAIT_PORTS = """
+import socket, sys, time
+deadline = time.time() + float(sys.argv[1])
+for a in sys.argv[2:]:
+    host, port = a.rsplit(':', 1)
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close(); break
+        except OSError:
+            if time.time() > deadline: sys.exit('client node %s did not come up' % a)
+            time.sleep(0.3)
+"""
+
+
+def project_root() -> Path:
+    """The source checkout drtp runs from (deploy copies it); an error for a non-editable install."""
+    import drtp
+
+    root = Path(drtp.__file__).resolve().parents[1]
+    if not (root / "setup.py").exists() or not (root / "master").is_dir():
+        raise DrtpError(f"drtp deploy needs drtp installed from a source checkout (pip install -e); {root} is not one")
+    return root
+
+
+def project_files(root: Path) -> list[Path]:
+    files = [root / f for f in PROJECT_FILES if (root / f).exists()]
+    for d in PROJECT_DIRS:
+        for p in sorted((root / d).rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"):
+                files.append(p)
+    return files
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def env_refs(value) -> set[str]:
+    """Names of the ``${VAR}``s used in a raw config value."""
+    if isinstance(value, dict):
+        return set().union(*(env_refs(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(env_refs(v) for v in value)) if value else set()
+    return set(_ENV_REF.findall(value)) if isinstance(value, str) else set()
+
+
+# -- SSH ------------------------------------------------------------------------------------------
+
+
+class Remote:
+    """One SSH connection (optionally through a jump host): run commands, copy files."""
+
+    def __init__(self, target: SshHost, d: Deploy, out=sys.stdout) -> None:
+        self.target = target
+        self.deploy = d
+        self.out = out
+        self.jump_client: paramiko.SSHClient | None = None
+        self.client = self._connect(target, sock=self._jump_sock(target))
+        self.sftp = self.client.open_sftp()
+        self.name = f"{target.user + '@' if target.user else ''}{target.host}:{target.port}"
+
+    def _new_client(self) -> paramiko.SSHClient:
+        c = paramiko.SSHClient()
+        c.load_system_host_keys()
+        kh = self.deploy.known_hosts
+        if kh and Path(os.path.expanduser(kh)).exists():
+            c.load_host_keys(os.path.expanduser(kh))
+        c.set_missing_host_key_policy(
+            paramiko.AutoAddPolicy() if self.deploy.accept_new_host_keys else paramiko.RejectPolicy()
+        )
+        return c
+
+    def _connect(self, h: SshHost, sock=None) -> paramiko.SSHClient:
+        c = self._new_client()
+        key = os.path.expanduser(h.key_file) if h.key_file else None
+        try:
+            c.connect(
+                h.host,
+                port=h.port,
+                username=h.user,
+                key_filename=key,
+                password=h.password,
+                look_for_keys=key is None,
+                allow_agent=True,
+                sock=sock,
+                timeout=20,
+                banner_timeout=20,
+                auth_timeout=20,
+            )
+        except paramiko.AuthenticationException:
+            who = f"{h.user}@{h.host}" if h.user else h.host
+            raise DrtpError(f"ssh {who}:{h.port}: authentication failed (key, agent or password)") from None
+        except paramiko.SSHException as e:
+            raise DrtpError(f"ssh {h.host}:{h.port}: {e}") from None
+        except OSError as e:
+            raise DrtpError(f"ssh {h.host}:{h.port}: cannot connect ({e.strerror or e})") from None
+        if self.deploy.known_hosts:
+            c.save_host_keys(os.path.expanduser(self.deploy.known_hosts))
+        return c
+
+    def _jump_sock(self, target: SshHost):
+        j = self.deploy.jump
+        if j is None:
+            return None
+        self.jump_client = self._connect(j)
+        transport = self.jump_client.get_transport()
+        try:
+            return transport.open_channel("direct-tcpip", (target.host, target.port), ("127.0.0.1", 0))
+        except paramiko.ChannelException as e:
+            raise DrtpError(f"jump host {j.host} cannot reach {target.host}:{target.port}: {e}") from None
+
+    def close(self) -> None:
+        self.sftp.close()
+        self.client.close()
+        if self.jump_client is not None:
+            self.jump_client.close()
+
+    def run(
+        self, command: str, stdin: str = "", stream: bool = False, check: bool = True, show: str | None = None
+    ) -> tuple[int, str]:
+        """Run a shell command; its exit status and output (stdout and stderr together).
+
+        ``stdin`` (e.g. secrets) is written to the command and never shown; ``stream`` prints the
+        output as it comes; ``show`` is what is printed instead of the command (None: nothing).
+        """
+        if show:
+            print(f"[{self.target.host}] $ {show}", file=self.out, flush=True)
+        chan = self.client.get_transport().open_session()
+        chan.set_combine_stderr(True)
+        chan.exec_command(command)
+        if stdin:
+            chan.sendall(stdin.encode())
+        chan.shutdown_write()
+        chunks: list[bytes] = []
+        pending = b""
+        while True:
+            data = chan.recv(65536)
+            if not data:
+                break
+            chunks.append(data)
+            if stream:
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    print(f"  | {line.decode(errors='replace').rstrip()}", file=self.out, flush=True)
+        if stream and pending.strip():
+            print(f"  | {pending.decode(errors='replace').rstrip()}", file=self.out, flush=True)
+        rc = chan.recv_exit_status()
+        output = b"".join(chunks).decode(errors="replace")
+        if check and rc != 0:
+            what = show or command.split()[0]
+            raise DrtpError(f"[{self.target.host}] {what} failed (exit {rc}): {output[-500:].strip()}")
+        return rc, output
+
+    def put_tree(self, pairs: list[tuple[Path, str]], python: str) -> tuple[int, int, int]:
+        """Copy (local, remote) files whose size or hash differ; (copied, skipped, bytes copied)."""
+        remote_paths = [r for _, r in pairs]
+        _, text = self.run(f"{shlex.quote(python)} -c {shlex.quote(_HASH_SCRIPT)}", stdin=json.dumps(remote_paths))
+        there = json.loads(text)
+        todo = []
+        for local, remote in pairs:
+            have = there.get(remote)
+            size = local.stat().st_size
+            if have and have[0] == size and have[1] == sha256(local):
+                continue
+            todo.append((local, remote))
+        dirs = sorted({str(PurePosixPath(r).parent) for _, r in todo})
+        if dirs:
+            self.run("mkdir -p " + " ".join(shlex.quote(d) for d in dirs))
+        sent = 0
+        for local, remote in todo:
+            self.sftp.put(str(local), remote)
+            self.sftp.chmod(remote, stat.S_IMODE(local.stat().st_mode))
+            sent += local.stat().st_size
+        return len(todo), len(pairs) - len(todo), sent
+
+    def get_tree(self, remote_dir: str, local_dir: Path) -> int:
+        """Copy a remote folder into ``local_dir`` (recursively); how many files."""
+        n = 0
+        local_dir.mkdir(parents=True, exist_ok=True)
+        for entry in self.sftp.listdir_attr(remote_dir):
+            src = f"{remote_dir}/{entry.filename}"
+            if stat.S_ISDIR(entry.st_mode):
+                n += self.get_tree(src, local_dir / entry.filename)
+            else:
+                self.sftp.get(src, str(local_dir / entry.filename))
+                n += 1
+        return n
+
+
+# -- the deployment ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Layout:
+    root: str  # absolute remote_dir
+    venv: str
+    exp: str  # root/exp/<name>
+
+    @property
+    def project(self) -> str:
+        return f"{self.root}/project"
+
+    @property
+    def drtp(self) -> str:
+        return f"{self.venv}/bin/drtp"
+
+
+def _target(d: Deploy) -> SshHost:
+    return SshHost(host=d.host, port=d.port, user=d.user, key_file=d.key_file, password=d.password)
+
+
+def _client_target(h: SshHost, d: Deploy) -> SshHost:
+    """A client host's SSH endpoint, with the deploy target's credentials where it gives none."""
+    return SshHost(
+        host=h.host,
+        port=h.port,
+        user=h.user or d.user,
+        key_file=h.key_file or d.key_file,
+        password=h.password or d.password,
+    )
+
+
+class Deployment:
+    def __init__(self, config_path: Path, cfg: Config, name: str | None, out=sys.stdout) -> None:
+        self.config_path = config_path
+        self.cfg = cfg
+        self.d: Deploy = cfg.require("deploy")
+        self.name = name or f"deploy-{config_path.stem}"
+        self.out = out
+        self.raw = yaml.safe_load(config_path.read_text()) or {}
+        self.secrets = self._secret_env()
+
+    def _secret_env(self) -> dict[str, str]:
+        """The environment variables the config uses outside deploy: (tokens…), to pass on stdin."""
+        rest = {k: v for k, v in self.raw.items() if k != "deploy"}
+        return {v: os.environ[v] for v in sorted(env_refs(rest) - HOST_VARS) if v in os.environ}
+
+    def _env_prefix(self) -> str:
+        """Shell text that reads the secrets from stdin and exports deploy.env (shown, so no secrets)."""
+        parts = ['while IFS= read -r _kv && [ -n "$_kv" ]; do export "$_kv"; done']
+        for k, v in self.d.env.items():
+            parts.append(f"export {k}={shlex.quote(v)}")
+        return "; ".join(parts) + "; "
+
+    def _stdin(self) -> str:
+        return "".join(f"{k}={v}\n" for k, v in self.secrets.items()) + "\n"
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def layout(self, r: Remote) -> Layout:
+        _, root = r.run(f"mkdir -p {shlex.quote(self.d.remote_dir)} && cd {shlex.quote(self.d.remote_dir)} && pwd")
+        root = root.strip().splitlines()[-1]
+        venv = self.d.venv or f"{root}/venv"
+        return Layout(root, venv, f"{root}/exp/{self.name}")
+
+    def remote_config(self, lay: Layout, client_list: list[str] | None) -> dict:
+        data = json.loads(json.dumps(self.raw))  # a deep copy
+        data.pop("deploy", None)
+        trace = data.get("trace") or {}
+        trace["location"] = "traces"
+        data["trace"] = trace
+        warmup = data.setdefault("warmup", {})
+        warmup["output"] = Path(self.cfg.warmup.output).name
+        data["results"] = "results"
+        if "slurm" in data:
+            s = data["slurm"]
+            s["workdir"] = "slurm-jobs"
+            s["setup"] = list(s.get("setup", [])) + [f"source {shlex.quote(lay.venv)}/bin/activate"]
+            s["drtp"] = "drtp"
+        if client_list is not None:
+            data.setdefault("client_info", {})["client_list"] = client_list
+        return data
+
+    def copy(self, r: Remote, lay: Layout, config_text: str) -> None:
+        root = project_root()
+        pairs = [(p, f"{lay.project}/{p.relative_to(root).as_posix()}") for p in project_files(root)]
+        for local, name in zip(self.cfg.trace_paths(), self.cfg.require("trace").traces, strict=True):
+            if not local.exists():
+                raise DrtpError(f"trace file {local} not found (trace.location/trace.traces)")
+            pairs.append((local, f"{lay.exp}/traces/{name}"))
+        copied, skipped, sent = r.put_tree(pairs, self.d.python)
+        self.say(f"copied {copied} files ({sent / 1e6:.1f} MB) to {r.name}:{lay.root}, {skipped} already there")
+        r.run(f"mkdir -p {shlex.quote(lay.exp)}/logs {shlex.quote(lay.exp)}/results")
+        with r.sftp.open(f"{lay.exp}/config.yaml", "w") as f:
+            f.write(config_text)
+        self.last_copy = (copied, skipped)
+
+    def install(self, r: Remote, lay: Layout) -> None:
+        py = f"{shlex.quote(lay.venv)}/bin/python"
+        has_venv = r.run(f"test -x {py}", check=False)[0] == 0
+        importable = has_venv and r.run(f"{py} -c 'import drtp.cluster'", check=False)[0] == 0
+        mode = self.d.install
+        if mode == "never" or (mode == "auto" and importable):
+            if not importable:
+                raise DrtpError(f"deploy.install is never but {lay.venv} on {r.name} has no drtp")
+            self.say(f"venv {lay.venv}: drtp importable, install skipped")
+            return
+        if not has_venv:
+            flag = " --system-site-packages" if self.d.system_site_packages else ""
+            cmd = f"{shlex.quote(self.d.python)} -m venv{flag} {shlex.quote(lay.venv)}"
+            r.run(cmd, show=cmd)
+        args = " ".join(shlex.quote(a) for a in self.d.pip_args)
+        cmd = f"{py} -m pip install -q {args} -e {shlex.quote(lay.project)}"
+        r.run(cmd, stream=True, show=cmd)
+
+    def pull(self, r: Remote, remote_dir: str, run_name: str) -> Path:
+        dest = (self.cfg.path(self.cfg.results) / run_name).resolve()
+        n = r.get_tree(remote_dir, dest)
+        self.say(f"pulled {n} files into {dest}/")
+        return dest
+
+    # -- modes -----------------------------------------------------------------------------------------
+
+    def run_slurm(self, r: Remote, lay: Layout, run_name: str) -> int:
+        exp = shlex.quote(lay.exp)
+        cmd = f"cd {exp} && {shlex.quote(lay.drtp)} slurm submit -c config.yaml --name {shlex.quote(run_name)}"
+        rc, _ = r.run(self._env_prefix() + cmd, stdin=self._stdin(), stream=True, check=False, show=cmd)
+        results = f"{lay.exp}/results/{run_name}"
+        if r.run(f"test -d {shlex.quote(results)}", check=False)[0] != 0:
+            raise DrtpError(f"drtp slurm submit on {r.name} failed (exit {rc}) and left no results")
+        self.pull(r, results, run_name)
+        return rc
+
+    def run_ssh(self, r: Remote, lay: Layout, run_name: str, addresses: list[str]) -> int:
+        exp = shlex.quote(lay.exp)
+        started: list[tuple[Remote, str]] = []
+        base = self.cfg.client_info.port
+        try:
+            for i, h in enumerate(self.d.client_hosts):
+                target = _client_target(h, self.d)
+                same = (target.host, target.port, target.user) == (r.target.host, r.target.port, r.target.user)
+                cr = r if same else None
+                if cr is None:
+                    cr = Remote(target, self.d, self.out)
+                    clay = self.layout(cr)
+                    self.copy_project_only(cr, clay)
+                    self.install(cr, clay)
+                else:
+                    clay = lay
+                port = base + i
+                pidfile = f"{clay.exp}/logs/client-{port}.pid"
+                log = f"{clay.exp}/logs/client-{port}.log"
+                cmd = (
+                    f"mkdir -p {shlex.quote(clay.exp)}/logs; setsid nohup {shlex.quote(clay.drtp)} client "
+                    f"--host 0.0.0.0 --port {port} </dev/null >{shlex.quote(log)} 2>&1 & "
+                    f"echo $! > {shlex.quote(pidfile)}"
+                )
+                cr.run(self._env_prefix() + cmd, stdin=self._stdin(), show=f"drtp client --port {port} (log {log})")
+                started.append((cr, pidfile))
+            py = f"{shlex.quote(lay.venv)}/bin/python"
+            r.run(f"{py} -c {shlex.quote(_WAIT_PORTS)} 60 " + " ".join(addresses), show="wait for the client nodes")
+            drtp = shlex.quote(lay.drtp)
+            out_dir = f"results/{run_name}"
+            cmd = f"cd {exp} && {drtp} warmup -c config.yaml && {drtp} run -c config.yaml --out {out_dir}"
+            rc, _ = r.run(self._env_prefix() + cmd, stdin=self._stdin(), stream=True, check=False, show=cmd)
+        finally:
+            for cr, pidfile in started:
+                cr.run(f"kill $(cat {shlex.quote(pidfile)}) 2>/dev/null; rm -f {shlex.quote(pidfile)}", check=False)
+                if cr is not r:
+                    cr.close()
+        results = f"{lay.exp}/results/{run_name}"
+        if r.run(f"test -d {shlex.quote(results)}", check=False)[0] != 0:
+            raise DrtpError(f"the replay on {r.name} failed (exit {rc}) and left no results")
+        dest = self.pull(r, results, run_name)
+        r.get_tree(f"{lay.exp}/logs", dest / "logs")
+        return rc
+
+    def copy_project_only(self, r: Remote, lay: Layout) -> None:
+        root = project_root()
+        pairs = [(p, f"{lay.project}/{p.relative_to(root).as_posix()}") for p in project_files(root)]
+        copied, skipped, sent = r.put_tree(pairs, self.d.python)
+        self.say(f"copied {copied} files ({sent / 1e6:.1f} MB) to {r.name}:{lay.root}, {skipped} already there")
+
+    def run(self, copy_only: bool = False) -> int:
+        t0 = time.perf_counter()
+        r = Remote(_target(self.d), self.d, self.out)
+        try:
+            self.say(f"connected to {r.name}" + (f" through {self.d.jump.host}" if self.d.jump else ""))
+            lay = self.layout(r)
+            addresses = None
+            if self.d.mode == "ssh":
+                if not self.d.client_hosts:
+                    raise DrtpError(f"{self.config_path}: deploy.mode is ssh but deploy.client_hosts is empty")
+                base = self.cfg.client_info.port
+                addresses = [f"{h.host}:{base + i}" for i, h in enumerate(self.d.client_hosts)]
+            elif "slurm" not in self.raw:
+                raise DrtpError(f"{self.config_path}: deploy.mode is slurm but the config has no slurm: section")
+            text = yaml.safe_dump(self.remote_config(lay, addresses), sort_keys=False)
+            self.copy(r, lay, text)
+            self.install(r, lay)
+            if copy_only:
+                return 0
+            run_name = "run-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+            if self.d.mode == "slurm":
+                rc = self.run_slurm(r, lay, run_name)
+            else:
+                rc = self.run_ssh(r, lay, run_name, addresses)
+            self.say(f"deploy {self.name}/{run_name} done in {time.perf_counter() - t0:.0f} s (exit {rc})")
+            return rc
+        finally:
+            r.close()
+
+
+def run_deploy(config_path: Path, name: str | None = None, copy_only: bool = False, out=sys.stdout) -> int:
+    cfg = load_config(config_path)
+    return Deployment(config_path, cfg, name, out).run(copy_only=copy_only)

@@ -1,0 +1,367 @@
+"""Cluster runs against a REAL Slurm (munge, slurmctld, two slurmd) and a real sshd on loopback.
+
+The cluster comes up once per session from scripts/slurm-cluster-up.sh and is stopped afterwards.
+The replay itself runs against a real registry (LocalRegistry); the judge is what arrives in the
+local results folder: one requests.csv row per trace record, all answered as the trace answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from drtp.registry import LocalRegistry
+from drtp.trace import TraceReader
+from tests.cluster_support import Cluster, InstallFailed, cluster_down, cluster_up, free_port_pair, why_not
+from tests.replay_support import TOKEN, make_trace
+
+DRTP = [sys.executable, "-m", "drtp.cli"]
+JOB_DRTP = f"{sys.executable} -m drtp.cli"  # the jobs run this interpreter's (this checkout's) drtp
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    reason = why_not()
+    if reason:
+        pytest.skip(reason)
+    ci_dir = tmp_path_factory.mktemp("slurm-cluster")
+    try:
+        c = cluster_up(ci_dir)
+    except InstallFailed as e:
+        pytest.skip(str(e))
+    try:
+        yield c
+    finally:
+        subprocess.run(["scancel", "--user=root"], env=c.env(), capture_output=True, check=False)
+        cluster_down(ci_dir)
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    return make_trace(tmp_path_factory.mktemp("trace") / "trace.json", requests=300)
+
+
+@pytest.fixture
+def registry(tmp_path):
+    with LocalRegistry(tmp_path / "registry") as reg:
+        yield reg
+
+
+def write_config(workdir: Path, trace: Path, registry: str | list[str], cluster: Cluster, **sections) -> Path:
+    cfg = {
+        "trace": {"location": str(trace.parent), "traces": [trace.name]},
+        "registry": registry if isinstance(registry, list) else [registry],
+        "client_info": {"threads": 8, "token": "${DRTP_TOKEN}", "batch": 50, "inflight": 200},
+        "warmup": {"output": "warmup-map.jsonl", "threads": 4},
+        "results": "results",
+        "slurm": {
+            "nodes": 2,
+            "tasks_per_node": 1,
+            "time": "00:05:00",
+            "client_port": free_port_pair(),
+            "drtp": JOB_DRTP,
+            "poll": 0.5,
+            "register_timeout": 60,
+        },
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def drtp(args: list[str], env: dict, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        DRTP + args, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def check_results(run_dir: Path, trace: Path, nodes: int = 2) -> pd.DataFrame:
+    records = list(TraceReader([trace]))
+    df = pd.read_csv(run_dir / "requests.csv", keep_default_na=False, na_values=[""])
+    main = df[~df.auxiliary]
+    assert len(main) == len(records)
+    assert set(main.trace_id) == {r.id for r in records}
+    bad = main[~main.ok]
+    assert bad.empty, bad[["method", "kind", "status", "error"]].to_string()
+    assert main.node.nunique() == nodes
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["requests"] == len(records)
+    assert summary["trace_requests"] == len(records)
+    assert summary["failed"] == 0
+    return main
+
+
+def test_slurm_submit_replays_through_jobs(tmp_path, cluster, trace, registry):
+    config = write_config(tmp_path, trace, registry.host, cluster)
+    offset = registry.log_path.stat().st_size
+    proc = drtp(["slurm", "submit", "-c", str(config), "--name", "e1"], cluster.env(DRTP_TOKEN=TOKEN))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    exp = tmp_path / "slurm-jobs" / "e1"
+    state = json.loads((exp / "experiment.json").read_text())
+    assert state["jobs"]["master"]["state"] == "COMPLETED"
+    assert state["problems"] == []
+    # the clients ran as Slurm tasks on the two virtual nodes; the master learnt them from Slurm
+    regs = sorted((exp / "nodes").glob("task-*"))
+    assert [r.read_text().split()[0] for r in regs] == ["t1", "t2"]
+    run_config = yaml.safe_load((exp / "run-config.yaml").read_text())
+    port = yaml.safe_load(config.read_text())["slurm"]["client_port"]
+    assert run_config["client_info"]["client_list"] == [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"]
+    # the secret stays out of every file the experiment wrote
+    for f in exp.rglob("*"):
+        if f.is_file():
+            assert TOKEN not in f.read_text(errors="replace"), f
+
+    # gathered locally: the run, the logs, the scripts
+    results = tmp_path / "results" / "e1"
+    main = check_results(results, trace)
+    assert set(main.node) == set(run_config["client_info"]["client_list"])
+    master_id = state["jobs"]["master"]["id"]
+    assert (results / "logs" / f"master-{master_id}.out").read_text().count("client nodes: 127.0.0.1:") == 1
+    assert (results / "master.sbatch").exists() and (results / "clients.sbatch").exists()
+    assert f"requests done {len(main)}" in proc.stdout
+    assert f"results of e1 in {results}/" in proc.stdout
+    # the registry served at least every trace request
+    time.sleep(0.3)
+    with open(registry.log_path, "rb") as f:
+        f.seek(offset)
+        assert sum(1 for line in f if b'"http.request.method"' in line) >= len(main)
+
+    status = drtp(["slurm", "status", "--exp", str(exp)], cluster.env())
+    assert status.returncode == 0, status.stderr
+    assert re.search(rf"master: job {master_id} COMPLETED", status.stdout)
+
+
+def test_each_registry_in_turn_on_one_allocation(tmp_path, cluster, trace, registry):
+    with LocalRegistry(tmp_path / "registry2") as second:
+        config = write_config(tmp_path, trace, [registry.host, second.host], cluster, slurm={"each_registry": True})
+        proc = drtp(["slurm", "submit", "-c", str(config), "--name", "two"], cluster.env(DRTP_TOKEN=TOKEN))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        second_log = second.log_path.read_bytes()
+    exp = tmp_path / "slurm-jobs" / "two"
+    state = json.loads((exp / "experiment.json").read_text())
+    assert len(state["jobs"]) == 2  # one client job served both runs
+    names = (exp / "runs.txt").read_text().split()
+    assert names == [f"1-{registry.host.replace(':', '_')}", f"2-{second.host.replace(':', '_')}"]
+    for name, reg in zip(names, (registry.host, second.host), strict=True):
+        main = check_results(tmp_path / "results" / "two" / name, trace)
+        assert yaml.safe_load((exp / f"run-config-{name}.yaml").read_text())["registry"] == [reg]
+        assert json.loads((tmp_path / "results" / "two" / name / "summary.json").read_text())["registries"] == [reg]
+        assert len(main) == 300
+    assert b"/v2/" in second_log and f"requests done {2 * len(main)}".encode() in proc.stdout.encode()
+    # one warmup map per registry
+    assert len(list(tmp_path.glob("warmup-map-*.jsonl"))) == 2
+
+
+def test_failed_master_job_reported_with_id_and_log(tmp_path, cluster, trace):
+    # nothing listens on port 9 of loopback: the warmup fails, so does the master job
+    config = write_config(tmp_path, trace, "127.0.0.1:9", cluster)
+    proc = drtp(["slurm", "submit", "-c", str(config), "--name", "bad"], cluster.env(DRTP_TOKEN=TOKEN))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    state = json.loads((tmp_path / "slurm-jobs" / "bad" / "experiment.json").read_text())
+    master = state["jobs"]["master"]
+    log = tmp_path / "slurm-jobs" / "bad" / "logs" / f"master-{master['id']}.out"
+    assert master["log"] == str(log)
+    assert re.search(
+        rf"drtp: master job {master['id']} FAILED, exit [1-9]\d*:0; log: {re.escape(str(log))}", proc.stdout
+    )
+    assert "drtp: error:" in log.read_text() and "127.0.0.1:9" in log.read_text()  # the reason is in the log
+    # the master released its clients: their cancellation is not reported as a failure
+    assert not any(p.startswith("client ") for p in state["problems"])
+    assert (tmp_path / "results" / "bad" / "logs" / log.name).exists()
+
+
+def test_no_wait_then_cancel_then_wait(tmp_path, cluster, trace):
+    config = write_config(tmp_path, trace, "127.0.0.1:9", cluster, slurm={"register_timeout": 120})
+    env = cluster.env(DRTP_TOKEN=TOKEN)
+    proc = drtp(["slurm", "submit", "-c", str(config), "--name", "stop", "--no-wait"], env)
+    assert proc.returncode == 0, proc.stderr
+    state = json.loads((tmp_path / "slurm-jobs" / "stop" / "experiment.json").read_text())
+    ids = [state["jobs"]["clients"]["id"], state["jobs"]["master"]["id"]]
+    cancel = drtp(["slurm", "cancel", "-c", str(config)], env)  # -c: the config's latest experiment
+    assert cancel.returncode == 0 and f"cancelled jobs {ids[0]} {ids[1]} of stop" in cancel.stdout
+    waited = drtp(["slurm", "wait", "-c", str(config), "--poll", "0.5"], env)
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    assert f"drtp: master job {ids[1]} CANCELLED" in waited.stdout
+    assert f"drtp: client job {ids[0]} CANCELLED" in waited.stdout
+    assert json.loads((tmp_path / "results" / "stop" / "experiment.json").read_text())["finished"] is True
+
+
+def test_cancelled_client_job_reported_and_results_kept(tmp_path, cluster, trace, registry):
+    # as-is timing stretches the 300 requests over ~10 s, so the client job can be cancelled mid-run
+    config = write_config(tmp_path, trace, registry.host, cluster, client_info={"wait": True, "speedup": 3.0})
+    exp = tmp_path / "slurm-jobs" / "cut"
+    proc = subprocess.Popen(
+        DRTP + ["slurm", "submit", "-c", str(config), "--name", "cut"],
+        env=cluster.env(DRTP_TOKEN=TOKEN),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        csv = exp / "run" / "requests.csv"
+        deadline = time.monotonic() + 120
+        while not (csv.exists() and csv.read_text().count("\n") > 30):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.2)
+        client_job = json.loads((exp / "experiment.json").read_text())["jobs"]["clients"]["id"]
+        subprocess.run(["scancel", client_job], env=cluster.env(), check=True)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out
+    log = exp / "logs" / f"clients-{client_job}.out"
+    # reported as soon as it is seen…
+    assert re.search(rf"drtp: client job {client_job} is [A-Z]+ while the master runs; log: {re.escape(str(log))}", out)
+    # and in the final report, with the job id, its state and its log
+    line = f"drtp: client job {client_job} CANCELLED before the master finished, exit 0:15; log: {log}"
+    assert line in out
+    state = json.loads((exp / "experiment.json").read_text())
+    assert line.removeprefix("drtp: ") in state["problems"]
+
+    # what was done before the cancellation is kept, and gathered locally
+    results = tmp_path / "results" / "cut"
+    df = pd.read_csv(results / "requests.csv", keep_default_na=False, na_values=[""])
+    main = df[~df.auxiliary]
+    n = len(list(TraceReader([trace])))
+    assert 30 <= main.ok.sum() < n
+    assert set(main.trace_id) < {r.id for r in TraceReader([trace])}
+    assert (results / "logs" / log.name).read_text().count("CANCELLED") >= 1
+    assert f"results of cut in {results}/ ({len(df)} requests)" in out
+
+
+# -- drtp deploy over SSH ------------------------------------------------------------------------
+
+
+def deploy_section(tmp_path: Path, cluster: Cluster, mode: str) -> dict:
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the deploy tests reuse the virtualenv the tests run in, and this is not one")
+    return {
+        "host": "127.0.0.1",
+        "port": cluster.ssh_port,
+        "user": "root",
+        "key_file": str(cluster.ssh_key),
+        "known_hosts": str(tmp_path / "known_hosts"),
+        "remote_dir": str(tmp_path / "remote"),
+        # reuse this interpreter's venv: drtp is importable there, so the install is skipped (fast)
+        "venv": sys.prefix,
+        "install": "auto",
+        "mode": mode,
+        "env": {"SLURM_CONF": str(cluster.slurm_conf)},
+        # the same sshd under two names: the second is handled as another host (its own connection and copy)
+        "client_hosts": [
+            {"host": "127.0.0.1", "port": cluster.ssh_port},
+            {"host": "localhost", "port": cluster.ssh_port},
+        ],
+    }
+
+
+@pytest.mark.parametrize("mode", ["slurm", "ssh"])
+def test_deploy_over_ssh_pulls_results_back(tmp_path, cluster, trace, registry, mode):
+    config = write_config(
+        tmp_path,
+        trace,
+        registry.host,
+        cluster,
+        client_info={"port": free_port_pair()},
+        deploy=deploy_section(tmp_path, cluster, mode),
+    )
+    env = dict(os.environ, DRTP_TOKEN=TOKEN)
+    env.pop("SLURM_CONF", None)  # only the remote side knows the cluster (deploy.env)
+    proc = drtp(["deploy", "-c", str(config)], env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert TOKEN not in out
+    m = re.search(r"copied (\d+) files \(.*\) to .*, 0 already there", out)
+    assert m and int(m.group(1)) > 20, out
+    remote = tmp_path / "remote"
+    assert (remote / "project" / "drtp" / "cluster" / "deploy.py").read_bytes() == (
+        Path(__file__).resolve().parents[1] / "drtp" / "cluster" / "deploy.py"
+    ).read_bytes()
+    assert (remote / "exp" / "deploy-config" / "traces" / trace.name).read_bytes() == trace.read_bytes()
+    remote_cfg = (remote / "exp" / "deploy-config" / "config.yaml").read_text()
+    assert "${DRTP_TOKEN}" in remote_cfg and TOKEN not in remote_cfg and "deploy" not in yaml.safe_load(remote_cfg)
+
+    runs = list((tmp_path / "results").iterdir())
+    assert len(runs) == 1 and runs[0].name.startswith("run-")
+    main = check_results(runs[0], trace)
+    assert "pulled" in out and str(runs[0]) in out
+    if mode == "ssh":
+        assert len(list((runs[0] / "logs").glob("client-*.log"))) == 2
+        port = yaml.safe_load(config.read_text())["client_info"]["port"]
+        assert set(main.node) == {f"127.0.0.1:{port}", f"localhost:{port + 1}"}
+        assert re.search(r"copied 0 files \(0.0 MB\) to root@localhost:\d+:.*, \d+ already there", out)
+        assert not list((remote / "exp" / "deploy-config" / "logs").glob("*.pid"))  # the clients were stopped
+    else:
+        assert list((runs[0] / "logs").glob("master-*.out"))
+
+
+def test_redeploy_skips_files_already_copied(tmp_path, cluster, trace):
+    section = deploy_section(tmp_path, cluster, "slurm")
+    # through a jump host (the same sshd: it forwards the connection to itself)
+    section["jump"] = {"host": "127.0.0.1", "port": cluster.ssh_port, "user": "root", "key_file": str(cluster.ssh_key)}
+    config = write_config(tmp_path, trace, "127.0.0.1:9", cluster, deploy=section)
+    env = dict(os.environ, DRTP_TOKEN=TOKEN)
+    first = drtp(["deploy", "-c", str(config), "--copy-only"], env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert f"connected to root@127.0.0.1:{cluster.ssh_port} through 127.0.0.1" in first.stdout
+    copied = int(re.search(r"copied (\d+) files", first.stdout).group(1))
+    assert copied > 20
+
+    again = drtp(["deploy", "-c", str(config), "--copy-only"], env)
+    assert again.returncode == 0, again.stderr
+    assert (
+        f"copied 0 files (0.0 MB) to root@127.0.0.1:{cluster.ssh_port}:{tmp_path / 'remote'}, {copied} already there"
+        in again.stdout
+    )
+
+    # a changed trace file (same size is not enough: the hash decides) is copied again, alone
+    remote_trace = tmp_path / "remote" / "exp" / "deploy-config" / "traces" / trace.name
+    data = bytearray(remote_trace.read_bytes())
+    data[-2] = ord(" ") if data[-2] != ord(" ") else ord("\n")
+    remote_trace.write_bytes(bytes(data))
+    third = drtp(["deploy", "-c", str(config), "--copy-only"], env)
+    assert "copied 1 files" in third.stdout and f"{copied - 1} already there" in third.stdout
+    assert remote_trace.read_bytes() == trace.read_bytes()
+
+
+def test_deploy_makes_a_venv_and_installs_the_copied_project(tmp_path, cluster, trace):
+    section = deploy_section(tmp_path, cluster, "slurm")
+    venv = tmp_path / "remote-venv"
+    section.update(
+        venv=str(venv),
+        install="always",
+        python=getattr(sys, "_base_executable", sys.executable),
+        system_site_packages=True,
+        pip_args=["--no-deps"],  # quick: the code, not its dependencies
+    )
+    config = write_config(tmp_path, trace, "127.0.0.1:9", cluster, deploy=section)
+    proc = drtp(["deploy", "-c", str(config), "--copy-only"], dict(os.environ, DRTP_TOKEN=TOKEN))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "-m venv --system-site-packages" in proc.stdout and "pip install" in proc.stdout
+    # the venv's drtp is the copied project (an editable install of <remote_dir>/project)
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import drtp.cluster, drtp.slurm; print(drtp.cluster.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.strip() == str(tmp_path / "remote" / "project" / "drtp" / "cluster" / "__init__.py")
