@@ -124,10 +124,11 @@ class Executor:
         auth = self.auth.get((u.scheme, u.netloc))
         if auth is None:
             return self._send(method, url, body, headers)
-        r = self._send(method, url, body, {**headers, **auth.header(u.path)})
+        sent = auth.header(u.path)
+        r = self._send(method, url, body, {**headers, **sent})
         if r.status == 401:
             try:
-                again = auth.challenge(u.path, r.headers.get("WWW-Authenticate"))
+                again = auth.challenge(u.path, r.headers.get("WWW-Authenticate"), sent)
             except AuthError as e:
                 r.error = str(e)
                 return r

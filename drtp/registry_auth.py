@@ -128,23 +128,26 @@ class Authenticator:
                 return {"Authorization": "Bearer " + token}
         return {}
 
-    def challenge(self, path: str, www_authenticate: str | None) -> bool:
-        """After a 401: get what the challenge asks for; True if the request is worth sending again."""
+    def challenge(self, path: str, www_authenticate: str | None, sent: dict[str, str]) -> bool:
+        """After a 401 to a request sent with headers ``sent``: get what the challenge asks for.
+
+        True if the request is worth sending again (its Authorization would now differ).
+        """
         if not www_authenticate:
             return False
         scheme, params = parse_challenge(www_authenticate)
         if scheme == "basic":
-            with self.lock:
-                already = self.mode == "basic"
-                self.mode = "basic"
-            return bool(self.basic) and not already
-        if scheme == "bearer" and params.get("realm"):
-            token = self.fetch_token(params)
-            with self.lock:
-                self.mode = "bearer"
-                self.tokens[repository_of(path)] = token
-            return True
-        return False
+            self.mode = "basic"
+        elif scheme == "bearer" and params.get("realm"):
+            repo = repository_of(path)
+            with self.lock:  # one token fetch at a time; a thread that finds a newer token just uses it
+                if self.mode != "bearer" or self.header(path) == sent:
+                    self.tokens[repo] = self.fetch_token(params)
+                    self.mode = "bearer"
+        else:
+            return False
+        fresh = self.header(path)
+        return bool(fresh) and fresh != sent
 
     def fetch_token(self, params: dict[str, str]) -> str:
         """GET realm?service=…&scope=… (with basic credentials); AuthError if refused."""

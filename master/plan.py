@@ -138,6 +138,18 @@ class Planner:
             layers=layers,
         )
 
+    def replayed(self, rec: TraceRecord) -> None:
+        """A record an interrupted run already completed (resume): keep the image bookkeeping only."""
+        op = op_of(rec)
+        key, ref = (rec.client, rec.repository), rec.reference
+        if op == "get" and rec.kind == "blob" and rec.method == "HEAD" and rec.status < 400:
+            if self.resolve(rec.repository, ref) is not None:
+                self._add_layer(key, ref)
+        elif (op == "get" and rec.kind == "manifest" and rec.method == "GET") or op == "manifest-put":
+            self.image.pop(key, None)
+        elif op == "upload-close" and not ref.startswith("uploads"):
+            self._add_layer(key, ref)
+
     def _add_layer(self, key: tuple[str, str], ref: str) -> None:
         refs = self.image.setdefault(key, [])
         if ref not in refs:

@@ -50,8 +50,11 @@ def default_out(cfg: Config) -> Path:
 
 
 class Replay:
-    def __init__(self, cfg: Config, out_dir: Path, quiet: bool = False) -> None:
+    def __init__(self, cfg: Config, out_dir: Path, quiet: bool = False, resume: bool = False) -> None:
         self.cfg = cfg
+        self.resume = resume  # continue an interrupted run in out_dir: skip the trace ids it completed
+        self.skip: set[str] = set()
+        self.offset = 0.0  # resume: new starts count on from the interrupted run's last end
         self.ci = cfg.client_info
         self.out_dir = out_dir
         self.quiet = quiet
@@ -102,8 +105,15 @@ class Replay:
         timed = self.ci.wait
         run_id = uuid.uuid4().hex[:12]
         (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
-        self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000)
-        start_epoch = time.time() + (START_LEAD_S if timed else 0.0)
+        self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000, resume=self.resume)
+        if self.resume:
+            self.skip = self.results.completed
+            self.offset = self.results.resumed_end
+            for repo, ref, digest, size in self.results.pushed:
+                self.planner.learn(repo, "blob", ref, digest, size)
+            if not self.quiet:
+                print(f"resuming {self.out_dir}: {len(self.skip):,} requests done before")
+        start_epoch = time.time() + (START_LEAD_S if timed else 0.0) - self.offset
         spec = RunSpec(run_id, start_epoch, self.ci.threads, self.ci.timeout, self.cfg.warmup.random, auth=self.auths)
         for link in self.links.values():
             link.start(spec)
@@ -153,6 +163,12 @@ class Replay:
                 if not self.router.alive:
                     return
                 self._drain(timeout=0)
+                if self.skip and rec.id in self.skip:
+                    self.planner.replayed(rec)
+                    seq += 1
+                    if self.bar is not None:
+                        self.bar.update(1)
+                    continue
                 blocked = self.planner.blocked_by(rec)
                 if blocked:
                     self._flush_all()
@@ -161,7 +177,7 @@ class Replay:
                 t = rec.time
                 if first is None:
                     first = t
-                at = (t - first) / speedup if timed else None
+                at = self.offset + (t - first) / speedup if timed else None
                 node = self._route(rec)
                 while self.per_node[node] >= cap and node not in self.dead:
                     self._flush_all()
@@ -280,5 +296,5 @@ class Replay:
             print(f"\ndrtp: {msg}", flush=True)
 
 
-def run_replay(cfg: Config, out_dir: Path | None = None, quiet: bool = False) -> dict:
-    return Replay(cfg, out_dir or default_out(cfg), quiet=quiet).run()
+def run_replay(cfg: Config, out_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> dict:
+    return Replay(cfg, out_dir or default_out(cfg), quiet=quiet, resume=resume).run()
