@@ -77,6 +77,11 @@ def repository_prefix(cfg: Config) -> str:
     return cfg.registries[0].repository if len(cfg.registries) == 1 else ""
 
 
+def registry_names(cfg: Config) -> dict[str, str]:
+    """Registry URL → its id in ``registries:``, for messages."""
+    return {e.url.rstrip("/"): e.id for e in cfg.registries}
+
+
 def masked(auth: RegistryAuth) -> str:
     return f"{auth.registry} as {auth.username}" if auth.username else f"{auth.registry} (anonymous)"
 

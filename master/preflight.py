@@ -46,8 +46,13 @@ def _why(r, name: str, auth: RegistryAuth | None, action: str) -> str:
     return f"registry {name}: {action} failed: HTTP {r.status} {r.error}".rstrip()
 
 
-def preflight(registry: str, auth: RegistryAuth | None, name: str = "", repository: str = "") -> dict:
-    """Check one registry; returns timings, raises PreflightError with one clear line."""
+def preflight(
+    registry: str, auth: RegistryAuth | None, name: str = "", repository: str = "", push: bool = True
+) -> dict:
+    """Check one registry; returns timings, raises PreflightError with one clear line.
+
+    ``push=False`` checks only that ``/v2/`` answers (authenticated), writing nothing.
+    """
     name = name or registry
     base = registry_base(registry)
     spec = RunSpec("preflight", time.time(), threads=1, timeout=15.0, auth=[auth] if auth else [])
@@ -57,6 +62,8 @@ def preflight(registry: str, auth: RegistryAuth | None, name: str = "", reposito
     r = ex.http("GET", f"{base}/v2/")
     if r.status != 200:
         raise PreflightError(_why(r, name, auth, "GET /v2/"))
+    if not push:
+        return {"registry": name, "checked": masked(auth) if auth else base, "seconds": time.perf_counter() - t0}
     data = os.urandom(PROBE_SIZE)
     digest = digest_of(data)
     r = ex.http("POST", f"{base}/v2/{repo}/blobs/uploads/")
@@ -74,9 +81,16 @@ def preflight(registry: str, auth: RegistryAuth | None, name: str = "", reposito
     return {"registry": name, "checked": masked(auth) if auth else base, "seconds": time.perf_counter() - t0}
 
 
-def preflight_all(registries: list[str], auths: list[RegistryAuth], names: dict[str, str] | None = None) -> None:
-    """Check each registry in turn; the first failure raises."""
+def preflight_all(
+    registries: list[str], auths: list[RegistryAuth], names: dict[str, str] | None = None, prefix: str = ""
+) -> None:
+    """Check each registry in turn; the first failure raises.
+
+    Registries of ``registries:`` entries get the full check (push and pull of a probe blob); the
+    plain ``registry:`` list keeps the original check (``/v2/`` answers), which writes nothing.
+    """
     from drtp.registry_auth import auth_for
 
     for reg in registries:
-        preflight(reg, auth_for(reg, auths), (names or {}).get(reg, ""))
+        auth = auth_for(reg, auths)
+        preflight(reg, auth, (names or {}).get(reg, ""), prefix, push=auth is not None)

@@ -30,7 +30,7 @@ from drtp.config import Config, redacted
 from drtp.errors import DrtpError
 from drtp.node_auth import resolve_token
 from drtp.progress import progress
-from drtp.registry_auth import config_auth, repository_prefix
+from drtp.registry_auth import config_auth, registry_names, repository_prefix
 from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec
 from drtp.trace import TraceReader
 
@@ -96,7 +96,7 @@ class Replay:
     # -- the run ------------------------------------------------------------------------------------
 
     def run(self) -> dict:
-        preflight_all(self.registries, self.auths)
+        preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
         for link in self.links.values():
             link.check()
         self._load_warmup()

@@ -40,7 +40,7 @@ from drtp.content import digest as stream_digest
 from drtp.errors import DrtpError
 from drtp.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
 from drtp.progress import progress
-from drtp.registry_auth import auth_for, config_auth, dxf_options, repository_prefix
+from drtp.registry_auth import auth_for, config_auth, dxf_options, registry_names, repository_prefix
 from drtp.replay_types import registry_base
 from drtp.trace import TraceReader
 
@@ -222,7 +222,7 @@ class Warmup:
 
     def run(self) -> WarmupStats:
         reader = TraceReader(self.cfg.trace_paths(), **self.cfg.reader_options())
-        preflight_all(self.registries, self.auths)
+        preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
         t0 = time.perf_counter()
         plan = plan_warmup(reader, self.registries, repository_prefix(self.cfg))
         self._load_done()
