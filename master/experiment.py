@@ -23,6 +23,7 @@ from drtp.master.warmup import run_warmup
 
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
+from drtp.registry_auth import config_auth
 
 
 def registry_config(cfg: Config, entry: RegistryEntry) -> Config:
@@ -43,6 +44,7 @@ def run_experiment(cfg: Config, out_dir: Path | None = None, quiet: bool = False
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
         raise ConfigError(f"{cfg.base_dir}: registries: duplicate id(s) {', '.join(sorted(dup))}")
+    config_auth(cfg)  # a mistake in any entry (http without insecure, missing password…) stops before any run
     out = out_dir or default_experiment_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     status_path = out / "experiment.json"

@@ -12,6 +12,7 @@ from collections import Counter
 
 import pandas as pd
 import pytest
+import yaml
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
 
@@ -69,3 +70,38 @@ def test_killed_run_resumes_to_the_full_request_set(tmp_path):
     assert saved["not_sent"] == 0
     # the resumed part continues the timeline: its starts come after the kept rows' starts
     assert main.start_s.max() > main.start_s.iloc[: before // 2].max()
+
+
+def test_experiment_resume_skips_done_registries_and_retries_failed_ones(tmp_path):
+    from drtp.master.experiment import run_experiment
+
+    from drtp.config import load_config
+    from drtp.registry import free_port
+
+    trace = make_trace(tmp_path / "trace.json", requests=120)
+    node = Node(tmp_path)
+    late_port = free_port()
+    try:
+        with LocalRegistry(tmp_path / "a") as reg_a:
+            cfg = write_config(tmp_path, trace, [], [node.address])
+            path = tmp_path / "config.yaml"
+            data = yaml.safe_load(path.read_text())
+            data.pop("registry")
+            data["registries"] = [
+                {"id": "a", "url": reg_a.url, "insecure": True},
+                {"id": "b", "url": f"http://127.0.0.1:{late_port}", "insecure": True},
+            ]
+            path.write_text(yaml.safe_dump(data))
+            cfg = load_config(path)
+            first = run_experiment(cfg, tmp_path / "exp", quiet=True)
+            assert first["a"]["ok"] and not first["b"]["ok"]
+            assert "registry b is not reachable" in first["b"]["error"]
+            size_a = reg_a.log_path.stat().st_size
+            with LocalRegistry(tmp_path / "b", port=late_port):
+                second = run_experiment(cfg, tmp_path / "exp", quiet=True, resume=True)
+            assert reg_a.log_path.stat().st_size == size_a  # a was done: nothing sent to it again
+    finally:
+        node.stop()
+    assert second["a"] == first["a"] and second["b"]["ok"]
+    df = pd.read_csv(tmp_path / "exp" / "b" / "requests.csv")
+    assert Counter(df[~df.auxiliary].trace_id) == Counter(r.id for r in TraceReader([trace]))
