@@ -86,5 +86,6 @@ def run_experiment(cfg: Config, out_dir: Path | None = None, quiet: bool = False
         good = [i for i, s in status.items() if s["ok"]]
         print(f"experiment: {len(good)} of {len(status)} registries ok → {out}/ (experiment.json)")
         if good:
-            print(f"compare: drtp analyze results {' '.join(str(out / i) for i in good)}")
+            runs = " ".join(str(out / i) for i in good)
+            print(f"compare: drtp analyze results {runs} --out {out / 'analysis'}")
     return status
