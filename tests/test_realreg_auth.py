@@ -131,3 +131,25 @@ def test_experiment_replays_each_registry_and_survives_a_broken_one(
     for f in [*(tmp_path / "exp").rglob("*"), node.log]:
         if f.is_file():
             assert PASSWORD not in f.read_text(errors="replace"), f
+
+
+def test_basic_auth_over_plain_http_when_insecure(tmp_path):
+    """python-dxf refuses credentials over http; drtp sends them when the entry says insecure: true."""
+    trace = make_trace(tmp_path / "trace.json", requests=100)
+    node = Node(tmp_path)
+    try:
+        with LocalRegistry(tmp_path / "reg", htpasswd=write_htpasswd(tmp_path / "htpasswd")) as reg:
+            entry = {"id": "plain", "url": reg.url, "insecure": True, "username": USER, "password": PASSWORD}
+            cfg = {
+                "trace": {"location": str(tmp_path), "traces": [trace.name]},
+                "client_info": {"client_list": [node.address], "token": TOKEN},
+                "warmup": {"output": str(tmp_path / "warmup.jsonl")},
+                "registries": [entry],
+            }
+            (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+            status = run_experiment(load_config(tmp_path / "c.yaml"), tmp_path / "exp", quiet=True)
+    finally:
+        node.stop()
+    assert status["plain"]["ok"], status
+    assert status["plain"]["requests"] == 100 and status["plain"]["failed"] == 0
+    assert (tmp_path / "warmup-plain.jsonl").read_text().count("\n") > 0  # warmup (python-dxf) pushed with them
