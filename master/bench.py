@@ -58,6 +58,13 @@ class Layer:
             self.seed = new_seed()
             self.digest = stream_digest(self.seed, size, True)
 
+    @classmethod
+    def of(cls, data: bytes, digest: str) -> Layer:
+        """A blob of known bytes (the config blob)."""
+        layer = cls(0)
+        layer.data, layer.size, layer.digest = data, len(data), digest
+        return layer
+
     def pieces(self, chunk: int) -> Iterator[bytes]:
         """The content in pieces of ``chunk`` bytes (the last may be shorter)."""
         if self.data is not None:
@@ -136,6 +143,7 @@ class Bench:
             self.results.add("bench", req, res)
 
     def _repo(self, image: int) -> str:
+        """Every image goes to one repository per mode (tags differ), as pushes of one project do."""
         return f"{self.repository}/{self.mode}"
 
     # -- steps ------------------------------------------------------------------------------------
@@ -182,8 +190,7 @@ class Bench:
         for i, layer in enumerate(layers):
             if not self._push_blob(image, i, layer, measure_push):
                 return None
-        config = Layer(0)
-        config.data, config.size, config.digest = CONFIG_BLOB, len(CONFIG_BLOB), CONFIG_DIGEST
+        config = Layer.of(CONFIG_BLOB, CONFIG_DIGEST)
         if not self._push_blob(image, "config", config, measure_push):
             return None
         manifest = build_manifest([(x.digest, x.size) for x in layers])
