@@ -93,9 +93,10 @@ def ssl_context(auth: RegistryAuth | None) -> ssl.SSLContext:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         return ctx
+    ctx = ssl.create_default_context()  # the system's CAs (a token server may use a public one) ...
     if auth is not None and auth.ca_pem:
-        return ssl.create_default_context(cadata=auth.ca_pem)
-    return ssl.create_default_context()
+        ctx.load_verify_locations(cadata=auth.ca_pem)  # ... and the entry's bundle
+    return ctx
 
 
 def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
