@@ -210,15 +210,17 @@ _CA_FILES: dict[str, str] = {}
 
 
 def ca_file_for(auth: RegistryAuth) -> str:
-    """A file holding the CA text (python-dxf/requests take a path); one per bundle per process."""
+    """A file holding the CA text and the public CAs (python-dxf/requests take one path); one per bundle."""
     import hashlib
     import tempfile
+
+    import certifi
 
     key = hashlib.sha256(auth.ca_pem.encode()).hexdigest()[:16]
     path = _CA_FILES.get(key)
     if path is None or not Path(path).exists():
         path = str(Path(tempfile.gettempdir()) / f"drtp-ca-{key}.pem")
-        Path(path).write_text(auth.ca_pem)
+        Path(path).write_text(Path(certifi.where()).read_text() + "\n" + auth.ca_pem)
         _CA_FILES[key] = path
     return path
 
