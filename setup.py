@@ -36,6 +36,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "ruff>=0.4", "hypothesis>=6", "nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]
+        + ["bcrypt>=4", "cryptography>=41"],  # real-registry tests: htpasswd, test CA and JWT signing
     },
     entry_points={"console_scripts": ["drtp=drtp.cli:main"]},
 )

@@ -27,6 +27,7 @@ from urllib.parse import urlencode, urljoin, urlsplit
 
 from drtp.content import STREAM_ABOVE, chunks, new_seed
 from drtp.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
+from drtp.registry_auth import Authenticator, AuthError
 from drtp.replay_types import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
 
 READ_CHUNK = 1 << 20
@@ -61,6 +62,11 @@ class Executor:
         self.clock = clock  # seconds since the run's common start
         self.uploads: dict[tuple[str, str], Upload] = {}  # (trace client, repository) -> open upload
         self.local = threading.local()
+        # registry (scheme, netloc) -> its credentials and TLS trust (spec.auth); others are anonymous
+        self.auth: dict[tuple[str, str], Authenticator] = {}
+        for a in spec.auth:
+            u = urlsplit(registry_base(a.registry))
+            self.auth[(u.scheme, u.netloc)] = Authenticator(a, spec.timeout)
 
     # -- transport -----------------------------------------------------------------
 
@@ -73,8 +79,13 @@ class Executor:
         if conn is None or fresh:
             if conn is not None:
                 conn.close()
-            cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
-            conn = conns[key] = cls(netloc, timeout=self.spec.timeout)
+            if scheme == "https":
+                auth = self.auth.get(key)
+                ctx = auth.ssl if auth is not None else None
+                conn = http.client.HTTPSConnection(netloc, timeout=self.spec.timeout, context=ctx)
+            else:
+                conn = http.client.HTTPConnection(netloc, timeout=self.spec.timeout)
+            conns[key] = conn
         return conn
 
     def _rng(self) -> random.Random:
@@ -94,13 +105,35 @@ class Executor:
         return (lambda: chunks(seed, size, randomized)), size
 
     def http(self, method: str, url: str, body=None, headers: dict | None = None) -> Response:
-        """One request on this thread's keep-alive connection; follows up to 3 redirects of reads."""
+        """One request on this thread's keep-alive connection; follows up to 3 redirects of reads.
+
+        A 401 with a challenge the registry's credentials can answer (basic, or a bearer token
+        fetched for the request's scope) is sent once more, authenticated.
+        """
+        headers = headers or {}
         for _ in range(4):
-            r = self._send(method, url, body, headers or {})
+            r = self._send_authenticated(method, url, body, headers)
             if r.status in (301, 302, 303, 307, 308) and method in ("GET", "HEAD") and r.headers.get("Location"):
                 url = urljoin(url, r.headers["Location"])
                 continue
             return r
+        return r
+
+    def _send_authenticated(self, method: str, url: str, body, headers: dict) -> Response:
+        u = urlsplit(url)
+        auth = self.auth.get((u.scheme, u.netloc))
+        if auth is None:
+            return self._send(method, url, body, headers)
+        sent = auth.header(u.path)
+        r = self._send(method, url, body, {**headers, **sent})
+        if r.status == 401:
+            try:
+                again = auth.challenge(u.path, r.headers.get("WWW-Authenticate"), sent)
+            except AuthError as e:
+                r.error = str(e)
+                return r
+            if again:
+                r = self._send(method, url, body, {**headers, **auth.header(u.path)})
         return r
 
     def _send(self, method: str, url: str, body, headers: dict) -> Response:

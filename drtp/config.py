@@ -64,6 +64,19 @@ class Warmup(_Section):
     random: bool = True
 
 
+class RegistryEntry(_Section):
+    """One registry of an experiment (``registries:``), with how to reach and authenticate to it."""
+
+    id: str
+    url: str  # http(s)://host:port
+    repository: str = ""  # prefix put before every trace repository (e.g. "myorg/")
+    username: str | None = None
+    password: str | None = None  # a literal or ${ENV_VAR}
+    password_file: str | None = None  # or a file holding the password (first line)
+    ca_file: str | None = None  # CA bundle (PEM) that signed the registry's certificate
+    insecure: bool = False  # allow plain http, or https without certificate verification
+
+
 class Simulate(_Section):
     name: str
     args: dict[str, Any] = {}
@@ -128,6 +141,7 @@ class Config(_Section):
     client_info: ClientInfo = msgspec.field(default_factory=ClientInfo)
     verbose: bool = False
     registry: list[str] = []
+    registries: list[RegistryEntry] = []  # drtp's own: registries with credentials; one experiment each
     warmup: Warmup = msgspec.field(default_factory=Warmup)
     simulate: Simulate | None = None
     results: str = "results"  # where run directories go

@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -62,12 +64,27 @@ class LocalRegistry:
 
     ``workdir`` holds ``config.yml``, ``storage/`` and ``registry.log`` (the
     JSON log); a temporary directory is made and removed when none is given.
+
+    Optional, for testing real-registry features: ``tls=(cert, key)`` serves
+    https; ``htpasswd=PATH`` requires HTTP basic auth (bcrypt htpasswd file);
+    ``token={realm, service, issuer, rootcertbundle}`` requires Docker bearer
+    tokens (JWTs signed by a key whose certificate is in the bundle).
     """
 
-    def __init__(self, workdir: str | Path | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        workdir: str | Path | None = None,
+        port: int | None = None,
+        tls: tuple[str | Path, str | Path] | None = None,
+        htpasswd: str | Path | None = None,
+        token: dict | None = None,
+    ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="drtp-registry-")
         self.workdir = Path(workdir or self._tmp.name)
         self.port = port
+        self.tls = tls
+        self.htpasswd = htpasswd
+        self.token = token
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -77,7 +94,17 @@ class LocalRegistry:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}"
+        return f"{'https' if self.tls else 'http'}://{self.host}"
+
+    def _config_text(self) -> str:
+        text = CONFIG_TEMPLATE.format(storage=self.workdir / "storage", port=self.port)
+        if self.tls:
+            text += f"  tls:\n    certificate: {self.tls[0]}\n    key: {self.tls[1]}\n"
+        if self.htpasswd:
+            text += f"auth:\n  htpasswd:\n    realm: drtp-test\n    path: {self.htpasswd}\n"
+        elif self.token:
+            text += "auth:\n  token:\n" + "".join(f"    {k}: {v}\n" for k, v in self.token.items())
+        return text
 
     @property
     def log_path(self) -> Path:
@@ -89,7 +116,7 @@ class LocalRegistry:
         for attempt in range(3):  # a free port can be taken between probe and bind
             self.port = self.port if self.port and attempt == 0 else free_port()
             config = self.workdir / "config.yml"
-            config.write_text(CONFIG_TEMPLATE.format(storage=self.workdir / "storage", port=self.port))
+            config.write_text(self._config_text())
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
                     [binary, "serve", str(config)], stdout=log, stderr=log, stdin=subprocess.DEVNULL
@@ -104,10 +131,15 @@ class LocalRegistry:
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
                 return False
+            ctx = ssl._create_unverified_context() if self.tls else None  # our own process: readiness only
             try:
-                with urllib.request.urlopen(f"{self.url}/v2/", timeout=1) as r:
+                with urllib.request.urlopen(f"{self.url}/v2/", timeout=1, context=ctx) as r:
                     if r.status == 200:
                         return True
+            except urllib.error.HTTPError as e:
+                if e.code == 401:  # up, and asking for credentials
+                    return True
+                time.sleep(0.05)
             except OSError:
                 time.sleep(0.05)
         return False

@@ -46,6 +46,19 @@ class ReplayRequest(msgspec.Struct, gc=False, omit_defaults=True):
     layers: list[Layer] = []  # manifest-put: the layers the manifest references
 
 
+class RegistryAuth(msgspec.Struct, omit_defaults=True):
+    """How a node reaches one registry: credentials and TLS trust (travels only in the signed RunSpec)."""
+
+    registry: str  # base URL, http(s)://host:port
+    username: str | None = None
+    password: str | None = None
+    ca_pem: str | None = None  # the CA bundle's text (nodes need not share the master's files)
+    insecure: bool = False  # https without certificate verification
+
+    def __repr__(self) -> str:  # never show the password in a log or traceback
+        return f"RegistryAuth({self.registry!r}, username={self.username!r})"
+
+
 class RunSpec(msgspec.Struct, omit_defaults=True):
     """Sent once per run to each node: how to execute the batches that follow."""
 
@@ -54,6 +67,7 @@ class RunSpec(msgspec.Struct, omit_defaults=True):
     threads: int = 16
     timeout: float = 30.0
     random: bool = True  # random (True) or zero content for pushed blobs
+    auth: list[RegistryAuth] = []  # credentials/TLS per registry; registries not listed are anonymous
 
 
 class Batch(msgspec.Struct):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from drtp.errors import DrtpError
+
 
 def cmd_warmup(args: argparse.Namespace) -> int:
     from drtp.master.warmup import run_warmup
@@ -12,6 +14,12 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     from drtp.config import load_config
 
     cfg = load_config(args.config)
+    if args.fresh and args.resume:
+        raise DrtpError("--fresh and --resume contradict each other")
+    if cfg.registries and not cfg.registry:
+        raise DrtpError(
+            f"{args.config}: has a 'registries:' list: use 'drtp experiment -c CONFIG' (warmup + run per registry)"
+        )
     if args.fresh:
         path = cfg.path(cfg.warmup.output)
         if path.exists():
@@ -26,8 +34,73 @@ def cmd_run(args: argparse.Namespace) -> int:
     from drtp.config import load_config
 
     cfg = load_config(args.config)
-    summary = run_replay(cfg, Path(args.out) if args.out else None)
+    if args.resume and not args.out:
+        raise DrtpError("--resume needs --out DIR: the directory of the interrupted run")
+    if cfg.registries and not cfg.registry:  # a registry list: one experiment, warmup + run per registry
+        return cmd_experiment(args)
+    summary = run_replay(cfg, Path(args.out) if args.out else None, resume=args.resume)
     return 1 if summary["dead_nodes"] and summary["not_sent"] else 0
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from drtp.master.experiment import run_experiment
+
+    from drtp.config import load_config
+
+    cfg = load_config(args.config)
+    if args.resume and not args.out:
+        raise DrtpError("--resume needs --out DIR: the directory of the interrupted experiment")
+    status = run_experiment(cfg, Path(args.out) if args.out else None, resume=args.resume)
+    return 0 if all(s["ok"] for s in status.values()) else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import datetime as _dt
+    import os
+
+    from drtp.master.bench import Bench, append_dataset, print_summary
+
+    from drtp.config import load_config
+    from drtp.registry_auth import entry_auth
+    from drtp.replay_types import RegistryAuth
+    from drtp.units import parse_size
+
+    auth = None
+    registry = args.registry
+    results = Path("results")
+    if args.config:
+        cfg = load_config(args.config)
+        results = cfg.path(cfg.results)
+        entry = next((e for e in cfg.registries if e.id == args.registry), None)
+        if entry is not None:
+            auth, registry = entry_auth(entry, cfg), entry.url.rstrip("/")
+    if auth is None:
+        if not registry.startswith(("http://", "https://")):
+            raise DrtpError(f"--registry {registry!r}: give an id of the config's registries: or http(s)://host:port")
+        if registry.startswith("http://") and not args.insecure:
+            raise DrtpError(f"--registry {registry}: plain http needs --insecure")
+        password = os.environ.get("DRTP_REGISTRY_PASSWORD") if args.username else None
+        if args.username and not password:
+            raise DrtpError("--username needs the password in $DRTP_REGISTRY_PASSWORD")
+        ca = Path(args.ca_file).read_text() if args.ca_file else None
+        auth = RegistryAuth(registry, args.username, password, ca, args.insecure and registry.startswith("https"))
+    sizes = [parse_size(s) for s in args.size.split(",")]
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else results / f"bench-{args.mode}-{stamp}"
+    from drtp.master.preflight import preflight
+
+    preflight(registry, auth, args.registry, args.repository + "/")
+    bench = Bench(
+        registry, auth, args.mode, sizes, layers=args.layers, iterations=args.iterations,
+        concurrency=args.concurrency, chunk=parse_size(args.chunk) if args.chunk else 0, repository=args.repository,
+    )  # fmt: skip
+    summary = bench.run(out)
+    print_summary(summary)
+    print(f"results in {out}/ (requests.csv, summary.json)")
+    if args.append:
+        n = append_dataset(Path(args.append), out.name, out / "requests.csv")
+        print(f"appended {n} rows to {args.append}")
+    return 0 if summary["failed"] == 0 else 1
 
 
 def register(sub) -> None:
@@ -39,6 +112,9 @@ def register(sub) -> None:
     )
     p.add_argument("-c", "--config", required=True, help="YAML config file")
     p.add_argument("--fresh", action="store_true", help="ignore the existing warmup map and start over")
+    p.add_argument(
+        "--resume", action="store_true", help="continue from the warmup map (the default; says so explicitly)"
+    )
     p.set_defaults(func=cmd_warmup)
 
     p = sub.add_parser(
@@ -49,4 +125,41 @@ def register(sub) -> None:
     )
     p.add_argument("-c", "--config", required=True, help="YAML config file")
     p.add_argument("--out", help="run directory (default: <results>/run-<date>-<time>)")
+    p.add_argument(
+        "--resume", action="store_true", help="continue the interrupted run in --out DIR; completed requests are kept"
+    )
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "experiment",
+        help="warmup + run against each registry of 'registries:' in turn",
+        description="For each entry of the config's 'registries:' list: preflight, warmup and run, results in "
+        "OUT/<id>/; a registry that fails is recorded in OUT/experiment.json and the next one runs.",
+    )
+    p.add_argument("-c", "--config", required=True, help="YAML config file")
+    p.add_argument("--out", help="experiment directory (default: <results>/experiment-<date>-<time>)")
+    p.add_argument("--resume", action="store_true", help="skip registries done in --out DIR, resume the others")
+    p.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser(
+        "bench",
+        help="synthetic push/pull/manifest benchmark against a registry (replay-format results)",
+        description="Push (HEAD, POST, PUT or PATCH+PUT per layer, config, manifest), pull (manifest and layers) or "
+        "put/get manifests of N random layers, --iterations images by --concurrency threads; writes requests.csv "
+        "and summary.json like 'drtp run'.",
+    )
+    p.add_argument("mode", choices=["push", "pull", "manifest"])
+    p.add_argument("--registry", required=True, help="an id of the config's registries:, or http(s)://host:port")
+    p.add_argument("-c", "--config", help="YAML config with a registries: list (credentials, CA)")
+    p.add_argument("--username", help="with a URL: user (password from $DRTP_REGISTRY_PASSWORD)")
+    p.add_argument("--ca-file", help="with a URL: CA bundle (PEM)")
+    p.add_argument("--insecure", action="store_true", help="with a URL: allow http, or https without verification")
+    p.add_argument("--layers", type=int, default=3, help="layers per image (default 3)")
+    p.add_argument("--size", default="1MB", help="layer size(s), comma-separated, used in turn (default 1MB)")
+    p.add_argument("--iterations", type=int, default=1, help="images to push/pull (default 1)")
+    p.add_argument("--concurrency", type=int, default=1, help="images in parallel (default 1)")
+    p.add_argument("--chunk", help="chunked upload: PATCH pieces of this size (default: monolithic PUT)")
+    p.add_argument("--repository", default="drtp-bench", help="repository prefix (default drtp-bench)")
+    p.add_argument("--out", help="run directory (default: <results>/bench-<mode>-<date>-<time>)")
+    p.add_argument("--append", help="also append the rows to this dataset CSV (with a 'run' column)")
+    p.set_defaults(func=cmd_bench)

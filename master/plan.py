@@ -14,8 +14,12 @@ operation there, so the node can build a real manifest (defect F3).
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
+
+import msgspec
 
 from drtp.manifest import placeholder_digest
 from drtp.records import TraceRecord
@@ -29,6 +33,22 @@ def registry_for(repository: str, registries: list[str]) -> str:
     if len(registries) == 1:
         return registries[0]
     return registries[zlib.crc32(repository.encode()) % len(registries)]
+
+
+_V2 = re.compile(r"^(/?v2/)")
+
+
+def with_prefix(batches: Iterable[list[TraceRecord]], prefix: str) -> Iterator[list[TraceRecord]]:
+    """The trace's batches with ``prefix`` put before every repository (a registry entry's ``repository``)."""
+    if not prefix:
+        yield from batches
+        return
+
+    def put(m: re.Match) -> str:
+        return m.group(1) + prefix
+
+    for records in batches:
+        yield [msgspec.structs.replace(r, uri=_V2.sub(put, r.uri, count=1)) for r in records]
 
 
 def op_of(rec: TraceRecord) -> str:
@@ -117,6 +137,18 @@ class Planner:
             at=at,
             layers=layers,
         )
+
+    def replayed(self, rec: TraceRecord) -> None:
+        """A record an interrupted run already completed (resume): keep the image bookkeeping only."""
+        op = op_of(rec)
+        key, ref = (rec.client, rec.repository), rec.reference
+        if op == "get" and rec.kind == "blob" and rec.method == "HEAD" and rec.status < 400:
+            if self.resolve(rec.repository, ref) is not None:
+                self._add_layer(key, ref)
+        elif (op == "get" and rec.kind == "manifest" and rec.method == "GET") or op == "manifest-put":
+            self.image.pop(key, None)
+        elif op == "upload-close" and not ref.startswith("uploads"):
+            self._add_layer(key, ref)
 
     def _add_layer(self, key: tuple[str, str], ref: str) -> None:
         refs = self.image.setdefault(key, [])

@@ -154,18 +154,64 @@ class Group:
 class RunResults:
     """Writes rows as results arrive and keeps the running summary."""
 
-    def __init__(self, out_dir: Path, timed: bool, on_time_s: float) -> None:
+    def __init__(self, out_dir: Path, timed: bool, on_time_s: float, resume: bool = False) -> None:
         self.out_dir = out_dir
         self.timed = timed
         self.on_time_s = on_time_s
-        self.file = open(out_dir / "requests.csv", "w", newline="")
-        self.csv = csv.writer(self.file)
-        self.csv.writerow(COLUMNS)
         self.all = Group()
         self.by_method: dict[str, Group] = {}
         self.by_node: dict[str, Group] = {}
         self.auxiliary = 0
         self.failed = 0
+        # resume: what an earlier, interrupted run of this directory completed
+        self.completed: set[str] = set()  # trace ids with a result (not lost)
+        self.pushed: list[tuple[str, str, str, int]] = []  # (repository, layer ref, digest, size) pushed
+        self.resumed_end = 0.0  # the latest end (s after that run's start) of those results
+        path = out_dir / "requests.csv"
+        old = None
+        if resume and path.exists():
+            old = path.with_name("requests.csv.resumed")
+            path.replace(old)
+        self.file = open(path, "w", newline="")
+        self.csv = csv.writer(self.file)
+        self.csv.writerow(COLUMNS)
+        if old is not None:
+            self._reload(old)
+            old.unlink()
+
+    def _reload(self, old: Path) -> None:
+        """Keep an interrupted run's completed rows (and count them); drop lost and torn rows."""
+        col = {c: i for i, c in enumerate(COLUMNS)}
+        with open(old, newline="") as f:
+            rows = csv.reader(f)
+            next(rows, None)
+            for row in rows:
+                if len(row) != len(COLUMNS) or row[col["auxiliary"]] not in ("True", "False"):
+                    continue  # a line torn by the interruption
+                if row[col["auxiliary"]] == "True":
+                    self.auxiliary += 1
+                    self.csv.writerow(row)
+                    continue
+                if row[col["error"]].startswith("lost:"):
+                    continue  # never answered: it is sent again
+                try:
+                    req, res = _from_row(row, col)
+                except ValueError:
+                    continue
+                for g in (
+                    self.all,
+                    self.by_method.setdefault(f"{req.method} {req.kind}", Group()),
+                    self.by_node.setdefault(row[col["node"]], Group()),
+                ):
+                    g.add(req, res, self.on_time_s)
+                self.failed += not res.ok
+                self.completed.add(req.trace_id)
+                self.resumed_end = max(self.resumed_end, res.start + res.latency)
+                if req.method == "PUT" and req.kind == "blob" and res.ok and res.digest:
+                    if not req.reference.startswith("uploads"):
+                        self.pushed.append((req.repository, req.reference, res.digest, req.size))
+                self.csv.writerow(row)
+        self.file.flush()
 
     def add(self, node: str, req: ReplayRequest, res: ReplayResult | None, lost_reason: str = "") -> None:
         groups = (
@@ -214,6 +260,37 @@ class RunResults:
         summary = self.summary(**extra)
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
         return summary
+
+
+def _from_row(row: list[str], col: dict[str, int]) -> tuple[ReplayRequest, ReplayResult]:
+    """A requests.csv row back as the request and result it was written from (for resuming)."""
+    intended = row[col["intended_s"]]
+    req = ReplayRequest(
+        seq=0,
+        trace_id=row[col["trace_id"]],
+        client=row[col["client"]],
+        method=row[col["method"]],
+        kind=row[col["kind"]],
+        op="get",
+        registry="",
+        repository=row[col["repository"]],
+        reference=row[col["reference"]],
+        size=int(row[col["size"]] or 0),
+        expected_status=int(row[col["expected_status"]] or 0),
+        digest=row[col["digest"]] or None,
+        at=float(intended) if intended else None,
+    )
+    res = ReplayResult(
+        seq=0,
+        status=int(row[col["status"]] or 0),
+        ok=row[col["ok"]] == "True",
+        start=float(row[col["start_s"]]),
+        latency=float(row[col["latency_s"]]),
+        bytes=int(row[col["bytes"]] or 0),
+        digest=row[col["digest"]] or None,
+        error=row[col["error"]],
+    )
+    return req, res
 
 
 def _ms(d: dict, key: str) -> str:

@@ -20,15 +20,17 @@ import uuid
 from pathlib import Path
 
 from drtp.master.nodes import NodeLink
-from drtp.master.plan import Planner
+from drtp.master.plan import Planner, with_prefix
+from drtp.master.preflight import preflight_all
 from drtp.master.results import RunResults, format_table
 from drtp.master.routing import Router
-from drtp.master.warmup import check_registries, load_map
+from drtp.master.warmup import load_map
 
 from drtp.config import Config, redacted
 from drtp.errors import DrtpError
 from drtp.node_auth import resolve_token
 from drtp.progress import progress
+from drtp.registry_auth import config_auth, registry_names, repository_prefix
 from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec
 from drtp.trace import TraceReader
 
@@ -48,12 +50,17 @@ def default_out(cfg: Config) -> Path:
 
 
 class Replay:
-    def __init__(self, cfg: Config, out_dir: Path, quiet: bool = False) -> None:
+    def __init__(self, cfg: Config, out_dir: Path, quiet: bool = False, resume: bool = False) -> None:
         self.cfg = cfg
+        self.resume = resume  # continue an interrupted run in out_dir: skip the trace ids it completed
+        self.skip: set[str] = set()
+        self.offset = 0.0  # resume: new starts count on from the interrupted run's last end
         self.ci = cfg.client_info
         self.out_dir = out_dir
         self.quiet = quiet
         self.registries = cfg.require("registry")
+        self.auths = config_auth(cfg)  # credentials/TLS of the registries: ``registries:`` entries
+        self.prefix = repository_prefix(cfg)
         self.token = resolve_token(self.ci.token, "client_info.token")
         self.events: queue.Queue = queue.Queue()
         self.links = {a: NodeLink(a, self.token, self.events) for a in node_addresses(cfg)}
@@ -83,21 +90,31 @@ class Replay:
     def _reader(self) -> TraceReader:
         return TraceReader(self.cfg.trace_paths(), **self.cfg.reader_options())
 
+    def _batches(self):
+        return with_prefix(self._reader().batches(), self.prefix)
+
     # -- the run ------------------------------------------------------------------------------------
 
     def run(self) -> dict:
-        check_registries(self.registries)
+        preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
         for link in self.links.values():
             link.check()
         self._load_warmup()
-        total = sum(len(b) for b in self._reader().batches())
+        total = sum(len(b) for b in self._batches())
         self.out_dir.mkdir(parents=True, exist_ok=True)
         timed = self.ci.wait
         run_id = uuid.uuid4().hex[:12]
         (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
-        self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000)
-        start_epoch = time.time() + (START_LEAD_S if timed else 0.0)
-        spec = RunSpec(run_id, start_epoch, self.ci.threads, self.ci.timeout, self.cfg.warmup.random)
+        self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000, resume=self.resume)
+        if self.resume:
+            self.skip = self.results.completed
+            self.offset = self.results.resumed_end
+            for repo, ref, digest, size in self.results.pushed:
+                self.planner.learn(repo, "blob", ref, digest, size)
+            if not self.quiet:
+                print(f"resuming {self.out_dir}: {len(self.skip):,} requests done before")
+        start_epoch = time.time() + (START_LEAD_S if timed else 0.0) - self.offset
+        spec = RunSpec(run_id, start_epoch, self.ci.threads, self.ci.timeout, self.cfg.warmup.random, auth=self.auths)
         for link in self.links.values():
             link.start(spec)
         interrupted = False
@@ -141,11 +158,17 @@ class Replay:
         speedup = self.ci.speedup
         first = None
         seq = 0
-        for records in self._reader().batches():
+        for records in self._batches():
             for rec in records:
                 if not self.router.alive:
                     return
                 self._drain(timeout=0)
+                if self.skip and rec.id in self.skip:
+                    self.planner.replayed(rec)
+                    seq += 1
+                    if self.bar is not None:
+                        self.bar.update(1)
+                    continue
                 blocked = self.planner.blocked_by(rec)
                 if blocked:
                     self._flush_all()
@@ -154,7 +177,7 @@ class Replay:
                 t = rec.time
                 if first is None:
                     first = t
-                at = (t - first) / speedup if timed else None
+                at = self.offset + (t - first) / speedup if timed else None
                 node = self._route(rec)
                 if node is None:  # every node is dead: what was measured is kept, the summary still written
                     return
@@ -275,5 +298,5 @@ class Replay:
             print(f"\ndrtp: {msg}", flush=True)
 
 
-def run_replay(cfg: Config, out_dir: Path | None = None, quiet: bool = False) -> dict:
-    return Replay(cfg, out_dir or default_out(cfg), quiet=quiet).run()
+def run_replay(cfg: Config, out_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> dict:
+    return Replay(cfg, out_dir or default_out(cfg), quiet=quiet, resume=resume).run()

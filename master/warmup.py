@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
-from drtp.master.plan import registry_for
+from drtp.master.plan import registry_for, with_prefix
+from drtp.master.preflight import preflight_all
 from dxf import DXF
 from dxf.exceptions import DXFError
 
@@ -39,6 +40,7 @@ from drtp.content import digest as stream_digest
 from drtp.errors import DrtpError
 from drtp.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
 from drtp.progress import progress
+from drtp.registry_auth import auth_for, config_auth, dxf_options, registry_names, repository_prefix
 from drtp.replay_types import registry_base
 from drtp.trace import TraceReader
 
@@ -65,10 +67,10 @@ def check_registries(registries: list[str]) -> None:
             raise DrtpError(f"registry {reg} does not answer ({type(e).__name__})") from None
 
 
-def plan_warmup(reader: TraceReader, registries: list[str]) -> WarmupPlan:
+def plan_warmup(reader: TraceReader, registries: list[str], prefix: str = "") -> WarmupPlan:
     plan = WarmupPlan()
     pushed: set[tuple[str, str, str]] = set()  # (repository, kind, ref) the trace PUT
-    for records in reader.batches():
+    for records in with_prefix(reader.batches(), prefix):
         plan.records += len(records)
         for rec in records:
             repo, kind, ref = rec.repository, rec.kind, rec.reference
@@ -124,12 +126,13 @@ class Warmup:
         self.quiet = quiet
         self.registries = cfg.require("registry")
         self.map_path = cfg.path(cfg.warmup.output)
+        self.auths = config_auth(cfg)
         self.stats = WarmupStats()
         self.done: dict[tuple[str, str, str, str], dict] = {}  # (registry, repository, kind, ref) -> entry
 
     def _dxf(self, registry: str, repo: str) -> DXF:
-        host = registry.split("://")[-1]
-        return DXF(host, repo, insecure=not registry.startswith("https://"), timeout=60)
+        host = registry.split("://")[-1].rstrip("/")
+        return DXF(host, repo, timeout=60, **dxf_options(auth_for(registry, self.auths), registry))
 
     def _content(self, size: int) -> bytes:
         return random.randbytes(size) if self.cfg.warmup.random else bytes(size)
@@ -219,9 +222,9 @@ class Warmup:
 
     def run(self) -> WarmupStats:
         reader = TraceReader(self.cfg.trace_paths(), **self.cfg.reader_options())
-        check_registries(self.registries)
+        preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
         t0 = time.perf_counter()
-        plan = plan_warmup(reader, self.registries)
+        plan = plan_warmup(reader, self.registries, repository_prefix(self.cfg))
         self._load_done()
         blob_jobs = []
         for (reg, ref), (size, repos) in plan.blobs.items():

@@ -130,6 +130,7 @@ def test_shipped_example_configs_load_and_their_traces_read(monkeypatch):
 
     monkeypatch.setenv("DRTP_TOKEN", "example-secret")  # the replay examples take the secret from here
     monkeypatch.setenv("USER", "tester")  # the Slurm example's work folder is per user
+    monkeypatch.setenv("HARBOR_PASSWORD", "example-password")  # and experiment-example.yaml a password
     configs = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
     assert configs
     for path in configs:

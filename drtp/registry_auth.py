@@ -1,0 +1,230 @@
+"""Registry credentials and TLS trust: basic auth, the Docker bearer-token flow, CA bundles.
+
+The config's ``registries:`` entries become :class:`RegistryAuth` records
+(resolved once on the master: ``${ENV}`` or ``password_file``, the CA file's
+text) that travel to client nodes only inside the signed run spec.  Both the
+nodes (``http.client``) and warmup (python-dxf) authenticate from them:
+
+* **Basic**: the registry answers 401 with ``WWW-Authenticate: Basic``; the
+  request is sent again with ``Authorization: Basic …`` and every later request
+  to that registry carries it.
+* **Bearer** (Docker token flow): 401 with ``WWW-Authenticate: Bearer
+  realm=…,service=…,scope=…``; a token is fetched from the realm (with the
+  basic credentials, if any) for that scope and cached per repository; a 401
+  on a cached token (expired, or a wider scope needed) fetches a new one.
+
+Plain http, or https without verification, is used only when the entry says
+``insecure: true``.  Passwords are never printed: :func:`masked` is what the
+results and logs see.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import re
+import ssl
+import threading
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+from drtp.config import Config, RegistryEntry
+from drtp.errors import ConfigError, DrtpError
+from drtp.replay_types import RegistryAuth, registry_base
+
+_PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+_REPO = re.compile(r"^/v2/(.+?)/(?:blobs|manifests|tags)/")
+
+
+class AuthError(DrtpError):
+    """A registry refused the credentials (or none were given): one clear line."""
+
+
+def entry_auth(entry: RegistryEntry, cfg: Config) -> RegistryAuth:
+    """The wire record of one ``registries:`` entry; checks URL scheme vs ``insecure``."""
+    where = f"{cfg.base_dir}: registries[{entry.id}]"
+    url = entry.url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: url must be http(s)://host:port, not {entry.url!r}")
+    if url.startswith("http://") and not entry.insecure:
+        raise ConfigError(f"{where}: plain http ({url}) is allowed only with 'insecure: true'")
+    password = entry.password
+    if entry.password_file:
+        try:
+            password = cfg.path(entry.password_file).read_text().splitlines()[0]
+        except (OSError, IndexError):
+            raise ConfigError(f"{where}: cannot read password_file {entry.password_file}") from None
+    if bool(entry.username) != bool(password):
+        missing = "password (or password_file)" if entry.username else "username"
+        raise ConfigError(f"{where}: {missing} is missing")
+    ca_pem = None
+    if entry.ca_file:
+        try:
+            ca_pem = cfg.path(entry.ca_file).read_text()
+        except OSError as e:
+            raise ConfigError(f"{where}: cannot read ca_file {entry.ca_file} ({e.strerror})") from None
+    return RegistryAuth(url, entry.username or None, password or None, ca_pem, entry.insecure and url[:5] == "https")
+
+
+def config_auth(cfg: Config) -> list[RegistryAuth]:
+    """Auth records of every ``registries:`` entry (empty when the config has only ``registry:``)."""
+    return [entry_auth(e, cfg) for e in cfg.registries]
+
+
+def repository_prefix(cfg: Config) -> str:
+    """The repository prefix of a single-registry config (an experiment's per-registry config)."""
+    return cfg.registries[0].repository if len(cfg.registries) == 1 else ""
+
+
+def registry_names(cfg: Config) -> dict[str, str]:
+    """Registry URL → its id in ``registries:``, for messages."""
+    return {e.url.rstrip("/"): e.id for e in cfg.registries}
+
+
+def masked(auth: RegistryAuth) -> str:
+    return f"{auth.registry} as {auth.username}" if auth.username else f"{auth.registry} (anonymous)"
+
+
+def ssl_context(auth: RegistryAuth | None) -> ssl.SSLContext:
+    """Verification against the entry's CA bundle, the system's, or none (``insecure``)."""
+    if auth is not None and auth.insecure:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    ctx = ssl.create_default_context()  # the system's CAs (a token server may use a public one) ...
+    if auth is not None and auth.ca_pem:
+        ctx.load_verify_locations(cadata=auth.ca_pem)  # ... and the entry's bundle
+    return ctx
+
+
+def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    """``Bearer realm="…",service="…"`` → ("bearer", {realm, service, …})."""
+    scheme, _, rest = header.strip().partition(" ")
+    return scheme.lower(), dict(_PARAM.findall(rest))
+
+
+def repository_of(path: str) -> str:
+    m = _REPO.match(path)
+    return m.group(1) if m else ""
+
+
+class Authenticator:
+    """The Authorization header for one registry's requests; shared by a node's threads."""
+
+    def __init__(self, auth: RegistryAuth | None, timeout: float = 30.0) -> None:
+        self.auth = auth
+        self.timeout = timeout
+        self.ssl = ssl_context(auth)
+        self.basic = None
+        if auth is not None and auth.username:
+            raw = f"{auth.username}:{auth.password}".encode()
+            self.basic = "Basic " + base64.b64encode(raw).decode()
+        self.mode = ""  # "", "basic" or "bearer" once the registry has asked
+        self.tokens: dict[str, str] = {}  # repository ("" for /v2/) -> bearer token
+        self.lock = threading.Lock()
+
+    def header(self, path: str) -> dict[str, str]:
+        if self.mode == "basic" and self.basic:
+            return {"Authorization": self.basic}
+        if self.mode == "bearer":
+            token = self.tokens.get(repository_of(path))
+            if token:
+                return {"Authorization": "Bearer " + token}
+        return {}
+
+    def challenge(self, path: str, www_authenticate: str | None, sent: dict[str, str]) -> bool:
+        """After a 401 to a request sent with headers ``sent``: get what the challenge asks for.
+
+        True if the request is worth sending again (its Authorization would now differ).
+        """
+        if not www_authenticate:
+            return False
+        scheme, params = parse_challenge(www_authenticate)
+        if scheme == "basic":
+            self.mode = "basic"
+        elif scheme == "bearer" and params.get("realm"):
+            repo = repository_of(path)
+            with self.lock:  # one token fetch at a time; a thread that finds a newer token just uses it
+                if self.mode != "bearer" or self.header(path) == sent:
+                    self.tokens[repo] = self.fetch_token(params)
+                    self.mode = "bearer"
+        else:
+            return False
+        fresh = self.header(path)
+        return bool(fresh) and fresh != sent
+
+    def fetch_token(self, params: dict[str, str]) -> str:
+        """GET realm?service=…&scope=… (with basic credentials); AuthError if refused."""
+        realm = urlsplit(params["realm"])
+        query = [(k, params[k]) for k in ("service", "scope") if params.get(k)]
+        path = (realm.path or "/") + "?" + "&".join(filter(None, [realm.query, urlencode(query)]))
+        if realm.scheme == "https":
+            conn = http.client.HTTPSConnection(realm.netloc, timeout=self.timeout, context=self.ssl)
+        else:
+            conn = http.client.HTTPConnection(realm.netloc, timeout=self.timeout)
+        headers = {"Authorization": self.basic} if self.basic else {}
+        try:
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            body = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise AuthError(f"token server {realm.netloc} does not answer ({type(e).__name__}: {e})") from None
+        finally:
+            conn.close()
+        who = f"user {self.auth.username!r}" if self.basic else "anonymous (no username/password configured)"
+        if resp.status in (401, 403):
+            raise AuthError(f"token server {realm.netloc} refused {who}: HTTP {resp.status}")
+        try:
+            data = json.loads(body)
+            return data.get("token") or data["access_token"]
+        except (ValueError, KeyError, TypeError):
+            raise AuthError(f"token server {realm.netloc} gave no token (HTTP {resp.status})") from None
+
+
+def dxf_options(auth: RegistryAuth | None, registry: str) -> dict:
+    """Keyword arguments for python-dxf's ``DXF(host, repo, **options)`` to reach ``registry``."""
+    base = registry_base(registry)
+    opts: dict = {"insecure": base.startswith("http://")}
+    if auth is None:
+        return opts
+    if auth.insecure:
+        opts["tlsverify"] = False
+    elif auth.ca_pem:
+        opts["tlsverify"] = ca_file_for(auth)
+    if auth.username:
+        user, password, basic = auth.username, auth.password, Authenticator(auth).basic
+
+        def authenticate(dxf, response) -> None:
+            if dxf._insecure:  # python-dxf refuses auth over http; the entry allowed it (insecure: true)
+                dxf._headers = {"Authorization": basic}
+                return
+            dxf.authenticate(user, password, response=response)
+
+        opts["auth"] = authenticate
+    return opts
+
+
+_CA_FILES: dict[str, str] = {}
+
+
+def ca_file_for(auth: RegistryAuth) -> str:
+    """A file holding the CA text and the public CAs (python-dxf/requests take one path); one per bundle."""
+    import hashlib
+    import tempfile
+
+    import certifi
+
+    key = hashlib.sha256(auth.ca_pem.encode()).hexdigest()[:16]
+    path = _CA_FILES.get(key)
+    if path is None or not Path(path).exists():
+        path = str(Path(tempfile.gettempdir()) / f"drtp-ca-{key}.pem")
+        Path(path).write_text(Path(certifi.where()).read_text() + "\n" + auth.ca_pem)
+        _CA_FILES[key] = path
+    return path
+
+
+def auth_for(registry: str, auths: list[RegistryAuth]) -> RegistryAuth | None:
+    base = registry_base(registry)
+    return next((a for a in auths if registry_base(a.registry) == base), None)

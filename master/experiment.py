@@ -1,0 +1,91 @@
+"""An experiment: warmup + run of the same trace against each registry of ``registries:``, in turn.
+
+Unattended (NFR4): one registry's failure — unreachable, refused credentials,
+a warmup that fails, a run that dies — is recorded and the next registry
+runs.  Each registry's run goes to ``<experiment>/<id>/`` (requests.csv,
+summary.json tagged with ``registry_id``), with its own warmup map
+(``<warmup.output stem>-<id><suffix>``), so ``drtp analyze results
+<experiment>/*/`` compares them side by side.  ``experiment.json`` records per
+registry: ok, the error (one line), and the run's headline numbers.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+import traceback
+from pathlib import Path
+
+import msgspec
+from drtp.master.run import run_replay
+from drtp.master.warmup import run_warmup
+
+from drtp.config import Config, RegistryEntry
+from drtp.errors import ConfigError, DrtpError
+from drtp.registry_auth import config_auth
+
+
+def registry_config(cfg: Config, entry: RegistryEntry) -> Config:
+    """The config of one registry's part: that registry only, its own warmup map."""
+    out = Path(cfg.warmup.output)
+    warm = msgspec.structs.replace(cfg.warmup, output=str(out.with_name(f"{out.stem}-{entry.id}{out.suffix}")))
+    return msgspec.structs.replace(cfg, registry=[entry.url.rstrip("/")], registries=[entry], warmup=warm)
+
+
+def default_experiment_dir(cfg: Config) -> Path:
+    return cfg.path(cfg.results) / f"experiment-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def run_experiment(cfg: Config, out_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> dict:
+    if not cfg.registries:
+        raise ConfigError(f"{cfg.base_dir}: missing key 'registries' (the registries of the experiment)")
+    ids = [e.id for e in cfg.registries]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise ConfigError(f"{cfg.base_dir}: registries: duplicate id(s) {', '.join(sorted(dup))}")
+    config_auth(cfg)  # a mistake in any entry (http without insecure, missing password…) stops before any run
+    out = out_dir or default_experiment_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    status_path = out / "experiment.json"
+    status: dict = json.loads(status_path.read_text()) if resume and status_path.exists() else {}
+    for entry in cfg.registries:
+        run_dir = out / entry.id
+        prior = status.get(entry.id, {})
+        if resume and prior.get("ok") and (run_dir / "summary.json").exists():
+            if not quiet:
+                print(f"== registry {entry.id}: done before, skipped")
+            continue
+        if not quiet:
+            print(f"== registry {entry.id} ({entry.url})", flush=True)
+        t0 = time.perf_counter()
+        try:
+            sub = registry_config(cfg, entry)
+            run_warmup(sub, quiet=quiet)
+            summary = run_replay(sub, run_dir, quiet=quiet, resume=resume and (run_dir / "requests.csv").exists())
+            summary["registry_id"] = entry.id
+            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
+            status[entry.id] = {
+                "ok": True,
+                "url": entry.url,
+                "requests": summary["requests"],
+                "failed": summary["failed"],
+                "throughput_rps": summary["throughput_rps"],
+                "latency_p50_s": summary["latency_s"].get("p50"),
+                "wall_s": time.perf_counter() - t0,
+            }
+        except DrtpError as e:
+            status[entry.id] = {"ok": False, "url": entry.url, "error": str(e)}
+        except Exception as e:  # noqa: BLE001 - unattended: a bug in one registry's part must not stop the rest
+            status[entry.id] = {"ok": False, "url": entry.url, "error": f"{type(e).__name__}: {e}"[:500]}
+            (out / f"{entry.id}-error.txt").write_text(traceback.format_exc())
+        if not status[entry.id]["ok"] and not quiet:
+            print(f"registry {entry.id}: FAILED: {status[entry.id]['error']}", flush=True)
+        status_path.write_text(json.dumps(status, indent=2, default=str))
+    if not quiet:
+        good = [i for i, s in status.items() if s["ok"]]
+        print(f"experiment: {len(good)} of {len(status)} registries ok → {out}/ (experiment.json)")
+        if good:
+            runs = " ".join(str(out / i) for i in good)
+            print(f"compare: drtp analyze results {runs} --out {out / 'analysis'}")
+    return status

@@ -1,0 +1,96 @@
+"""Preflight: before a warmup or run, check every registry is reachable, authenticated, and can push and pull.
+
+Uses the client nodes' own transport (drtp.client.executor), so what passes
+here is what the nodes will do: ``GET /v2/`` (answering a 401 challenge with
+the configured credentials), then a push of a small random blob into
+``<prefix>drtp-preflight`` (POST + monolithic PUT) and a pull of it (GET,
+bytes compared by count).  A failure is one line naming the registry and the
+missing or invalid credential; the password is never part of it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from urllib.parse import urlencode, urljoin
+
+from drtp.client.executor import Executor
+
+from drtp.errors import DrtpError
+from drtp.manifest import digest_of
+from drtp.registry_auth import masked
+from drtp.replay_types import RegistryAuth, RunSpec, registry_base
+
+PROBE_SIZE = 1024
+
+
+class PreflightError(DrtpError):
+    pass
+
+
+def _why(r, name: str, auth: RegistryAuth | None, action: str) -> str:
+    if r.status == 0:
+        err = r.error
+        if "CERTIFICATE_VERIFY_FAILED" in err or "SSL" in err:
+            return f"registry {name}: TLS verification failed ({err}); set ca_file, or insecure: true"
+        return f"registry {name} is not reachable: {err}"
+    if r.status == 401:
+        if r.error:  # the token server refused
+            return f"registry {name}: {r.error}"
+        if auth is None or not auth.username:
+            return f"registry {name} requires authentication for {action}: set username and password"
+        return f"registry {name} rejected the credentials of user {auth.username!r} for {action} (HTTP 401)"
+    if r.status == 403:
+        who = f"user {auth.username!r}" if auth and auth.username else "anonymous"
+        return f"registry {name}: {who} is not allowed to {action} (HTTP 403)"
+    return f"registry {name}: {action} failed: HTTP {r.status} {r.error}".rstrip()
+
+
+def preflight(
+    registry: str, auth: RegistryAuth | None, name: str = "", repository: str = "", push: bool = True
+) -> dict:
+    """Check one registry; returns timings, raises PreflightError with one clear line.
+
+    ``push=False`` checks only that ``/v2/`` answers (authenticated), writing nothing.
+    """
+    name = name or registry
+    base = registry_base(registry)
+    spec = RunSpec("preflight", time.time(), threads=1, timeout=15.0, auth=[auth] if auth else [])
+    ex = Executor(spec, time.perf_counter)
+    repo = f"{repository}drtp-preflight"
+    t0 = time.perf_counter()
+    r = ex.http("GET", f"{base}/v2/")
+    if r.status != 200:
+        raise PreflightError(_why(r, name, auth, "GET /v2/"))
+    if not push:
+        return {"registry": name, "checked": masked(auth) if auth else base, "seconds": time.perf_counter() - t0}
+    data = os.urandom(PROBE_SIZE)
+    digest = digest_of(data)
+    r = ex.http("POST", f"{base}/v2/{repo}/blobs/uploads/")
+    if r.status != 202 or not r.headers.get("Location"):
+        raise PreflightError(_why(r, name, auth, f"push to {repo}"))
+    location = urljoin(base + "/", r.headers["Location"])
+    sep = "&" if "?" in location else "?"
+    headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
+    r = ex.http("PUT", location + sep + urlencode({"digest": digest}), body=data, headers=headers)
+    if r.status != 201:
+        raise PreflightError(_why(r, name, auth, f"push to {repo}"))
+    r = ex.http("GET", f"{base}/v2/{repo}/blobs/{digest}")
+    if r.status != 200 or r.bytes != PROBE_SIZE:
+        raise PreflightError(_why(r, name, auth, f"pull from {repo}") + f" ({r.bytes} of {PROBE_SIZE} bytes)")
+    return {"registry": name, "checked": masked(auth) if auth else base, "seconds": time.perf_counter() - t0}
+
+
+def preflight_all(
+    registries: list[str], auths: list[RegistryAuth], names: dict[str, str] | None = None, prefix: str = ""
+) -> None:
+    """Check each registry in turn; the first failure raises.
+
+    Registries of ``registries:`` entries get the full check (push and pull of a probe blob); the
+    plain ``registry:`` list keeps the original check (``/v2/`` answers), which writes nothing.
+    """
+    from drtp.registry_auth import auth_for
+
+    for reg in registries:
+        auth = auth_for(reg, auths)
+        preflight(reg, auth, (names or {}).get(reg, ""), prefix, push=auth is not None)
