@@ -21,7 +21,13 @@ from drtp.errors import DrtpError
 from drtp.trace import FORMATS
 
 # modules that add subcommands of their own (each has register(subparsers))
-COMMAND_MODULES: tuple[str, ...] = ("drtp.master.cli", "drtp.client.cli", "drtp.plugins.cli", "drtp.analysis.cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "drtp.master.cli",
+    "drtp.client.cli",
+    "drtp.plugins.cli",
+    "drtp.analysis.cli",
+    "drtp.selfbench",
+)
 
 
 def _positive_int(text: str) -> int:
