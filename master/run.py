@@ -138,6 +138,7 @@ class Replay:
     def _dispatch(self, timed: bool) -> None:
         cap = max(1, self.ci.inflight)
         batch = max(1, self.ci.batch)
+        refill_at = max(0, cap - batch)
         speedup = self.ci.speedup
         first = None
         seq = 0
@@ -156,9 +157,12 @@ class Replay:
                     first = t
                 at = (t - first) / speedup if timed else None
                 node = self._route(rec)
-                while self.per_node[node] >= cap and node not in self.dead:
+                if self.per_node[node] >= cap and node not in self.dead:
+                    # at the cap: refill a whole batch at once, not one request per result (a batch of
+                    # one per result cost each node a connection and a thread per request)
                     self._flush_all()
-                    self._drain(timeout=1.0)
+                    while self.per_node[node] > refill_at and node not in self.dead:
+                        self._drain(timeout=1.0)
                 if node in self.dead:
                     node = self._route(rec)
                     if node is None:
