@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import tempfile
 import time
@@ -89,7 +90,7 @@ def best_rate(fn, path: Path, repeat: int) -> tuple[float, int]:
 METHODS = (
     ("original get_requests() (baseline)", original_method),
     ("json.load + strptime every record", strptime_every_record),
-    ("orjson + fromisoformat", orjson_method),
+    *((("orjson + fromisoformat", orjson_method),) if importlib.util.find_spec("orjson") else ()),
     ("drtp TraceReader (msgspec, streaming)", drtp_reader),
 )
 
