@@ -141,6 +141,47 @@ def timed(f, *args):
     return time.perf_counter() - t0, out
 
 
+def measure(trace: Path, work: Path, parquet: bool = True) -> dict:
+    """Time each stage on ``trace`` (outputs under ``work``): {records, rows: [{stage, drtp_s, naive_s}], ...}."""
+    t_read, count = timed(lambda: sum(len(b) for b in TraceReader([trace]).batches()))
+    t_naive, ref = timed(naive, trace)
+    t_col, got = timed(columnar, trace)
+    problems = agree(ref, got)
+    t_load, df = timed(load_trace, [trace])
+    t_char, _ = timed(ch.characterize, df)
+    del df
+    out = work / "out"
+    t_full, _ = timed(lambda: analyze_traces({"bench": [str(trace)]}, out, log=lambda *_: None))
+
+    if parquet:
+        pq = work / "trace.parquet"  # the same trace as `drtp convert -o trace.parquet` writes it
+        t_conv, _ = timed(write_parquet, pq, TraceReader([trace]).batches())
+        t_naive_pq, ref_pq = timed(naive, pq)
+        t_col_pq, got_pq = timed(columnar, pq)
+        problems += agree(ref_pq, got_pq)
+        t_load_pq, _ = timed(load_trace, [pq])
+
+    rows = [
+        ("read records only (TraceReader)", t_read, None),
+        ("subset of §4 numbers (read + compute)", t_col, t_naive),
+        ("load columns", t_load, None),
+        ("full characterization (all §4 numbers)", t_char, None),
+        ("drtp analyze trace end to end (+13 PNGs, report)", t_full, None),
+    ]
+    if parquet:
+        rows += [
+            (f"Parquet input (converted once in {t_conv:.1f} s):", None, None),
+            ("  subset of §4 numbers (read + compute)", t_col_pq, t_naive_pq),
+            ("  load columns", t_load_pq, None),
+        ]
+    return {
+        "records": count,
+        "problems": problems,
+        "subset": got,
+        "rows": [{"stage": n, "drtp_s": t, "naive_s": b} for n, t, b in rows],
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=1_000_000)
@@ -155,33 +196,9 @@ def main() -> None:
         t_gen, n = timed(write_ibm, trace, generate(opts))
         print(f"generated {n:,} records in {t_gen:.1f} s → {trace}")
 
-    t_read, count = timed(lambda: sum(len(b) for b in TraceReader([trace]).batches()))
-    t_naive, ref = timed(naive, trace)
-    t_col, got = timed(columnar, trace)
-    problems = agree(ref, got)
-    t_load, df = timed(load_trace, [trace])
-    t_char, _ = timed(ch.characterize, df)
-    del df
-    out = work / "out"
-    t_full, _ = timed(lambda: analyze_traces({"bench": [str(trace)]}, out, log=lambda *_: None))
-
-    parquet = work / "trace.parquet"  # the same trace as `drtp convert -o trace.parquet` writes it
-    t_conv, _ = timed(write_parquet, parquet, TraceReader([trace]).batches())
-    t_naive_pq, ref_pq = timed(naive, parquet)
-    t_col_pq, got_pq = timed(columnar, parquet)
-    problems += agree(ref_pq, got_pq)
-    t_load_pq, _ = timed(load_trace, [parquet])
-
-    rows = [
-        ("read records only (TraceReader)", t_read, None),
-        ("subset of §4 numbers (read + compute)", t_col, t_naive),
-        ("load columns", t_load, None),
-        ("full characterization (all §4 numbers)", t_char, None),
-        ("drtp analyze trace end to end (+13 PNGs, report)", t_full, None),
-        (f"Parquet input (converted once in {t_conv:.1f} s):", None, None),
-        ("  subset of §4 numbers (read + compute)", t_col_pq, t_naive_pq),
-        ("  load columns", t_load_pq, None),
-    ]
+    res = measure(trace, work)
+    count, problems, got = res["records"], res["problems"], res["subset"]
+    rows = [(r["stage"], r["drtp_s"], r["naive_s"]) for r in res["rows"]]
     print(f"\n{count:,} records; baseline = naive per-record Python pass over the same TraceReader\n")
     print(f"{'stage':<52} {'drtp (s)':>9} {'naive (s)':>10} {'speed-up':>9}")
     for name, t, base in rows:

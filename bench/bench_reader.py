@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import tempfile
 import time
 from pathlib import Path
-
-import orjson
 
 from drtp.generate import GenerateOptions, generate
 from drtp.trace import TraceReader, write_ibm
@@ -64,6 +63,8 @@ def strptime_every_record(path: Path) -> int:
 
 def orjson_method(path: Path) -> int:
     """orjson.loads + fromisoformat per record: a faster untyped baseline."""
+    import orjson  # only this baseline needs it
+
     records = orjson.loads(path.read_bytes())
     for r in records:
         r["timestamp"] = dt.datetime.fromisoformat(r["timestamp"].replace("Z", "+00:00"))
@@ -86,6 +87,26 @@ def best_rate(fn, path: Path, repeat: int) -> tuple[float, int]:
     return best, n
 
 
+METHODS = (
+    ("original get_requests() (baseline)", original_method),
+    ("json.load + strptime every record", strptime_every_record),
+    *((("orjson + fromisoformat", orjson_method),) if importlib.util.find_spec("orjson") else ()),
+    ("drtp TraceReader (msgspec, streaming)", drtp_reader),
+)
+
+
+def measure(path: Path, repeat: int = 3, methods: tuple = METHODS) -> list[dict]:
+    """Rows {method, records, records_per_s, ratio_vs_original}; the first method is the baseline."""
+    rows = []
+    for name, fn in methods:
+        rate, n = best_rate(fn, path, repeat)
+        rows.append({"method": name, "records": n, "records_per_s": rate})
+    base = rows[0]["records_per_s"]
+    for r in rows:
+        r["ratio_vs_original"] = r["records_per_s"] / base
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200_000)
@@ -98,18 +119,7 @@ def main() -> None:
         path = args.trace or Path(tmp) / "trace.json"
         if not args.trace:
             write_ibm(path, generate(GenerateOptions(requests=args.requests, seed=1)))
-        rows = []
-        for name, fn in (
-            ("original get_requests() (baseline)", original_method),
-            ("json.load + strptime every record", strptime_every_record),
-            ("orjson + fromisoformat", orjson_method),
-            ("drtp TraceReader (msgspec, streaming)", drtp_reader),
-        ):
-            rate, n = best_rate(fn, path, args.repeat)
-            rows.append({"method": name, "records": n, "records_per_s": rate})
-        base = rows[0]["records_per_s"]
-        for r in rows:
-            r["ratio_vs_original"] = r["records_per_s"] / base
+        rows = measure(path, args.repeat)
         size_mb = path.stat().st_size / 1e6
 
     print(f"trace ingest, {rows[0]['records']:,} records ({size_mb:.0f} MB), best of {args.repeat}, one core")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import itertools
 import json
 import os
 import re
@@ -33,10 +34,11 @@ from drtp.master.warmup import run_warmup
 
 from drtp.config import load_config
 from drtp.demo import start_nodes, stop_nodes
+from drtp.generate import GenerateOptions, generate
 from drtp.manifest import ACCEPT
 from drtp.records import format_timestamp
 from drtp.registry import LocalRegistry
-from drtp.trace import write_ibm
+from drtp.trace import TraceReader, write_ibm
 
 T0 = _dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc)
 
@@ -83,50 +85,150 @@ def config(work: Path, trace: Path, reg: str, nodes: list[str], threads: int, wa
     return path
 
 
-def wrk_rate(url: str, connections: int, seconds: int) -> float:
-    out = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-H", f"Accept: {ACCEPT}", url],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by these processes (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+WRK_LIST_SCRIPT = """
+local paths = {%s}
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", paths[(i %% #paths) + 1])
+end
+"""
+
+
+def wrk_run(url: str, connections: int, seconds: int, paths: list[str] | None = None) -> tuple[float, float]:
+    """wrk at ``connections`` against ``url`` (or cycling through ``paths`` on its host): (req/s, CPU µs/request)."""
+    cmd = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-H", f"Accept: {ACCEPT}"]
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as lua:
+        if paths:
+            lua.write(WRK_LIST_SCRIPT % ", ".join(json.dumps(p) for p in paths))
+    try:
+        if paths:
+            cmd += ["-s", lua.name]
+        cpu0 = children_cpu_s()
+        out = subprocess.run(cmd + [url], capture_output=True, text=True, check=True).stdout
+        cpu = children_cpu_s() - cpu0
+    finally:
+        os.unlink(lua.name)
     m = re.search(r"Requests/sec:\s*([0-9.]+)", out)
+    total = re.search(r"(\d+) requests in", out)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if not m or non2xx:
+    if not m or not total or non2xx:
         raise RuntimeError(f"wrk failed:\n{out}")
-    return float(m.group(1))
+    return float(m.group(1)), cpu / max(1, int(total.group(1))) * 1e6
 
 
-def stress(work: Path, reg: LocalRegistry, nodes: list[str], threads: int, n: int, wrk_s: int) -> list[dict]:
+def wrk_rate(url: str, connections: int, seconds: int) -> float:
+    return wrk_run(url, connections, seconds)[0]
+
+
+def warm_map(cfg) -> dict:
+    """(repository, kind, reference) → digest, from the warmup map."""
+    with open(cfg.path(cfg.warmup.output)) as f:
+        return {(e["repository"], e["kind"], e["reference"]): e["digest"] for e in map(json.loads, f)}
+
+
+def url_path(rec, mapping: dict) -> str:
+    """The path a GET of this trace record is replayed to: blobs and digest manifests by their warmed digest."""
+    ref = rec.reference
+    if ref.startswith("sha256:") or rec.kind == "blob":
+        ref = mapping[(rec.repository, rec.kind, rec.reference)]
+    sep = "manifests" if rec.kind == "manifest" else "blobs"
+    return f"/v2/{rec.repository}/{sep}/{ref}"
+
+
+def mixed_trace(path: Path, n: int, seed: int = 3) -> None:
+    """The successful GETs of a generated trace (manifests and layers up to 1 MB), ``n`` of them."""
+    opts = GenerateOptions(requests=n * 3, seed=seed, span_s=600, clients=500, repositories=50, max_layer_size=1 << 20)
+    gets = (r for r in generate(opts) if r["http.request.method"] == "GET" and r["http.response.status"] == 200)
+    write_ibm(path, itertools.islice(gets, n))
+
+
+def stress(
+    work: Path, reg: LocalRegistry, nodes: list[str], threads: int, n: int, wrk_s: int, pids: list[int] | None = None
+) -> list[dict]:
+    """Stress-mode rows: drtp vs wrk req/s at the same concurrency, and CPU µs per request of nodes and wrk."""
     rows = []
     cases = [
         ("GET manifest (~1 KB)", "v2/bench/small/manifests/latest", 1000),
         ("GET blob (300 KB)", "v2/bench/big/blobs/layer300k", 300_000),
+        ("mixed trace (GETs)", None, None),
     ]
     for name, uri, size in cases:
-        trace = work / f"stress-{size}.json"
-        uniform_trace(trace, n, uri, size, 0.001, clients=500)
+        trace = work / f"stress-{size or 'mixed'}.json"
+        if uri:
+            uniform_trace(trace, n, uri, size, 0.001, clients=500)
+        else:
+            mixed_trace(trace, n)
         cfg = load_config(config(work, trace, reg.host, nodes, threads, wait=False))
         run_warmup(cfg, quiet=True)
-        mapping = {e["reference"]: e["digest"] for e in map(json.loads, open(cfg.path(cfg.warmup.output)))}
-        ref = uri.rsplit("/", 1)[1]
-        target = uri.rsplit("/", 1)[0] + "/" + (mapping[ref] if "/blobs/" in uri else ref)
-        s = run_replay(cfg, work / f"run-stress-{size}", quiet=True)
-        assert s["failed"] == 0, s
-        drtp = s["throughput_rps"]
-        wrk = wrk_rate(f"{reg.url}/{target}", len(nodes) * threads, wrk_s)
-        rows.append({"case": name, "concurrency": len(nodes) * threads, "drtp_rps": drtp, "wrk_rps": wrk})
+        mapping = warm_map(cfg)
+        paths = sorted({url_path(r, mapping) for r in TraceReader([trace])})
+        cpu0 = cpu_s(pids) if pids else 0.0
+        s = run_replay(cfg, work / f"run-stress-{size or 'mixed'}", quiet=True)
+        node_us = (cpu_s(pids) - cpu0) / max(1, s["requests"]) * 1e6 if pids else float("nan")
+        if s["failed"]:
+            raise RuntimeError(f"{name}: {s['failed']} of {s['requests']} requests failed")
+        wrk, wrk_us = wrk_run(f"{reg.url}{paths[0]}", len(nodes) * threads, wrk_s, paths if len(paths) > 1 else None)
+        rows.append(
+            {
+                "case": name,
+                "concurrency": len(nodes) * threads,
+                "requests": s["requests"],
+                "distinct_urls": len(paths),
+                "drtp_rps": s["throughput_rps"],
+                "wrk_rps": wrk,
+                "ratio": s["throughput_rps"] / wrk,
+                "node_cpu_us_per_req": node_us,
+                "wrk_cpu_us_per_req": wrk_us,
+            }
+        )
     return rows
 
 
-def as_is(work: Path, reg: LocalRegistry, nodes: list[str], seconds: float) -> dict:
-    rate = 200
-    trace = work / "asis.json"
+def sleep_loop_lateness(rate: float, seconds: float) -> dict:
+    """Baseline for as-is timing: one Python thread sleeping until each intended start, sending nothing."""
+    n = max(1, int(rate * seconds))
+    late = []
+    t0 = time.perf_counter() + 0.05
+    for i in range(n):
+        at = t0 + i / rate
+        d = at - time.perf_counter()
+        if d > 0:
+            time.sleep(d)
+        late.append(time.perf_counter() - at)
+    late.sort()
+    return {
+        "lateness_p50_ms": late[len(late) // 2] * 1000,
+        "lateness_p99_ms": late[min(len(late) - 1, int(len(late) * 0.99))] * 1000,
+        "lateness_max_ms": late[-1] * 1000,
+    }
+
+
+def as_is(work: Path, reg: LocalRegistry, nodes: list[str], seconds: float, rate: float = 200) -> dict:
+    """As-is mode at ``rate`` requests/s for ``seconds``: lateness (actual − intended start) percentiles."""
+    trace = work / f"asis-{rate:g}.json"
     uniform_trace(trace, int(rate * seconds), "v2/bench/small/manifests/latest", 1000, 1 / rate, clients=500)
     cfg = load_config(config(work, trace, reg.host, nodes, 16, wait=True))
     run_warmup(cfg, quiet=True)
-    s = run_replay(cfg, work / "run-asis", quiet=True)
+    s = run_replay(cfg, work / f"run-asis-{rate:g}", quiet=True)
     return {
+        "rate": rate,
+        "seconds": seconds,
         "requests": s["requests"],
         "failed": s["failed"],
         "lateness_p50_ms": s["lateness_s"]["p50"] * 1000,
@@ -136,7 +238,51 @@ def as_is(work: Path, reg: LocalRegistry, nodes: list[str], seconds: float) -> d
     }
 
 
+def measure(
+    n: int = 8000, wrk_s: int = 8, asis_s: float = 20, rates: tuple = (200,), threads: int = 16, nodes_n: int = 2
+) -> dict:
+    """Start a registry and ``nodes_n`` client nodes on loopback; return {"stress": rows, "asis": rows}.
+
+    Each as-is row carries the sleep-loop baseline measured right after it (``baseline_*`` keys)."""
+    if not shutil.which("wrk"):
+        raise RuntimeError("wrk is not installed (apt-get install -y wrk)")
+    token = os.urandom(16).hex()
+    old = os.environ.get("DRTP_TOKEN")
+    os.environ["DRTP_TOKEN"] = token
+    try:
+        with tempfile.TemporaryDirectory(prefix="drtp-bench-") as tmp:
+            work = Path(tmp)
+            with LocalRegistry(work / "registry") as reg:
+                nodes = start_nodes(nodes_n, token, work)
+                try:
+                    addrs = [a for _, a in nodes]
+                    stress_rows = stress(work, reg, addrs, threads, n, wrk_s, [p.pid for p, _ in nodes])
+                    late = []
+                    for rate in rates:
+                        row = as_is(work, reg, addrs, asis_s, rate)
+                        base = sleep_loop_lateness(rate, min(asis_s, 5))
+                        row.update({f"baseline_{k}": v for k, v in base.items()})
+                        late.append(row)
+                finally:
+                    stop_nodes(nodes)
+    finally:
+        if old is None:
+            os.environ.pop("DRTP_TOKEN", None)
+        else:
+            os.environ["DRTP_TOKEN"] = old
+    return {"stress": stress_rows, "asis": late}
+
+
 # -- master memory: the pipeline without the network ------------------------------------------------
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM).  Not ru_maxrss: Linux carries that over fork and exec,
+    so a child started from a large parent reports the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def rss_child(trace: str, out: str) -> None:
@@ -162,8 +308,17 @@ def rss_child(trace: str, out: str) -> None:
             results.add("node", req, res)
             seq += 1
     results.close()
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = peak_rss_mb()
     print(json.dumps({"requests": seq, "peak_rss_mb": rss_mb, "rate": seq / (time.perf_counter() - start)}))
+
+
+def rss_of(trace: Path, out: Path) -> dict:
+    """The master's pipeline over ``trace`` in a fresh process: {requests, peak_rss_mb, rate}."""
+    out.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(
+        [sys.executable, __file__, "--rss-child", str(trace), str(out)], check=True, capture_output=True, text=True
+    )
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def master_rss(work: Path, sizes: list[int]) -> list[dict]:
@@ -175,12 +330,7 @@ def master_rss(work: Path, sizes: list[int]) -> list[dict]:
             check=True,
             capture_output=True,
         )
-        out = work / f"rss-{n}"
-        out.mkdir()
-        r = subprocess.run(
-            [sys.executable, __file__, "--rss-child", str(trace), str(out)], check=True, capture_output=True, text=True
-        )
-        rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        rows.append(rss_of(trace, work / f"rss-{n}"))
         trace.unlink()
     return rows
 
@@ -197,25 +347,21 @@ def main() -> None:
     if not shutil.which("wrk"):
         sys.exit("wrk is not installed (apt-get install -y wrk)")
     n, wrk_s, asis_s = (3000, 5, 10) if args.quick else (8000, 8, 20)
-    threads = 16
-    token = os.urandom(16).hex()
-    os.environ["DRTP_TOKEN"] = token
+    res = measure(n, wrk_s, asis_s, rates=(200,))
+    stress_rows, late = res["stress"], res["asis"][0]
     with tempfile.TemporaryDirectory(prefix="drtp-bench-") as tmp:
-        work = Path(tmp)
-        with LocalRegistry(work / "registry") as reg:
-            nodes = start_nodes(2, token, work)
-            try:
-                stress_rows = stress(work, reg, [a for _, a in nodes], threads, n, wrk_s)
-                late = as_is(work, reg, [a for _, a in nodes], asis_s)
-            finally:
-                stop_nodes(nodes)
-        rss_rows = [] if args.skip_rss else master_rss(work, [100_000, 1_000_000])
+        rss_rows = [] if args.skip_rss else master_rss(Path(tmp), [100_000, 1_000_000])
 
     print("\nStress mode vs wrk (same registry, same concurrency, side by side)")
-    print(f"{'case':24} {'conc':>5} {'drtp req/s':>11} {'wrk req/s':>10} {'ratio':>6}")
+    print(
+        f"{'case':24} {'conc':>5} {'drtp req/s':>11} {'wrk req/s':>10} {'ratio':>6} "
+        f"{'node µs/req':>12} {'wrk µs/req':>11}"
+    )
     for r in stress_rows:
-        ratio = r["drtp_rps"] / r["wrk_rps"]
-        print(f"{r['case']:24} {r['concurrency']:>5} {r['drtp_rps']:>11.0f} {r['wrk_rps']:>10.0f} {ratio:>6.2f}")
+        print(
+            f"{r['case']:24} {r['concurrency']:>5} {r['drtp_rps']:>11.0f} {r['wrk_rps']:>10.0f} {r['ratio']:>6.2f} "
+            f"{r['node_cpu_us_per_req']:>12.0f} {r['wrk_cpu_us_per_req']:>11.0f}"
+        )
     print(f"\nAs-is mode at 200 req/s for {asis_s} s ({late['requests']} requests, {late['failed']} failed)")
     print(
         f"lateness p50 {late['lateness_p50_ms']:.2f} ms, p99 {late['lateness_p99_ms']:.2f} ms "

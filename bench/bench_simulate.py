@@ -59,28 +59,14 @@ def libcachesim_c_loop(ids: np.ndarray, sizes: np.ndarray, capacity: int, csv: P
     return time.perf_counter() - t0, 1.0 - miss_ratio
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=1_000_000)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--trace", help="an existing trace file instead of generating one")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--out", default="bench/out/simulate.json")
-    a = ap.parse_args()
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(a.trace) if a.trace else Path(tmp) / "trace.json"
-        if not a.trace:
-            t0 = time.perf_counter()
-            write_ibm(path, generate(GenerateOptions(requests=a.requests, seed=a.seed, span_s=7 * 86400)))
-            print(f"generated {a.requests:,} requests in {time.perf_counter() - t0:.1f} s")
-        t0 = time.perf_counter()
-        records = sum(len(b) for b in TraceReader([path]).batches())
-        read_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        trace = compact(TraceReader([path]).batches())
-        load_s = time.perf_counter() - t0
+def measure(path: Path, repeat: int = 3, pcts: tuple = (2, 10), jobs: int = 2, sweep: bool = True, log=print) -> dict:
+    """Time the policies on the trace at ``path``; {requests, layer_requests, read_s, load_s, rows, sweep_*}."""
+    t0 = time.perf_counter()
+    records = sum(len(b) for b in TraceReader([path]).batches())
+    read_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    trace = compact(TraceReader([path]).batches())
+    load_s = time.perf_counter() - t0
 
     csv_dir = tempfile.TemporaryDirectory()
     n = len(trace)
@@ -88,13 +74,13 @@ def main() -> None:
     sizes = trace.object_sizes(gets).tolist()
     ids = trace.obj[gets].tolist()
     ingress = trace.ingress_bytes()
-    print(f"trace: {n:,} requests, {len(gets):,} GET layer requests, {len(set(ids)):,} layers, ingress {ingress:,} B")
-    print(f"read (TraceReader) {read_s:.2f} s = {records / read_s:,.0f} req/s; read + compact {load_s:.2f} s")
-    print()
+    log(f"trace: {n:,} requests, {len(gets):,} GET layer requests, {len(set(ids)):,} layers, ingress {ingress:,} B")
+    log(f"read (TraceReader) {read_s:.2f} s = {records / read_s:,.0f} req/s; read + compact {load_s:.2f} s")
+    log()
 
     rows = []
-    for pct in (2, 10):
-        cap = int(ingress * pct / 100)
+    for pct in pcts:
+        cap = max(1, int(ingress * pct / 100))
         policies = {
             "libcachesim LRU (baseline)": lambda cap=cap: LibCacheSim("LRU", cap),
             "drtp lru": lambda cap=cap: LRU(cap),
@@ -102,7 +88,7 @@ def main() -> None:
         }
         secs = min(
             libcachesim_c_loop(np.asarray(ids), np.asarray(sizes), cap, Path(csv_dir.name) / "lcs.csv")[0]
-            for _ in range(a.repeat)
+            for _ in range(repeat)
         )
         _, c_ratio = libcachesim_c_loop(np.asarray(ids), np.asarray(sizes), cap, Path(csv_dir.name) / "lcs.csv")
         c_row = {
@@ -115,7 +101,7 @@ def main() -> None:
         }
         base_rate = None
         for name, make in policies.items():
-            secs, out = best_time(lambda make=make: make().run(ids, sizes), a.repeat)
+            secs, out = best_time(lambda make=make: make().run(ids, sizes), repeat)
             rate = len(ids) / secs
             base_rate = base_rate or rate
             rows.append(
@@ -135,7 +121,7 @@ def main() -> None:
         for plugin_name, args in (("lru", {"capacity": f"{pct}%"}), ("two-level", {"capacity": f"{pct}%"})):
             cls = find_plugin(plugin_name)
             plugin = cls(parse_plugin_args(cls, args))
-            secs, result = best_time(lambda plugin=plugin: plugin.run(trace), a.repeat)
+            secs, result = best_time(lambda plugin=plugin: plugin.run(trace), repeat)
             rows.append(
                 {
                     "policy": f"plugin {plugin_name} (incl. tables)",
@@ -147,6 +133,68 @@ def main() -> None:
                     "vs_libcachesim": len(ids) / secs / base_rate,
                 }
             )
+    csv_dir.cleanup()
+    out = {"requests": n, "layer_requests": len(gets), "read_s": read_s, "load_s": load_s, "rows": rows}
+    if sweep:
+        sweep_args = {"capacity": ["2%", "4%", "6%", "8%", "10%"], "ssd_multiplier": [10, 15, 20], "per_server": True}
+        t0 = time.perf_counter()
+        table = run_sweep(find_plugin("two-level"), sweep_args, trace, jobs=jobs)
+        out.update({"sweep_points": len(table), "sweep_jobs": jobs, "sweep_s": time.perf_counter() - t0})
+    return out
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM).  Not ru_maxrss: Linux carries that over fork and exec,
+    so a child started from a large parent reports the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def rss_child(path: str) -> None:
+    """``drtp simulate``'s path (read + compact, then the lru plugin) over a trace; print peak RSS (MB) as JSON."""
+
+    start = time.perf_counter()
+    trace = compact(TraceReader([path]).batches())
+    cls = find_plugin("lru")
+    cls(parse_plugin_args(cls, {"capacity": "10%"})).run(trace)
+    rss_mb = peak_rss_mb()
+    n = len(trace)
+    print(json.dumps({"requests": n, "peak_rss_mb": rss_mb, "rate": n / (time.perf_counter() - start)}))
+
+
+def rss_of(path: Path) -> dict:
+    """:func:`rss_child` in a fresh process: {requests, peak_rss_mb, rate}."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, __file__, "--rss-child", str(path)], check=True, capture_output=True, text=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--trace", help="an existing trace file instead of generating one")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", default="bench/out/simulate.json")
+    ap.add_argument("--rss-child", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.rss_child:
+        rss_child(a.rss_child)
+        return
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(a.trace) if a.trace else Path(tmp) / "trace.json"
+        if not a.trace:
+            t0 = time.perf_counter()
+            write_ibm(path, generate(GenerateOptions(requests=a.requests, seed=a.seed, span_s=7 * 86400)))
+            print(f"generated {a.requests:,} requests in {time.perf_counter() - t0:.1f} s")
+        out = measure(path, a.repeat, jobs=a.jobs)
+    rows = out["rows"]
 
     header = f"{'policy':<34} {'capacity':<13} {'seconds':>8} {'layer req/s':>13} {'trace req/s':>13}"
     header += f" {'hit ratio':>9} {'ratio':>6}"
@@ -157,25 +205,12 @@ def main() -> None:
             f"{r['policy']:<34} {r['capacity']:<13} {r['seconds']:>8.3f} {r['layer_req_per_s']:>13,.0f} "
             f"{r['trace_req_per_s']:>13,.0f} {r['hit_ratio']:>9.4f} {r['vs_libcachesim']:>5.2f}x"
         )
-
-    sweep_args = {"capacity": ["2%", "4%", "6%", "8%", "10%"], "ssd_multiplier": [10, 15, 20], "per_server": True}
-    t0 = time.perf_counter()
-    table = run_sweep(find_plugin("two-level"), sweep_args, trace, jobs=a.jobs)
-    sweep_s = time.perf_counter() - t0
     print()
-    print(f"two-level sweep 5 sizes x 3 SSD multipliers, per server, {a.jobs} processes: {sweep_s:.2f} s")
-    print(f"  (+ {load_s:.2f} s to read and compact the trace once: {sweep_s + load_s:.2f} s end to end)")
-    out = {
-        "requests": n,
-        "layer_requests": len(gets),
-        "read_s": read_s,
-        "load_s": load_s,
-        "rows": rows,
-        "sweep_points": len(table),
-        "sweep_jobs": a.jobs,
-        "sweep_s": sweep_s,
-    }
-    csv_dir.cleanup()
+    print(f"two-level sweep 5 sizes x 3 SSD multipliers, per server, {a.jobs} processes: {out['sweep_s']:.2f} s")
+    print(
+        f"  (+ {out['load_s']:.2f} s to read and compact the trace once: "
+        f"{out['sweep_s'] + out['load_s']:.2f} s end to end)"
+    )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {a.out}")

@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "drtp.cluster.cli",
     "drtp.plugins.cli",
     "drtp.analysis.cli",
+    "drtp.selfbench",
 )
 
 

@@ -155,6 +155,7 @@ class Replay:
     def _dispatch(self, timed: bool) -> None:
         cap = max(1, self.ci.inflight)
         batch = max(1, self.ci.batch)
+        refill_at = max(0, cap - batch)
         speedup = self.ci.speedup
         first = None
         seq = 0
@@ -181,9 +182,12 @@ class Replay:
                 node = self._route(rec)
                 if node is None:  # every node is dead: what was measured is kept, the summary still written
                     return
-                while self.per_node[node] >= cap and node not in self.dead:
+                if self.per_node[node] >= cap and node not in self.dead:
+                    # at the cap: refill a whole batch at once, not one request per result (a batch of
+                    # one per result cost each node a connection and a thread per request)
                     self._flush_all()
-                    self._drain(timeout=1.0)
+                    while self.per_node[node] > refill_at and node not in self.dead:
+                        self._drain(timeout=1.0)
                 if node in self.dead:
                     node = self._route(rec)
                     if node is None:
