@@ -35,6 +35,7 @@ import datetime as _dt
 
 import numpy as np
 import pandas as pd
+
 from drtp.analysis.trace_summary import summarize_frame
 
 CDF_PROBS = np.linspace(0.0, 1.0, 201)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from drtp.analysis.characterize import distribution
 
+from drtp.analysis.characterize import distribution
 from drtp.errors import DrtpError
 
 REQUIRED = ("method", "kind", "start_s", "latency_s", "status")

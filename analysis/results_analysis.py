@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+
 from drtp.analysis.report import Section, write_report
 from drtp.analysis.results import (
     TRACE_ROW,

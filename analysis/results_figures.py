@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from drtp.analysis.plotting import cdf_line, clip_note, new_figure, no_data, palette, save
-from drtp.analysis.results import TRACE_ROW, group_key
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
+
+from drtp.analysis.plotting import cdf_line, clip_note, new_figure, no_data, palette, save
+from drtp.analysis.results import TRACE_ROW, group_key
 
 VIOLIN_SAMPLE = 20_000  # rows per run and panel drawn in a violin (all rows count in the numbers)
 SMOOTH_ABOVE_S = 600  # runs longer than this are plotted as a 10 s moving average

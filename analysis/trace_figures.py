@@ -13,10 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from drtp.analysis.plotting import BYTES, cdf_line, new_figure, no_data, palette, save
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, PercentFormatter, ScalarFormatter
+
+from drtp.analysis.plotting import BYTES, cdf_line, new_figure, no_data, palette, save
 
 Chars = dict[str, dict]
 

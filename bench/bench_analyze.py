@@ -23,10 +23,10 @@ from collections import Counter, defaultdict, deque
 from pathlib import Path
 
 import numpy as np
+
 from drtp.analysis import characterize as ch
 from drtp.analysis.columns import load_trace
 from drtp.analysis.trace_analysis import analyze_traces
-
 from drtp.columnar import write_parquet
 from drtp.generate import GenerateOptions, generate
 from drtp.records import parse_uri

@@ -19,7 +19,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from drtp.master.bench import Bench  # noqa: E402
-
 from drtp.registry import LocalRegistry  # noqa: E402
 from drtp.replay_types import RegistryAuth  # noqa: E402
 from drtp.units import parse_size  # noqa: E402

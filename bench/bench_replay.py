@@ -29,13 +29,13 @@ import time
 from pathlib import Path
 
 import yaml
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
 
 from drtp.config import load_config
 from drtp.demo import start_nodes, stop_nodes
 from drtp.generate import GenerateOptions, generate
 from drtp.manifest import ACCEPT
+from drtp.master.run import run_replay
+from drtp.master.warmup import run_warmup
 from drtp.records import format_timestamp
 from drtp.registry import LocalRegistry
 from drtp.trace import TraceReader, write_ibm
@@ -289,7 +289,6 @@ def rss_child(trace: str, out: str) -> None:
     """Run the master's per-request path over a trace; print peak RSS (MB) as JSON."""
     from drtp.master.plan import Planner
     from drtp.master.results import RunResults
-
     from drtp.replay_types import ReplayResult
     from drtp.trace import TraceReader
 

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from drtp.generate import GenerateOptions, generate
 from drtp.plugins.base import find_plugin, parse_plugin_args
 from drtp.plugins.compact import compact
 from drtp.plugins.policies import LRU, LibCacheSim, TwoLevel
 from drtp.plugins.sweep import run_sweep
-
-from drtp.generate import GenerateOptions, generate
 from drtp.trace import TraceReader, write_ibm
 
 

@@ -18,7 +18,6 @@ import threading
 from collections import deque
 
 from drtp.client.executor import Executor, monotonic_clock
-
 from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec
 
 log = logging.getLogger("drtp.client")

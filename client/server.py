@@ -25,9 +25,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import bottle
 import msgspec
-from drtp.client.scheduler import NodeRun
 
 from drtp import __version__
+from drtp.client.scheduler import NodeRun
 from drtp.node_auth import verify
 from drtp.replay_types import batch_decoder, spec_decoder
 

@@ -34,11 +34,10 @@ from pathlib import Path
 from urllib.parse import urlencode, urljoin
 
 from drtp.client.executor import Executor, Response, monotonic_clock
-from drtp.master.results import COLUMNS, RunResults, format_table
-
 from drtp.content import STREAM_ABOVE, chunks, new_seed
 from drtp.content import digest as stream_digest
 from drtp.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
+from drtp.master.results import COLUMNS, RunResults, format_table
 from drtp.replay_types import RegistryAuth, ReplayRequest, ReplayResult, RunSpec, registry_base
 
 MODES = ("push", "pull", "manifest")

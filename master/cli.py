@@ -9,9 +9,8 @@ from drtp.errors import DrtpError
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
-    from drtp.master.warmup import run_warmup
-
     from drtp.config import load_config
+    from drtp.master.warmup import run_warmup
 
     cfg = load_config(args.config)
     if args.fresh and args.resume:
@@ -29,9 +28,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from drtp.master.run import run_replay
-
     from drtp.config import load_config
+    from drtp.master.run import run_replay
 
     cfg = load_config(args.config)
     if args.resume and not args.out:
@@ -43,9 +41,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from drtp.master.experiment import run_experiment
-
     from drtp.config import load_config
+    from drtp.master.experiment import run_experiment
 
     cfg = load_config(args.config)
     if args.resume and not args.out:
@@ -58,9 +55,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import datetime as _dt
     import os
 
-    from drtp.master.bench import Bench, append_dataset, print_summary
-
     from drtp.config import load_config
+    from drtp.master.bench import Bench, append_dataset, print_summary
     from drtp.registry_auth import entry_auth
     from drtp.replay_types import RegistryAuth
     from drtp.units import parse_size

@@ -18,11 +18,11 @@ import traceback
 from pathlib import Path
 
 import msgspec
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
 
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
+from drtp.master.run import run_replay
+from drtp.master.warmup import run_warmup
 from drtp.registry_auth import config_auth
 
 

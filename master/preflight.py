@@ -15,7 +15,6 @@ import time
 from urllib.parse import urlencode, urljoin
 
 from drtp.client.executor import Executor
-
 from drtp.errors import DrtpError
 from drtp.manifest import digest_of
 from drtp.registry_auth import masked

@@ -19,15 +19,14 @@ import time
 import uuid
 from pathlib import Path
 
+from drtp.config import Config, redacted
+from drtp.errors import DrtpError
 from drtp.master.nodes import NodeLink
 from drtp.master.plan import Planner, with_prefix
 from drtp.master.preflight import preflight_all
 from drtp.master.results import RunResults, format_table
 from drtp.master.routing import Router
 from drtp.master.warmup import load_map
-
-from drtp.config import Config, redacted
-from drtp.errors import DrtpError
 from drtp.node_auth import resolve_token
 from drtp.progress import progress
 from drtp.registry_auth import config_auth, registry_names, repository_prefix

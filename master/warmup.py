@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
-from drtp.master.plan import registry_for, with_prefix
-from drtp.master.preflight import preflight_all
 from dxf import DXF
 from dxf.exceptions import DXFError
 
@@ -39,6 +37,8 @@ from drtp.content import STREAM_ABOVE, chunks, new_seed
 from drtp.content import digest as stream_digest
 from drtp.errors import DrtpError
 from drtp.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
+from drtp.master.plan import registry_for, with_prefix
+from drtp.master.preflight import preflight_all
 from drtp.progress import progress
 from drtp.registry_auth import auth_for, config_auth, dxf_options, registry_names, repository_prefix
 from drtp.replay_types import registry_base

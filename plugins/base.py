@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 
 import msgspec
 import pandas as pd
-from drtp.plugins.compact import CompactTrace
 
 from drtp.errors import ConfigError, DrtpError
+from drtp.plugins.compact import CompactTrace
 from drtp.units import parse_duration, parse_size
 
 

@@ -18,11 +18,11 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+
+from drtp.errors import DrtpError
 from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, check_size, resolve_size
 from drtp.plugins.compact import CompactTrace
 from drtp.plugins.policies import LRU, LibCacheSim, Outcome, TwoLevel, libcachesim_policies
-
-from drtp.errors import DrtpError
 
 ARG_HELP = {
     "capacity": "cache size: bytes (1073741824), a size (64MB, 2GiB) or a percentage of percent_of (5%)",

@@ -17,9 +17,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         raise DrtpError("simulate: give -c CONFIG (or --list)")
     import pandas as pd
-    from drtp.plugins.run import default_out_dir, format_summary, format_sweep, simulate
 
     from drtp.config import load_config
+    from drtp.plugins.run import default_out_dir, format_summary, format_sweep, simulate
 
     cfg = load_config(args.config)
     if cfg.simulate is None:

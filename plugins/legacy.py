@@ -27,9 +27,9 @@ from types import ModuleType
 from typing import Any
 
 import pandas as pd
-from drtp.plugins.base import SimPlugin, SimResult
 
 from drtp.errors import ConfigError, DrtpError
+from drtp.plugins.base import SimPlugin, SimResult
 from drtp.records import TraceRecord
 
 LEGACY_METHODS = ("GET", "PUT")

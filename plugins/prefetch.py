@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
 from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, resolve_duration
 from drtp.plugins.compact import BLOB, GET, MANIFEST, PATCH, PUT, UPLOAD, CompactTrace
 

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from drtp.config import Config, redacted
+from drtp.errors import ConfigError
 from drtp.plugins import figures
 from drtp.plugins.base import SimResult, find_plugin, parse_plugin_args
 from drtp.plugins.compact import CompactTrace, compact
 from drtp.plugins.legacy import is_plugin_path, load_module, run_legacy, user_plugin_class
 from drtp.plugins.sweep import grid, run_sweep, sweep_keys, worker_count
-
-from drtp.config import Config, redacted
-from drtp.errors import ConfigError
 from drtp.trace import TraceReader
 
 

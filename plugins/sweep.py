@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import pandas as pd
+
 from drtp.plugins.base import SimPlugin, parse_plugin_args
 from drtp.plugins.compact import CompactTrace
 

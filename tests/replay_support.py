@@ -10,10 +10,10 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
-from drtp.master.nodes import NodeLink
 
 from drtp.config import load_config
 from drtp.generate import GenerateOptions, generate
+from drtp.master.nodes import NodeLink
 from drtp.registry import free_port
 from drtp.trace import TraceReader, write_ibm
 

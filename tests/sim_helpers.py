@@ -5,9 +5,8 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-from drtp.plugins.compact import CompactTrace, compact
-
 from drtp.generate import GenerateOptions, generate
+from drtp.plugins.compact import CompactTrace, compact
 from drtp.records import TraceRecord
 from drtp.trace import TraceReader, write_ibm
 

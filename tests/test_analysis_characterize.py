@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from drtp.analysis import characterize as ch
 from drtp.analysis.columns import frame_from_records
 from drtp.analysis.trace_summary import summarize
-
 from tests.analysis_fixtures import rec
 
 M1 = "v2/u1/r1/manifests/v1"

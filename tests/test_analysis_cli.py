@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from drtp.analysis.trace_analysis import default_label, group_files
 
+from drtp.analysis.trace_analysis import default_label, group_files
 from drtp.cli import main
 from drtp.errors import DrtpError
 from drtp.generate import GenerateOptions, generate

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+
 from drtp.analysis.characterize import characterize
 from drtp.analysis.columns import load_trace
-
 from drtp.columnar import write_parquet
 from drtp.errors import DrtpError
 from drtp.generate import GenerateOptions, generate

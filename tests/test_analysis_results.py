@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+
 from drtp.analysis import results as rs
 from drtp.analysis.results_analysis import analyze_results
-
 from drtp.errors import DrtpError
 from drtp.trace import write_ibm
 from tests.analysis_fixtures import fabricate_run, rec

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from drtp.analysis.characterize import characterize
 from drtp.analysis.columns import frame_from_records
 from drtp.analysis.targets import MEASURES, check_targets, profile_for
-
 from drtp.cli import main
 from drtp.errors import DrtpError
 from drtp.profiles import builtin_profiles, load_profile

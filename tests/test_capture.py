@@ -169,9 +169,9 @@ def test_capture_cli(traffic, tmp_path):
 def test_captured_trace_replays_on_a_fresh_registry(traffic, tmp_path):
     """The round trip: real skopeo traffic → capture → warmup + replay against another registry."""
     import pandas as pd
+
     from drtp.master.run import run_replay
     from drtp.master.warmup import run_warmup
-
     from drtp.registry import LocalRegistry
     from tests.replay_support import Node, write_config
 

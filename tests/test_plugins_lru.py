@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from drtp.plugins.base import find_plugin, parse_plugin_args
-from drtp.plugins.policies import LRU, LibCacheSim
 
 from drtp.errors import DrtpError
+from drtp.plugins.base import find_plugin, parse_plugin_args
+from drtp.plugins.policies import LRU, LibCacheSim
 from tests.sim_helpers import gen_trace_file, hand_trace, layer_get, load, rec
 
 SIZES = {"A": 60, "B": 30, "C": 50, "D": 150}

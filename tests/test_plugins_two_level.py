@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from drtp.plugins.policies import TwoLevel
 
+from drtp.plugins.policies import TwoLevel
 from tests.sim_helpers import gen_trace_file, hand_trace, layer_get, load
 from tests.test_plugins_lru import reference_lru, run_plugin
 

@@ -9,11 +9,11 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from drtp.master.experiment import run_experiment
-from drtp.master.preflight import PreflightError, preflight
 
 from drtp.config import load_config
 from drtp.errors import ConfigError
+from drtp.master.experiment import run_experiment
+from drtp.master.preflight import PreflightError, preflight
 from drtp.registry import LocalRegistry
 from drtp.registry_auth import config_auth
 from drtp.replay_types import RegistryAuth

@@ -8,11 +8,11 @@ import json
 
 import pandas as pd
 import pytest
-from drtp.master.bench import Bench, append_dataset
-from drtp.master.results import COLUMNS
 
 from drtp.cli import main
 from drtp.manifest import CONFIG_DIGEST
+from drtp.master.bench import Bench, append_dataset
+from drtp.master.results import COLUMNS
 from drtp.registry import LocalRegistry
 from drtp.replay_types import RegistryAuth
 from drtp.trace import TraceReader

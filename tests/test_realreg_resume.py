@@ -13,9 +13,9 @@ from collections import Counter
 import pandas as pd
 import pytest
 import yaml
+
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
-
 from drtp.registry import LocalRegistry
 from drtp.trace import TraceReader
 from tests.replay_support import Node, make_trace, write_config
@@ -73,9 +73,8 @@ def test_killed_run_resumes_to_the_full_request_set(tmp_path):
 
 
 def test_experiment_resume_skips_done_registries_and_retries_failed_ones(tmp_path):
-    from drtp.master.experiment import run_experiment
-
     from drtp.config import load_config
+    from drtp.master.experiment import run_experiment
     from drtp.registry import free_port
 
     trace = make_trace(tmp_path / "trace.json", requests=120)

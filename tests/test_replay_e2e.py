@@ -11,9 +11,9 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
+
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
-
 from drtp.registry import LocalRegistry
 from drtp.trace import TraceReader
 from tests.replay_support import Node, log_tail, make_trace, method_kind_counts, write_config

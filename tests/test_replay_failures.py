@@ -10,12 +10,12 @@ import msgspec
 import pandas as pd
 import pytest
 import requests
-from drtp.master.nodes import NodeLink
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
 
 from drtp.config import load_config
 from drtp.errors import DrtpError
+from drtp.master.nodes import NodeLink
+from drtp.master.run import run_replay
+from drtp.master.warmup import run_warmup
 from drtp.node_auth import sign
 from drtp.registry import LocalRegistry
 from drtp.replay_types import RunSpec

@@ -7,10 +7,10 @@ import datetime as _dt
 import pandas as pd
 import pytest
 import requests
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
 
 from drtp.content import STREAM_ABOVE
+from drtp.master.run import run_replay
+from drtp.master.warmup import run_warmup
 from drtp.records import format_timestamp
 from drtp.registry import LocalRegistry
 from drtp.trace import write_ibm

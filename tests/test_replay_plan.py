@@ -8,10 +8,10 @@ import random
 
 import numpy as np
 import pytest
-from drtp.master.plan import Planner, registry_for
-from drtp.master.results import LogHistogram
 
 from drtp.manifest import placeholder_digest
+from drtp.master.plan import Planner, registry_for
+from drtp.master.results import LogHistogram
 from drtp.records import TraceRecord
 from drtp.replay_types import ReplayResult
 

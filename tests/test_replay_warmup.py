@@ -6,9 +6,9 @@ import json
 
 import pytest
 import requests
-from drtp.master.warmup import load_map, run_warmup
 
 from drtp.manifest import ACCEPT, SCHEMA2
+from drtp.master.warmup import load_map, run_warmup
 from drtp.registry import LocalRegistry
 from drtp.trace import TraceReader
 from tests.replay_support import make_trace, write_config
