@@ -32,6 +32,16 @@ def cmd_client(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r} (0–65535)")
+    return port
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "client",
@@ -40,7 +50,7 @@ def register(sub) -> None:
         "(signed with the shared secret), sends them to the registry and streams the results back.",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8081, help="port to listen on (default 8081)")
+    p.add_argument("--port", type=_port, default=8081, help="port to listen on (default 8081)")
     p.add_argument("--token", help="shared secret (default: $DRTP_TOKEN); the master's client_info.token")
     p.add_argument("-v", "--verbose", action="store_true", help="log every HTTP call")
     p.set_defaults(func=cmd_client)

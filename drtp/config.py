@@ -148,8 +148,9 @@ class Config(_Section):
     slurm: Slurm | None = None  # drtp slurm (docs/cluster.md)
     deploy: Deploy | None = None  # drtp deploy (docs/cluster.md)
 
-    # where the file was loaded from; relative paths are resolved against it
+    # where the file was loaded from (errors name it); relative paths are resolved against its folder
     base_dir: str = "."
+    source: str = "<config>"
 
     def trace_paths(self) -> list[Path]:
         """The trace files, ``trace.location`` joined with each of ``trace.traces``."""
@@ -168,7 +169,7 @@ class Config(_Section):
         for part in key.split("."):
             value = getattr(value, part, None)
             if value in (None, [], ""):
-                raise ConfigError(f"{self.base_dir}: missing key '{key}' (required for this command)")
+                raise ConfigError(f"{self.source}: missing key '{key}' (required for this command)")
         return value
 
     def reader_options(self) -> dict[str, Any]:
@@ -250,8 +251,9 @@ def load_config(path: str | Path) -> Config:
 def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the config must be a mapping of keys, not {type(data).__name__}")
-    if "base_dir" in data:
-        raise ConfigError(f"{source}: unknown key 'base_dir'")
+    for internal in ("base_dir", "source"):
+        if internal in data:
+            raise ConfigError(f"{source}: unknown key '{internal}'")
     data = _expand(data, source, "")
     if isinstance(data.get("registry"), str):  # the original allowed a single host:port
         data["registry"] = [data["registry"]]
@@ -260,6 +262,7 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
     except msgspec.ValidationError as e:
         raise ConfigError(f"{source}: {_explain(e)}") from None
     cfg.base_dir = base_dir
+    cfg.source = source
     return cfg
 
 
@@ -275,4 +278,5 @@ def redacted(cfg: Config) -> dict:
 
     data = msgspec.to_builtins(cfg)
     data.pop("base_dir", None)
+    data.pop("source", None)
     return mask(data)

@@ -43,7 +43,7 @@ class AuthError(DrtpError):
 
 def entry_auth(entry: RegistryEntry, cfg: Config) -> RegistryAuth:
     """The wire record of one ``registries:`` entry; checks URL scheme vs ``insecure``."""
-    where = f"{cfg.base_dir}: registries[{entry.id}]"
+    where = f"{cfg.source}: registries[{entry.id}]"
     url = entry.url.rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"{where}: url must be http(s)://host:port, not {entry.url!r}")

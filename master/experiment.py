@@ -39,11 +39,11 @@ def default_experiment_dir(cfg: Config) -> Path:
 
 def run_experiment(cfg: Config, out_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> dict:
     if not cfg.registries:
-        raise ConfigError(f"{cfg.base_dir}: missing key 'registries' (the registries of the experiment)")
+        raise ConfigError(f"{cfg.source}: missing key 'registries' (the registries of the experiment)")
     ids = [e.id for e in cfg.registries]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
-        raise ConfigError(f"{cfg.base_dir}: registries: duplicate id(s) {', '.join(sorted(dup))}")
+        raise ConfigError(f"{cfg.source}: registries: duplicate id(s) {', '.join(sorted(dup))}")
     config_auth(cfg)  # a mistake in any entry (http without insecure, missing password…) stops before any run
     out = out_dir or default_experiment_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ START_LEAD_S = 1.0  # as-is mode: the common start is this far after the run is 
 def node_addresses(cfg: Config) -> list[str]:
     ci = cfg.client_info
     if not ci.client_list:
-        raise DrtpError(f"{cfg.base_dir}: missing key 'client_info.client_list' (the client nodes, host:port)")
+        raise DrtpError(f"{cfg.source}: missing key 'client_info.client_list' (the client nodes, host:port)")
     return [a if ":" in a.split("//")[-1] else f"{a}:{ci.port}" for a in ci.client_list]
 
 

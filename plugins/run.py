@@ -42,7 +42,7 @@ def simulate(cfg: Config, out: Path, jobs: int | None = None) -> dict[str, Any]:
     """Run ``cfg.simulate`` and write results to ``out``; returns the summary written."""
     sim = cfg.simulate
     if sim is None:
-        raise ConfigError(f"{cfg.base_dir}: missing key 'simulate' (required for this command)")
+        raise ConfigError(f"{cfg.source}: missing key 'simulate' (required for this command)")
     t0 = time.perf_counter()
     if is_plugin_path(sim.name):
         path = cfg.path(sim.name)
