@@ -100,29 +100,47 @@ CONF
     fi
 }
 
-start_slurmds() {  # returns 1 if a slurmd does not come up
+slurmd_log_tail() {  # the last lines of a node's log, on stderr: why it did not come up
+    local log="$CI_DIR/log/slurmd-$1.log"
+    [ -f "$log" ] && { echo "--- tail of $log" >&2; tail -n 4 "$log" >&2; }
+    return 0
+}
+
+start_slurmds() {  # returns 1 if a slurmd does not come up (2: its port was taken, no point falling back)
     for i in $(seq 1 "$NNODES"); do
         rm -f "$CI_DIR/run-slurmd-$NODE_PREFIX$i.pid"
-        /usr/sbin/slurmd -N "$NODE_PREFIX$i" || return 1
-        wait_pidfile "$CI_DIR/run-slurmd-$NODE_PREFIX$i.pid" || return 1
+        /usr/sbin/slurmd -N "$NODE_PREFIX$i" || { slurmd_log_tail "$NODE_PREFIX$i"; return 1; }
+        if ! wait_pidfile "$CI_DIR/run-slurmd-$NODE_PREFIX$i.pid"; then
+            slurmd_log_tail "$NODE_PREFIX$i"
+            if grep -q 'Unable to bind listen port' "$CI_DIR/log/slurmd-$NODE_PREFIX$i.log" 2>/dev/null; then
+                echo "slurmd $NODE_PREFIX$i: port $((SLURMD_PORT_BASE + i)) is already in use" >&2
+                return 2
+            fi
+            return 1
+        fi
         cp "$CI_DIR/run-slurmd-$NODE_PREFIX$i.pid" "$CI_DIR/slurmd-$NODE_PREFIX$i.pid"
     done
 }
 
 write_conf
+seq -f "$NODE_PREFIX%g" 1 "$NNODES" > "$CI_DIR/node-names"   # for slurm-cluster-down.sh
 rm -f "$CI_DIR/run-slurmctld.pid"
 /usr/sbin/slurmctld -c                        # -c: clean job state
 wait_pidfile "$CI_DIR/run-slurmctld.pid"; cp "$CI_DIR/run-slurmctld.pid" "$CI_DIR/slurmctld.pid"
-if ! start_slurmds && [ "$PROCTRACK" = proctrack/cgroup ]; then
+rc=0; start_slurmds || rc=$?
+if [ "$rc" = 2 ]; then
+    exit 4                                    # a port clash: the caller picks other ports
+elif [ "$rc" != 0 ] && [ "$PROCTRACK" = proctrack/cgroup ]; then
     ts "slurmd failed with proctrack/cgroup: falling back to proctrack/linuxproc"
     for f in "$CI_DIR"/slurmd-*.pid; do [ -f "$f" ] && { kill "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; }; done
     PROCTRACK=proctrack/linuxproc
     write_conf
     scontrol reconfigure
-    start_slurmds
+    start_slurmds || exit 1
+elif [ "$rc" != 0 ]; then
+    exit 1
 fi
 echo "$PROCTRACK" > "$CI_DIR/proctrack"
-seq -f "$NODE_PREFIX%g" 1 "$NNODES" > "$CI_DIR/node-names"   # for slurm-cluster-down.sh
 for _ in $(seq 1 150); do                     # wait until every node is idle
     [ "$(sinfo -h -N -o '%T' 2>/dev/null | grep -c '^idle$')" = "$NNODES" ] && break
     sleep 0.2

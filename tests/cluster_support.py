@@ -56,45 +56,54 @@ def why_not() -> str | None:
     return None
 
 
-def _port_base() -> int:
-    """A port p with p+1 and p+2 free (the slurmds listen on base + node number)."""
+def free_port_run(n: int) -> int:
+    """A port p with p .. p+n-1 all free, below the ephemeral range (32768+).
+
+    The kernel hands out ephemeral ports for other programs' connections and bind(0) calls, so a port
+    picked there can be taken between this check and the daemon's start (a slurmd once lost its port
+    to the slurmctld port picked the same way).
+    """
+    rng = random.Random()
     while True:
-        p = free_port()
-        if port_free(p + 1) and port_free(p + 2):
+        p = rng.randrange(20000, 32000)
+        if all(port_free(p + i) for i in range(n)):
             return p
 
 
 def free_port_pair() -> int:
-    """A port p with p and p+1 free, below the ephemeral range (other programs' free ports come from there)."""
-    rng = random.Random()
-    while True:
-        p = rng.randrange(20000, 32000)
-        if port_free(p) and port_free(p + 1):
-            return p
+    return free_port_run(2)
 
 
 class InstallFailed(RuntimeError):
     pass
 
 
-def cluster_up(ci_dir: Path) -> Cluster:
+PORT_CLASH = 4  # slurm-cluster-up.sh's exit code when a daemon's port was taken
+
+
+def cluster_up(ci_dir: Path, attempts: int = 3) -> Cluster:
     install = "0" if all(Path(b).exists() for b in NEEDED) else "1"
-    ssh_port = 2222 if port_free(2222) else free_port()
-    env = dict(
-        os.environ,
-        CI_DIR=str(ci_dir),
-        INSTALL=install,
-        SSH_PORT=str(ssh_port),
-        CTLD_PORT=str(free_port()),
-        SLURMD_PORT_BASE=str(_port_base()),
-        NODE_PREFIX="t",
-    )
-    proc = subprocess.run(["bash", str(UP)], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
+    for attempt in range(1, attempts + 1):
+        ssh_port = 2222 if port_free(2222) else free_port()
+        base = free_port_run(3)  # slurmctld on base, the two slurmds on base+1, base+2
+        env = dict(
+            os.environ,
+            CI_DIR=str(ci_dir),
+            INSTALL=install,
+            SSH_PORT=str(ssh_port),
+            CTLD_PORT=str(base),
+            SLURMD_PORT_BASE=str(base),
+            NODE_PREFIX="t",
+        )
+        proc = subprocess.run(["bash", str(UP)], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode == 0:
+            break
         cluster_down(ci_dir)
         if install == "1" and "packages installed" not in proc.stdout:
             raise InstallFailed(f"apt-get could not install Slurm/munge/openssh-server: {proc.stderr[-500:]}")
-        raise RuntimeError(f"slurm-cluster-up.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        if proc.returncode != PORT_CLASH or attempt == attempts:
+            raise RuntimeError(f"slurm-cluster-up.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        install = "0"
     return Cluster(
         ci_dir=ci_dir,
         slurm_conf=ci_dir / "etc" / "slurm.conf",

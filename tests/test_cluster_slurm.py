@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -21,7 +22,18 @@ import yaml
 
 from drtp.registry import LocalRegistry
 from drtp.trace import TraceReader
-from tests.cluster_support import Cluster, InstallFailed, cluster_down, cluster_up, free_port_pair, why_not
+from tests.cluster_support import (
+    NEEDED,
+    PORT_CLASH,
+    UP,
+    Cluster,
+    InstallFailed,
+    cluster_down,
+    cluster_up,
+    free_port_pair,
+    free_port_run,
+    why_not,
+)
 from tests.replay_support import TOKEN, make_trace
 
 DRTP = [sys.executable, "-m", "drtp.cli"]
@@ -365,3 +377,25 @@ def test_deploy_makes_a_venv_and_installs_the_copied_project(tmp_path, cluster, 
     )
     assert where.returncode == 0, where.stderr
     assert where.stdout.strip() == str(tmp_path / "remote" / "project" / "drtp" / "cluster" / "__init__.py")
+
+
+def test_a_taken_slurmd_port_is_named_and_exit_code_4(tmp_path):
+    """A port clash exits 4 and names the port (not a cgroup failure), so callers retry on new ports."""
+    reason = why_not()
+    if reason or not all(Path(b).exists() for b in NEEDED):
+        pytest.skip(reason or "Slurm is not installed")
+    base = free_port_run(3)
+    env = dict(
+        os.environ, CI_DIR=str(tmp_path), SSH_PORT=str(free_port_run(1)), CTLD_PORT=str(base),
+        SLURMD_PORT_BASE=str(base), NODE_PREFIX="c", INSTALL="0",
+    )
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", base + 2))
+        held.listen()
+        try:
+            proc = subprocess.run(["bash", str(UP)], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        finally:
+            cluster_down(tmp_path)
+    assert proc.returncode == PORT_CLASH, proc.stdout + proc.stderr
+    assert f"slurmd c2: port {base + 2} is already in use" in proc.stderr
+    assert "falling back" not in proc.stdout
