@@ -1,11 +1,10 @@
 """Sends one replay request to its registry and measures it.
 
 Each worker thread keeps its own keep-alive connection per registry
-(``http.client``: half the CPU per request of a requests/urllib3 session, and
-on a 2-core machine the replayer's CPU is taken from the registry), so no
-lock is shared.  The exact trace verb is sent — GET, HEAD, PUT, PATCH, POST, DELETE —
-and every error (HTTP status, timeout, refused connection) becomes a failed
-result, never an exception.
+(client/transport.py: on a 2-core machine the replayer's CPU is taken from the
+registry, so the transport is lean), so no lock is shared.  The exact trace
+verb is sent — GET, HEAD, PUT, PATCH, POST, DELETE — and every error (HTTP
+status, timeout, refused connection) becomes a failed result, never an exception.
 
 Blob uploads follow the Registry V2 protocol (REFERENCE §2): the trace's POST
 opens an upload, a PATCH sends the layer's bytes, the PUT closes it with the
@@ -18,19 +17,17 @@ layer gets a new digest that the result carries back to the master.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
 from urllib.parse import urlencode, urljoin, urlsplit
 
+from drtp.client.transport import Connection, ProtocolError, Response, ServerDisconnected
 from drtp.content import STREAM_ABOVE, chunks, new_seed
 from drtp.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.registry_auth import Authenticator, AuthError
 from drtp.replay_types import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
-
-READ_CHUNK = 1 << 20
 
 
 class Upload:
@@ -42,16 +39,6 @@ class Upload:
         self.location = location
         self.sha = hashlib.sha256()
         self.written = 0
-
-
-class Response:
-    __slots__ = ("status", "headers", "bytes", "error")
-
-    def __init__(self, status: int, headers, nbytes: int, error: str = "") -> None:
-        self.status = status
-        self.headers = headers
-        self.bytes = nbytes
-        self.error = error
 
 
 class Executor:
@@ -70,22 +57,15 @@ class Executor:
 
     # -- transport -----------------------------------------------------------------
 
-    def _conn(self, scheme: str, netloc: str, fresh: bool = False) -> http.client.HTTPConnection:
+    def _conn(self, scheme: str, netloc: str) -> Connection:
         conns = getattr(self.local, "conns", None)
         if conns is None:
             conns = self.local.conns = {}
         key = (scheme, netloc)
         conn = conns.get(key)
-        if conn is None or fresh:
-            if conn is not None:
-                conn.close()
-            if scheme == "https":
-                auth = self.auth.get(key)
-                ctx = auth.ssl if auth is not None else None
-                conn = http.client.HTTPSConnection(netloc, timeout=self.spec.timeout, context=ctx)
-            else:
-                conn = http.client.HTTPConnection(netloc, timeout=self.spec.timeout)
-            conns[key] = conn
+        if conn is None:
+            auth = self.auth.get(key) if scheme == "https" else None
+            conn = conns[key] = Connection(scheme, netloc, self.spec.timeout, auth.ssl if auth is not None else None)
         return conn
 
     def _rng(self) -> random.Random:
@@ -113,8 +93,8 @@ class Executor:
         headers = headers or {}
         for _ in range(4):
             r = self._send_authenticated(method, url, body, headers)
-            if r.status in (301, 302, 303, 307, 308) and method in ("GET", "HEAD") and r.headers.get("Location"):
-                url = urljoin(url, r.headers["Location"])
+            if r.status in (301, 302, 303, 307, 308) and method in ("GET", "HEAD") and r.header("location"):
+                url = urljoin(url, r.header("location"))
                 continue
             return r
         return r
@@ -128,7 +108,7 @@ class Executor:
         r = self._send(method, url, body, {**headers, **sent})
         if r.status == 401:
             try:
-                again = auth.challenge(u.path, r.headers.get("WWW-Authenticate"), sent)
+                again = auth.challenge(u.path, r.header("www-authenticate"), sent)
             except AuthError as e:
                 r.error = str(e)
                 return r
@@ -138,34 +118,18 @@ class Executor:
 
     def _send(self, method: str, url: str, body, headers: dict) -> Response:
         u = urlsplit(url)
-        path = u.path + ("?" + u.query if u.query else "")
+        target = u.path + ("?" + u.query if u.query else "")
+        conn = self._conn(u.scheme, u.netloc)
         for attempt in range(2):
-            conn = self._conn(u.scheme, u.netloc, fresh=attempt > 0)
-            reused = conn.sock is not None
+            reused = conn.open
             try:
-                conn.request(method, path, body=body() if callable(body) else body, headers=headers)
-                resp = conn.getresponse()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
-                conn.close()
+                return conn.request(method, target, body, headers)
+            except (ServerDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 if reused and attempt == 0:
                     continue  # the server closed an idle keep-alive connection: once more on a new one
                 return Response(0, {}, 0, _error_text(e))
-            except (OSError, http.client.HTTPException) as e:
-                conn.close()
+            except (OSError, ProtocolError) as e:
                 return Response(0, {}, 0, _error_text(e))
-            try:
-                nbytes = 0
-                while True:
-                    chunk = resp.read(READ_CHUNK)
-                    if not chunk:
-                        break
-                    nbytes += len(chunk)
-                if resp.will_close:
-                    conn.close()
-                return Response(resp.status, resp.headers, nbytes)
-            except (OSError, http.client.HTTPException) as e:
-                conn.close()
-                return Response(resp.status, resp.headers, 0, _error_text(e))
         raise AssertionError("unreachable")
 
     # -- requests --------------------------------------------------------------------
@@ -183,8 +147,8 @@ class Executor:
             start = self.clock()
             r = self.http("POST", f"{base}/v2/{req.repository}/blobs/uploads/")
             latency = self.clock() - start
-            if r.status == 202 and r.headers.get("Location"):
-                self.uploads[key] = Upload(urljoin(base + "/", r.headers["Location"]))
+            if r.status == 202 and r.header("location"):
+                self.uploads[key] = Upload(urljoin(base + "/", r.header("location")))
             return self._result(req, r, start, latency, None, aux)
         upload = self.uploads.get(key)
         if upload is None:
@@ -199,8 +163,8 @@ class Executor:
             if r.status == 202:
                 _hash_into(upload.sha, payload)
                 upload.written += size
-                if r.headers.get("Location"):
-                    upload.location = urljoin(base + "/", r.headers["Location"])
+                if r.header("location"):
+                    upload.location = urljoin(base + "/", r.header("location"))
             else:
                 self.uploads.pop(key, None)
             r.bytes = size
@@ -229,7 +193,7 @@ class Executor:
         start = self.clock()
         r = self.http(req.method, url, headers=headers)
         latency = self.clock() - start
-        digest = req.digest or (r.headers.get("Docker-Content-Digest") if r.status < 300 else None)
+        digest = req.digest or (r.header("docker-content-digest") if r.status < 300 else None)
         return self._result(req, r, start, latency, digest, [])
 
     def _manifest_put(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> ReplayResult:
@@ -258,9 +222,9 @@ class Executor:
 
     def _open_aux(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> Upload | None:
         r = self._aux(aux, "POST", "blob upload open", f"{base}/v2/{req.repository}/blobs/uploads/")
-        if r.status != 202 or not r.headers.get("Location"):
+        if r.status != 202 or not r.header("location"):
             return None
-        return Upload(urljoin(base + "/", r.headers["Location"]))
+        return Upload(urljoin(base + "/", r.header("location")))
 
     def _ensure_config(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> bool:
         blob = f"{base}/v2/{req.repository}/blobs/{CONFIG_DIGEST}"

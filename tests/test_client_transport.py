@@ -1,0 +1,148 @@
+"""client/transport.py: the node's lean HTTP/1.1 connection, against the real registry and a scripted socket peer."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+
+import pytest
+
+from drtp.client.transport import Connection, ProtocolError, ServerDisconnected
+from drtp.registry import LocalRegistry
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    with LocalRegistry(tmp_path_factory.mktemp("registry")) as reg:
+        yield reg
+
+
+def netloc(url: str) -> str:
+    return url.split("//", 1)[1]
+
+
+def test_push_get_head_on_one_kept_alive_connection(registry):
+    conn = Connection("http", netloc(registry.url), timeout=10)
+    data = os.urandom(300_000)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    r = conn.request("POST", "/v2/t/x/blobs/uploads/")
+    assert r.status == 202 and r.header("location")
+    sock = conn.sock
+    loc = r.header("location").split("//", 1)[-1]
+    loc = loc[loc.index("/") :] if not loc.startswith("/") else loc
+    r = conn.request("PUT", f"{loc}&digest={digest}", body=data, headers={"Content-Type": "application/octet-stream"})
+    assert r.status == 201, r.headers
+    r = conn.request("GET", f"/v2/t/x/blobs/{digest}")
+    assert (r.status, r.bytes, r.header("docker-content-digest")) == (200, len(data), digest)
+    r = conn.request("HEAD", f"/v2/t/x/blobs/{digest}")
+    assert (r.status, r.bytes, r.header("content-length")) == (200, 0, str(len(data)))
+    r = conn.request("GET", "/v2/t/x/blobs/sha256:" + "0" * 64)
+    assert r.status == 404 and r.bytes > 0  # the registry's JSON error body is read to its end
+    r = conn.request("GET", f"/v2/t/x/blobs/{digest}")  # after a HEAD and an error the stream is still in step
+    assert (r.status, r.bytes) == (200, len(data))
+    assert conn.sock is sock  # one TCP connection for all of it
+
+
+def test_streamed_body_with_known_length(registry):
+    conn = Connection("http", netloc(registry.url), timeout=10)
+    parts = [os.urandom(1 << 20) for _ in range(3)]
+    digest = "sha256:" + hashlib.sha256(b"".join(parts)).hexdigest()
+    loc = conn.request("POST", "/v2/t/y/blobs/uploads/").header("location")
+    loc = loc[loc.index("/v2/") :]
+    size = sum(map(len, parts))
+    r = conn.request("PUT", f"{loc}&digest={digest}", body=lambda: iter(parts), headers={"Content-Length": str(size)})
+    assert r.status == 201
+    assert conn.request("HEAD", f"/v2/t/y/blobs/{digest}").header("content-length") == str(size)
+
+
+class Peer:
+    """A one-connection-at-a-time socket server that answers each request with the next scripted bytes."""
+
+    def __init__(self, answers: list[bytes | None]) -> None:
+        self.answers = answers
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while self.answers:
+            c, _ = self.sock.accept()
+            self.connections += 1
+            with c:
+                while self.answers:
+                    if not c.recv(65536):
+                        break
+                    answer = self.answers.pop(0)
+                    if answer is None:  # close without answering
+                        break
+                    c.sendall(answer)
+
+
+def test_server_closing_before_answering_is_server_disconnected():
+    peer = Peer([None])
+    conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=5)
+    with pytest.raises(ServerDisconnected):
+        conn.request("GET", "/")
+    assert not conn.open
+
+
+def test_answer_delimited_by_close_and_connection_close_header():
+    peer = Peer([b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello"])
+    conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=5)
+    r = conn.request("GET", "/")
+    assert (r.status, r.bytes) == (200, 5)
+    assert not conn.open  # the answer said close: the next request reconnects
+
+
+def test_chunked_answer_is_counted():
+    peer = Peer([b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"])
+    conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=5)
+    r = conn.request("GET", "/")
+    assert (r.status, r.bytes) == (200, 7) and conn.open
+
+
+def test_garbage_answer_is_protocol_error():
+    peer = Peer([b"SSH-2.0-OpenSSH_9.2\r\n\r\n"])
+    conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=5)
+    with pytest.raises(ProtocolError):
+        conn.request("GET", "/")
+    assert not conn.open
+
+
+def test_silent_peer_times_out():
+    peer = Peer([])  # accepts (backlog) and never answers
+    conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=0.3)
+    with pytest.raises(TimeoutError):
+        conn.request("GET", "/")
+
+
+def test_refused_connection_is_an_os_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectionRefusedError):
+        Connection("http", f"127.0.0.1:{port}", timeout=2).request("GET", "/")
+
+
+def test_executor_resends_once_when_an_idle_keep_alive_connection_was_closed():
+    """The registry may close an idle kept-alive connection; the node retries once on a new one (not a failure)."""
+    import time
+
+    from drtp.client.executor import Executor
+    from drtp.replay_types import ReplayRequest, RunSpec
+
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    peer = Peer([ok, None, ok])
+    ex = Executor(RunSpec(run="r", start_epoch=time.time(), timeout=5), time.perf_counter)
+
+    def get(seq: int):
+        req = ReplayRequest(seq, f"id{seq}", "c1", "GET", "blob", "get", f"127.0.0.1:{peer.port}", "t/x", "l", 2, 200)
+        return ex.execute(req)
+
+    first, second = get(0), get(1)
+    assert (first.ok, first.bytes) == (True, 2)
+    assert (second.ok, second.status, second.bytes) == (True, 200, 2), second.error
+    assert peer.connections == 2
