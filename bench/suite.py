@@ -134,7 +134,21 @@ def replay_rows(size: Size) -> list[Row]:
                 "≥0.90 of wrk",
                 yes_no(r["ratio"] >= 0.9),
                 "wrk at the same concurrency on the same registry and URLs",
-                f"{r['requests']} requests over {r['distinct_urls']} URLs",
+                f"{r['requests']} requests over {r['distinct_urls']} URLs; nodes' event loop",
+            )
+        )
+        rows.append(
+            Row(
+                "2 stress",
+                f"stress rate, {r['case']}, thread engine (engine: threads)",
+                r["threads_rps"],
+                r["wrk_rps"],
+                "req/s",
+                "higher",
+                "",
+                "—",
+                "wrk, as above",
+                "the nodes' thread pool, as before the event loop; as-is runs still use it",
             )
         )
     for r in res["asis"]:
@@ -167,7 +181,21 @@ def replay_rows(size: Size) -> list[Row]:
                 "",
                 "—",
                 "wrk's CPU per request in the same case",
-                "both client nodes together, stress mode",
+                "both client nodes together, stress mode, event loop",
+            )
+        )
+        rows.append(
+            Row(
+                "5 scale",
+                f"client node CPU per request, {r['case']}, thread engine",
+                r["threads_node_cpu_us_per_req"],
+                r["wrk_cpu_us_per_req"],
+                "CPU µs/req",
+                "lower",
+                "",
+                "—",
+                "wrk's CPU per request in the same case",
+                "both client nodes together, stress mode, thread pool",
             )
         )
     return rows

@@ -127,9 +127,9 @@ class Executor:
             except (ServerDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 if reused and attempt == 0:
                     continue  # the server closed an idle keep-alive connection: once more on a new one
-                return Response(0, {}, 0, _error_text(e))
+                return Response(0, {}, 0, error_text(e))
             except (OSError, ProtocolError) as e:
-                return Response(0, {}, 0, _error_text(e))
+                return Response(0, {}, 0, error_text(e))
         raise AssertionError("unreachable")
 
     # -- requests --------------------------------------------------------------------
@@ -187,14 +187,10 @@ class Executor:
         return result
 
     def _object(self, req: ReplayRequest, base: str) -> ReplayResult:
-        ref = req.digest or req.reference
-        url = f"{base}/v2/{req.repository}/{req.kind}s/{ref}"
-        headers = {"Accept": ACCEPT} if req.kind == "manifest" else None
         start = self.clock()
-        r = self.http(req.method, url, headers=headers)
+        r = self.http(req.method, base + object_path(req), headers=object_headers(req))
         latency = self.clock() - start
-        digest = req.digest or (r.header("docker-content-digest") if r.status < 300 else None)
-        return self._result(req, r, start, latency, digest, [])
+        return result_of(req, r, start, latency, object_digest(req, r), [])
 
     def _manifest_put(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> ReplayResult:
         layers = [(layer.digest, layer.size) for layer in req.layers]
@@ -242,16 +238,36 @@ class Executor:
     def _result(
         self, req: ReplayRequest, r: Response, start: float, latency: float, digest, aux: list[AuxResult]
     ) -> ReplayResult:
-        status = r.status
-        ok = not r.error and 0 < status and (status < 400 or status == req.expected_status)
-        error = r.error or ("" if ok else f"HTTP {status}")
-        return ReplayResult(req.seq, status, ok, start, latency, r.bytes, digest, error=error, aux=aux)
+        return result_of(req, r, start, latency, digest, aux)
 
     def _failed_aux(self, req: ReplayRequest, aux: list[AuxResult]) -> ReplayResult:
         """The trace request could not be sent because a helper request failed."""
         last = aux[-1]
         why = f"helper {last.method} failed: {last.error or last.status}"
         return ReplayResult(req.seq, 0, False, last.start, 0.0, error=why, aux=aux)
+
+
+def object_path(req: ReplayRequest) -> str:
+    """Where a GET/HEAD of a manifest or blob goes: the warmed or pushed digest, else the trace's reference."""
+    return f"/v2/{req.repository}/{req.kind}s/{req.digest or req.reference}"
+
+
+def object_headers(req: ReplayRequest) -> dict[str, str] | None:
+    return {"Accept": ACCEPT} if req.kind == "manifest" else None
+
+
+def object_digest(req: ReplayRequest, r: Response) -> str | None:
+    return req.digest or (r.header("docker-content-digest") if r.status < 300 else None)
+
+
+def result_of(
+    req: ReplayRequest, r: Response, start: float, latency: float, digest: str | None, aux: list[AuxResult]
+) -> ReplayResult:
+    """The result of a trace request: ok when answered as a success or as the trace's own status."""
+    status = r.status
+    ok = not r.error and 0 < status and (status < 400 or status == req.expected_status)
+    error = r.error or ("" if ok else f"HTTP {status}")
+    return ReplayResult(req.seq, status, ok, start, latency, r.bytes, digest, error=error, aux=aux)
 
 
 def _octets(size: int) -> dict[str, str]:
@@ -266,7 +282,7 @@ def _hash_into(sha, payload) -> None:
             sha.update(chunk)
 
 
-def _error_text(e: Exception) -> str:
+def error_text(e: Exception) -> str:
     return f"{type(e).__name__}: {e}"[:300]
 
 

@@ -27,6 +27,7 @@ import bottle
 import msgspec
 
 from drtp import __version__
+from drtp.client.loop_engine import LoopRun
 from drtp.client.scheduler import NodeRun
 from drtp.node_auth import verify
 from drtp.replay_types import batch_decoder, spec_decoder
@@ -58,7 +59,7 @@ class NodeService:
 
     def __init__(self, token: str) -> None:
         self.token = token
-        self.runs: dict[str, NodeRun] = {}
+        self.runs: dict[str, NodeRun | LoopRun] = {}
         self.lock = threading.Lock()
         self.app = bottle.Bottle()
         self.server = None
@@ -106,11 +107,11 @@ class NodeService:
         with self.lock:
             if spec.run in self.runs:
                 return _json(409, {"error": f"run {spec.run} exists"})
-            self.runs[spec.run] = NodeRun(spec)
-        log.info("run %s: %d threads", spec.run, spec.threads)
+            self.runs[spec.run] = LoopRun(spec) if spec.engine == "loop" else NodeRun(spec)
+        log.info("run %s: %d at a time (%s engine)", spec.run, spec.threads, spec.engine)
         return _json(201, {"run": spec.run})
 
-    def _run(self, run: str) -> NodeRun | None:
+    def _run(self, run: str) -> NodeRun | LoopRun | None:
         with self.lock:
             return self.runs.get(run)
 
@@ -162,7 +163,10 @@ class NodeService:
                         continue
                     lines = []
                     while item is not None:  # send what is ready in one write
-                        lines.append(encode(item))
+                        if isinstance(item, list):  # the loop engine hands results over in batches
+                            lines.extend(map(encode, item))
+                        else:
+                            lines.append(encode(item))
                         try:
                             item = node_run.results.get_nowait()
                         except queue.Empty:

@@ -12,6 +12,7 @@ Content-Length or chunked answers, HEAD, keep-alive, TLS through an
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 from collections.abc import Callable, Iterator
@@ -75,6 +76,23 @@ class _Answer:
         self.keep_alive = self.parser.should_keep_alive()  # only right inside the callbacks: llhttp resets after
 
 
+def request_head(method: str, target: str, netloc: str, body, headers: dict[str, str] | None) -> bytes:
+    """The request line and headers; Content-Length from a bytes body unless the caller gave one."""
+    head = [f"{method} {target} HTTP/1.1\r\nHost: {netloc}\r\nUser-Agent: {USER_AGENT}\r\n"]
+    has_length = False
+    if headers:
+        for k, v in headers.items():
+            head.append(f"{k}: {v}\r\n")
+            if len(k) == 14 and k.lower() == "content-length":
+                has_length = True
+    if isinstance(body, bytes | bytearray) and not has_length:
+        head.append(f"Content-Length: {len(body)}\r\n")
+    elif body is None and method in BODY_METHODS and not has_length:
+        head.append("Content-Length: 0\r\n")
+    head.append("\r\n")
+    return "".join(head).encode("latin-1")
+
+
 class Connection:
     """One keep-alive connection to ``netloc`` (host:port); reconnects when the last answer closed it."""
 
@@ -126,19 +144,7 @@ class Connection:
         if self.sock is None:
             self.connect()
         sock = self.sock
-        head = [f"{method} {target} HTTP/1.1\r\nHost: {self.netloc}\r\nUser-Agent: {USER_AGENT}\r\n"]
-        has_length = False
-        if headers:
-            for k, v in headers.items():
-                head.append(f"{k}: {v}\r\n")
-                if len(k) == 14 and k.lower() == "content-length":
-                    has_length = True
-        if isinstance(body, bytes | bytearray) and not has_length:
-            head.append(f"Content-Length: {len(body)}\r\n")
-        elif body is None and method in BODY_METHODS and not has_length:
-            head.append("Content-Length: 0\r\n")
-        head.append("\r\n")
-        data = "".join(head).encode("latin-1")
+        data = request_head(method, target, self.netloc, body, headers)
         try:
             if body is None:
                 sock.sendall(data)
@@ -178,3 +184,87 @@ class Connection:
         if not answer.keep_alive:
             self.close()
         return Response(status, answer.headers, answer.nbytes)
+
+
+class AsyncConnection(asyncio.Protocol):
+    """The event-loop twin of Connection for body-less requests (GET, HEAD): one answer at a time."""
+
+    def __init__(self, netloc: str, timeout: float) -> None:
+        self.netloc = netloc
+        self.timeout = timeout
+        host, _, port = netloc.rpartition(":")
+        if not host or not port.isdigit():
+            host, port = netloc, "80"
+        self.host, self.port = host.strip("[]"), int(port)
+        self.transport: asyncio.Transport | None = None
+        self.waiter: asyncio.Future | None = None
+        self.answer: _Answer | None = None
+        self.parser: httptools.HttpResponseParser | None = None
+        self.got = 0
+
+    @property
+    def open(self) -> bool:
+        return self.transport is not None
+
+    async def request(self, method: str, target: str, headers: dict[str, str] | None = None) -> Response:
+        """Send one request, await its whole answer; raises like Connection.request."""
+        loop = asyncio.get_running_loop()
+        if self.transport is None:
+            await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), self.timeout)
+        self.answer = answer = _Answer(method == "HEAD")
+        self.parser = answer.parser = httptools.HttpResponseParser(answer)
+        self.got = 0
+        self.waiter = waiter = loop.create_future()
+        timer = loop.call_later(self.timeout, self._timed_out, waiter)
+        self.transport.write(request_head(method, target, self.netloc, None, headers))
+        try:
+            await waiter
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            timer.cancel()
+        if not answer.keep_alive:
+            self.close()
+        return Response(self.parser.get_status_code(), answer.headers, answer.nbytes)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+
+    def _timed_out(self, waiter: asyncio.Future) -> None:
+        if not waiter.done():
+            waiter.set_exception(TimeoutError(f"no answer in {self.timeout:g} s"))
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport  # asyncio and uvloop set TCP_NODELAY themselves
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return  # bytes after a finished answer (or a timed-out one): the connection is closed then
+        self.got += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            waiter.set_exception(ProtocolError(f"bad HTTP answer: {e}"))
+            return
+        if self.answer.complete:
+            waiter.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        answer = self.answer
+        if self.got == 0:
+            waiter.set_exception(ServerDisconnected("the registry closed the connection before answering"))
+        elif answer.headers and "content-length" not in answer.headers and "transfer-encoding" not in answer.headers:
+            answer.keep_alive = False
+            waiter.set_result(None)  # a body delimited by the end of the connection
+        else:
+            waiter.set_exception(ServerDisconnected("the registry closed the connection in the middle of an answer"))

@@ -40,6 +40,8 @@ class ClientInfo(_Section):
     timeout: float = 30.0  # seconds before a registry request fails as a timeout
     speedup: Annotated[float, msgspec.Meta(gt=0)] = 1.0  # as-is mode: replay this many times faster
     on_time_ms: float = 10.0  # as-is mode: a request started this late still counts as on time
+    # how nodes execute: "auto" = one event loop in stress mode, the thread pool as-is (finer timed waits)
+    engine: Literal["auto", "loop", "threads"] = "auto"
 
 
 class Limit(_Section):
@@ -261,6 +263,9 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as e:
         raise ConfigError(f"{source}: {_explain(e)}") from None
+    if cfg.client_info.engine == "loop" and cfg.client_info.wait:
+        raise ConfigError(f"{source}: key 'client_info.engine': loop replays as fast as possible; as-is (wait: true) "
+                          "needs 'threads' or 'auto'")
     cfg.base_dir = base_dir
     cfg.source = source
     return cfg

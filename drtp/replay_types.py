@@ -68,6 +68,7 @@ class RunSpec(msgspec.Struct, omit_defaults=True):
     timeout: float = 30.0
     random: bool = True  # random (True) or zero content for pushed blobs
     auth: list[RegistryAuth] = []  # credentials/TLS per registry; registries not listed are anonymous
+    engine: Literal["loop", "threads"] = "threads"  # client/loop_engine.py or client/scheduler.py
 
 
 class Batch(msgspec.Struct):

@@ -113,7 +113,9 @@ class Replay:
             if not self.quiet:
                 print(f"resuming {self.out_dir}: {len(self.skip):,} requests done before")
         start_epoch = time.time() + (START_LEAD_S if timed else 0.0) - self.offset
-        spec = RunSpec(run_id, start_epoch, self.ci.threads, self.ci.timeout, self.cfg.warmup.random, auth=self.auths)
+        engine = self.ci.engine if self.ci.engine != "auto" else ("threads" if timed else "loop")
+        ci = self.ci
+        spec = RunSpec(run_id, start_epoch, ci.threads, ci.timeout, self.cfg.warmup.random, self.auths, engine)
         for link in self.links.values():
             link.start(spec)
         interrupted = False

@@ -74,6 +74,8 @@ def test_original_config_loads_unchanged(tmp_path):
         ("trace: {location: ., traces: [a], limit: {type: minutes, amount: 3}}", "key 'trace.limit.type'"),
         ("client_info: {client_list: [a, 3]}", "key 'client_info.client_list[1]'"),
         ("warmup: {random: [1]}", "key 'warmup.random'"),
+        ("client_info: {engine: fast}", "key 'client_info.engine'"),
+        ("client_info: {engine: loop, wait: true}", "key 'client_info.engine': loop replays as fast as possible"),
         ("- a\n- b", "must be a mapping"),
         ("trace: {location: [unclosed", "not valid YAML at line"),
     ],

@@ -36,12 +36,15 @@ def trace(tmp_path_factory):
 
 
 @pytest.mark.parametrize("route", [False, True], ids=["round-robin", "hash"])
-@pytest.mark.parametrize("wait", [False, True], ids=["stress", "as-is"])
-def test_replay_matches_trace_and_registry_log(tmp_path, nodes, trace, route, wait):
+@pytest.mark.parametrize(
+    "wait, engine", [(False, "auto"), (False, "threads"), (True, "auto")], ids=["stress", "stress-threads", "as-is"]
+)
+def test_replay_matches_trace_and_registry_log(tmp_path, nodes, trace, route, wait, engine):
+    """Stress mode runs on the nodes' event loop (auto) or their thread pool; as-is on the thread pool."""
     records = list(TraceReader([trace]))
     with LocalRegistry(tmp_path / "registry") as reg:
         cfg = write_config(
-            tmp_path, trace, [reg.host], [n.address for n in nodes], route=route, wait=wait, speedup=10.0
+            tmp_path, trace, [reg.host], [n.address for n in nodes], route=route, wait=wait, speedup=10.0, engine=engine
         )
         run_warmup(cfg, quiet=True)
         offset = reg.log_path.stat().st_size

@@ -1,0 +1,221 @@
+"""A stress-mode run on one event loop: the client node's fast path.
+
+On a 2-core machine a thread pool pays for every answer with a GIL hand-off
+between threads the OS may have parked behind the registry's own threads; one
+event loop (uvloop when installed) reading answers with httptools keeps pace
+with ``wrk`` where the pool reached ~75 % of it.  GETs and HEADs of manifests
+and blobs on plain-HTTP registries without credentials — almost all of a
+pull-heavy trace — run on the loop; every other request (pushes, uploads,
+authenticated or TLS registries, redirects) runs on the thread Executor
+through ``run_in_executor``, so it behaves exactly as in the thread engine.
+Per trace client the order is kept: its next request starts when the
+previous one has finished.  As-is runs keep the thread scheduler, whose
+timed waits are finer than the loop's millisecond timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urljoin, urlsplit
+
+from drtp.client.executor import (
+    Executor,
+    error_text,
+    monotonic_clock,
+    object_digest,
+    object_headers,
+    object_path,
+    result_of,
+)
+from drtp.client.transport import AsyncConnection, ProtocolError, Response, ServerDisconnected
+from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec, registry_base
+
+try:
+    import uvloop
+
+    new_loop = uvloop.new_event_loop
+except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+    new_loop = asyncio.new_event_loop
+
+log = logging.getLogger("drtp.client")
+
+REDIRECTS = (301, 302, 303, 307, 308)
+
+
+class LoopRun:
+    """Same face as scheduler.NodeRun (submit, end, cancel, results, counters); ``threads`` requests at a time."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.clock = monotonic_clock(spec.start_epoch)
+        self.executor = Executor(spec, self.clock)
+        self.pool = ThreadPoolExecutor(max_workers=max(1, spec.threads), thread_name_prefix="drtp-slow")
+        self.with_auth = {registry_base(a.registry) for a in spec.auth}  # credentials/TLS: the thread Executor
+        self.results: queue.Queue[ReplayResult | list[ReplayResult] | None] = queue.Queue()
+        self.pending: dict[str, deque[ReplayRequest]] = {}  # trace client -> its waiting requests
+        self.ready: deque[str] = deque()  # idle trace clients with work, in arrival order
+        self.idle: deque[asyncio.Future] = deque()  # workers waiting for work
+        self.outbox: list[ReplayResult] = []
+        self.queued = 0
+        self.running = 0
+        self.done = 0
+        self.ended = False  # set on the loop, after every earlier batch is queued
+        self.closing = False  # set at once by end()/cancel(): no more batches
+        self.cancelled = False
+        self.stream_closed = False
+        self.loop = new_loop()
+        self.thread = threading.Thread(target=self._serve, name="drtp-loop", daemon=True)
+        self.thread.start()
+
+    # -- called by the HTTP handlers (other threads) -------------------------------------------
+
+    def submit(self, requests: list[ReplayRequest]) -> None:
+        if self.closing:
+            raise RuntimeError("the run is closed")
+        self.loop.call_soon_threadsafe(self._submit, requests)
+
+    def end(self) -> None:
+        self.closing = True
+        self.loop.call_soon_threadsafe(self._end)
+
+    def cancel(self) -> None:
+        self.closing = True
+        self.loop.call_soon_threadsafe(self._cancel)
+
+    @property
+    def finished(self) -> bool:
+        return self.ended and self.queued == 0 and self.running == 0
+
+    # -- on the loop --------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        workers = [self.loop.create_task(self._work()) for _ in range(max(1, self.spec.threads))]
+        self.loop.run_until_complete(asyncio.gather(*workers))
+        self._flush()
+        self.pool.shutdown(wait=False)
+        self.loop.close()
+
+    def _submit(self, requests: list[ReplayRequest]) -> None:
+        if self.cancelled:
+            return
+        for req in requests:
+            q = self.pending.get(req.client)
+            if q is None:
+                q = self.pending[req.client] = deque()
+                self.ready.append(req.client)
+            q.append(req)
+        self.queued += len(requests)
+        self._wake(len(requests))
+
+    def _end(self) -> None:
+        self.ended = True
+        self._maybe_finish()
+        self._wake(len(self.idle))
+
+    def _cancel(self) -> None:
+        self.cancelled = True
+        dropped = self.queued
+        self.pending.clear()
+        self.ready.clear()
+        self.queued = 0
+        self.ended = True
+        self._maybe_finish()
+        self._wake(len(self.idle))
+        log.info("run %s cancelled; %d queued requests dropped", self.spec.run, dropped)
+
+    def _wake(self, n: int) -> None:
+        while n > 0 and self.idle:
+            fut = self.idle.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                n -= 1
+
+    async def _next(self) -> ReplayRequest | None:
+        while True:
+            if self.cancelled or (self.ended and self.queued == 0):
+                return None
+            if self.ready:
+                client = self.ready.popleft()
+                req = self.pending[client].popleft()  # the client stays in pending while busy
+                self.queued -= 1
+                self.running += 1
+                return req
+            fut = self.loop.create_future()
+            self.idle.append(fut)
+            await fut
+
+    async def _work(self) -> None:
+        conns: dict[str, AsyncConnection] = {}  # this worker's keep-alive connections, by base URL
+        while True:
+            req = await self._next()
+            if req is None:
+                for conn in conns.values():
+                    conn.close()
+                return
+            try:
+                base = registry_base(req.registry)
+                if req.op == "get" and base.startswith("http://") and base not in self.with_auth:
+                    result = await self._get(req, base, conns)
+                else:
+                    result = await self.loop.run_in_executor(self.pool, self.executor.execute, req)
+            except Exception as e:  # a bug must not kill the worker or lose the request
+                log.exception("request %d failed inside the node", req.seq)
+                result = ReplayResult(req.seq, 0, False, self.clock(), 0.0, error=f"node error: {e!r}"[:300])
+            self._complete(req, result)
+
+    async def _get(self, req: ReplayRequest, base: str, conns: dict[str, AsyncConnection]) -> ReplayResult:
+        conn = conns.get(base)
+        if conn is None:
+            conn = conns[base] = AsyncConnection(urlsplit(base).netloc, self.spec.timeout)
+        path, headers = object_path(req), object_headers(req)
+        start = self.clock()
+        for attempt in range(2):
+            reused = conn.open
+            try:
+                r = await conn.request(req.method, path, headers)
+                break
+            except (ServerDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                if reused and attempt == 0:
+                    continue  # the server closed an idle keep-alive connection: once more on a new one
+                r = Response(0, {}, 0, error_text(e))
+                break
+            except (OSError, ProtocolError) as e:
+                r = Response(0, {}, 0, error_text(e))
+                break
+        if r.status in REDIRECTS and r.header("location"):  # e.g. to a storage backend: follow as the Executor does
+            url = urljoin(base + path, r.header("location"))
+            r = await self.loop.run_in_executor(self.pool, self.executor.http, req.method, url, None, headers)
+        latency = self.clock() - start
+        return result_of(req, r, start, latency, object_digest(req, r), [])
+
+    def _complete(self, req: ReplayRequest, result: ReplayResult) -> None:
+        self.outbox.append(result)
+        if len(self.outbox) == 1:
+            self.loop.call_soon(self._flush)  # one hand-over to the result stream per loop pass
+        self.running -= 1
+        self.done += 1
+        q = self.pending.get(req.client)
+        if q:
+            self.ready.append(req.client)
+            self._wake(1)
+        elif q is not None:
+            del self.pending[req.client]
+        self._maybe_finish()
+
+    def _flush(self) -> None:
+        if self.outbox:
+            batch, self.outbox = self.outbox, []
+            self.results.put(batch)
+        if self.finished and not self.stream_closed:
+            self.stream_closed = True
+            self.results.put(None)  # end of the result stream
+
+    def _maybe_finish(self) -> None:
+        if self.finished and not self.stream_closed:
+            self.loop.call_soon(self._flush)
