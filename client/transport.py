@@ -186,8 +186,29 @@ class Connection:
         return Response(status, answer.headers, answer.nbytes)
 
 
-class AsyncConnection(asyncio.Protocol):
-    """The event-loop twin of Connection for body-less requests (GET, HEAD): one answer at a time."""
+class _Headers:
+    """httptools callbacks without on_body: the parser skips the body in C, nothing is copied into Python."""
+
+    __slots__ = ("headers", "complete", "head", "keep_alive", "parser")
+
+    def __init__(self, head: bool) -> None:
+        self.headers: dict[str, str] = {}
+        self.complete = False
+        self.head = head
+        self.keep_alive = False
+        self.parser: httptools.HttpResponseParser | None = None
+
+    on_header = _Answer.on_header
+    on_headers_complete = _Answer.on_headers_complete
+    on_message_complete = _Answer.on_message_complete
+
+
+class AsyncConnection(asyncio.BufferedProtocol):
+    """The event-loop twin of Connection for body-less requests (GET, HEAD): one answer at a time.
+
+    The socket is read into one reused buffer and the body is not copied: its size is the answer's
+    Content-Length, or (chunked, or delimited by the close) the bytes that followed the header block.
+    """
 
     def __init__(self, netloc: str, timeout: float) -> None:
         self.netloc = netloc
@@ -198,9 +219,13 @@ class AsyncConnection(asyncio.Protocol):
         self.host, self.port = host.strip("[]"), int(port)
         self.transport: asyncio.Transport | None = None
         self.waiter: asyncio.Future | None = None
-        self.answer: _Answer | None = None
+        self.answer: _Headers | None = None
         self.parser: httptools.HttpResponseParser | None = None
+        self.buf = bytearray(RECV_SIZE)
+        self.view = memoryview(self.buf)
         self.got = 0
+        self.head_end = -1  # offset of the body in the answer, once the header block is complete
+        self.tail = b""  # the last bytes of the previous read, to find a header end split across reads
 
     @property
     def open(self) -> bool:
@@ -211,9 +236,9 @@ class AsyncConnection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         if self.transport is None:
             await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), self.timeout)
-        self.answer = answer = _Answer(method == "HEAD")
+        self.answer = answer = _Headers(method == "HEAD")
         self.parser = answer.parser = httptools.HttpResponseParser(answer)
-        self.got = 0
+        self.got, self.head_end, self.tail = 0, -1, b""
         self.waiter = waiter = loop.create_future()
         timer = loop.call_later(self.timeout, self._timed_out, waiter)
         self.transport.write(request_head(method, target, self.netloc, None, headers))
@@ -226,7 +251,16 @@ class AsyncConnection(asyncio.Protocol):
             timer.cancel()
         if not answer.keep_alive:
             self.close()
-        return Response(self.parser.get_status_code(), answer.headers, answer.nbytes)
+        status = self.parser.get_status_code()
+        return Response(status, answer.headers, self._body_bytes(method, status))
+
+    def _body_bytes(self, method: str, status: int) -> int:
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return 0
+        length = self.answer.headers.get("content-length")
+        if length is not None and "transfer-encoding" not in self.answer.headers:
+            return int(length)
+        return max(0, self.got - self.head_end) if self.head_end >= 0 else 0
 
     def close(self) -> None:
         if self.transport is not None:
@@ -237,16 +271,27 @@ class AsyncConnection(asyncio.Protocol):
         if not waiter.done():
             waiter.set_exception(TimeoutError(f"no answer in {self.timeout:g} s"))
 
-    # -- asyncio.Protocol ---------------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol --------------------------------------------------------------------
 
     def connection_made(self, transport) -> None:
         self.transport = transport  # asyncio and uvloop set TCP_NODELAY themselves
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.view
+
+    def buffer_updated(self, nbytes: int) -> None:
         waiter = self.waiter
         if waiter is None or waiter.done():
             return  # bytes after a finished answer (or a timed-out one): the connection is closed then
-        self.got += len(data)
+        data = self.view[:nbytes]
+        if self.head_end < 0:  # where the body starts: after the first blank line
+            seen = self.tail + bytes(data[:16384])
+            i = seen.find(b"\r\n\r\n")
+            if i >= 0:
+                self.head_end = self.got - len(self.tail) + i + 4
+            else:
+                self.tail = seen[-3:] if nbytes <= 16384 else bytes(data[-3:])
+        self.got += nbytes
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:

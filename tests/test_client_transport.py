@@ -146,3 +146,55 @@ def test_executor_resends_once_when_an_idle_keep_alive_connection_was_closed():
     assert (first.ok, first.bytes) == (True, 2)
     assert (second.ok, second.status, second.bytes) == (True, 200, 2), second.error
     assert peer.connections == 2
+
+
+def fetch(netloc: str, requests: list[tuple[str, str]], timeout: float = 5):
+    """Run AsyncConnection requests one after the other on one connection; results or exceptions."""
+    import asyncio
+
+    from drtp.client.transport import AsyncConnection
+
+    async def go():
+        conn = AsyncConnection(netloc, timeout)
+        out = []
+        for method, target in requests:
+            try:
+                out.append(await conn.request(method, target))
+            except Exception as e:  # noqa: BLE001 - the test looks at which
+                out.append(e)
+        return out, conn
+
+    return asyncio.run(go())
+
+
+def test_async_connection_get_head_404_on_one_connection(registry):
+    conn = Connection("http", netloc(registry.url), timeout=10)
+    data = os.urandom(700_000)  # more than one read buffer
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    loc = conn.request("POST", "/v2/t/z/blobs/uploads/").header("location")
+    assert conn.request("PUT", f"{loc[loc.index('/v2/') :]}&digest={digest}", body=data).status == 201
+    blob = f"/v2/t/z/blobs/{digest}"
+    missing = "/v2/t/z/blobs/sha256:" + "1" * 64
+    out, _ = fetch(netloc(registry.url), [("GET", blob), ("HEAD", blob), ("GET", missing), ("GET", blob)])
+    get, head, missing, again = out
+    assert (get.status, get.bytes, get.header("docker-content-digest")) == (200, len(data), digest)
+    assert (head.status, head.bytes, head.header("content-length")) == (200, 0, str(len(data)))
+    assert missing.status == 404 and missing.bytes == int(missing.header("content-length")) > 0
+    assert (again.status, again.bytes) == (200, len(data))
+
+
+def test_async_connection_edge_cases():
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"
+    peer = Peer([chunked, b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello"])
+    (first, second), conn = fetch(f"127.0.0.1:{peer.port}", [("GET", "/a"), ("GET", "/b")])
+    assert first.status == 200 and first.bytes == len(b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n")  # chunked: wire bytes
+    assert (second.status, second.bytes) == (200, 5) and not conn.open
+    closing = Peer([None])
+    (gone,), _ = fetch(f"127.0.0.1:{closing.port}", [("GET", "/")])
+    assert isinstance(gone, ServerDisconnected)
+    garbage = Peer([b"SSH-2.0-OpenSSH_9.2\r\n\r\n"])
+    (bad,), _ = fetch(f"127.0.0.1:{garbage.port}", [("GET", "/")])
+    assert isinstance(bad, ProtocolError)
+    silent = Peer([])  # kept referenced: its listening socket must stay open
+    (slow,), _ = fetch(f"127.0.0.1:{silent.port}", [("GET", "/")], timeout=0.3)
+    assert isinstance(slow, TimeoutError)
