@@ -111,7 +111,19 @@ end
 """
 
 
-def wrk_run(url: str, connections: int, seconds: int, paths: list[str] | None = None) -> tuple[float, float]:
+def pin(pids: list[int], cpus: set[int]) -> None:
+    """Run every thread of these processes on ``cpus`` only (threads they start later inherit it)."""
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except (ProcessLookupError, FileNotFoundError):
+                pass  # a thread that just ended
+
+
+def wrk_run(
+    url: str, connections: int, seconds: int, paths: list[str] | None = None, cpus: set[int] | None = None
+) -> tuple[float, float]:
     """wrk at ``connections`` against ``url`` (or cycling through ``paths`` on its host): (req/s, CPU µs/request)."""
     cmd = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-H", f"Accept: {ACCEPT}"]
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as lua:
@@ -121,7 +133,8 @@ def wrk_run(url: str, connections: int, seconds: int, paths: list[str] | None = 
         if paths:
             cmd += ["-s", lua.name]
         cpu0 = children_cpu_s()
-        out = subprocess.run(cmd + [url], capture_output=True, text=True, check=True).stdout
+        pre = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        out = subprocess.run(cmd + [url], capture_output=True, text=True, check=True, preexec_fn=pre).stdout
         cpu = children_cpu_s() - cpu0
     finally:
         os.unlink(lua.name)
@@ -159,10 +172,31 @@ def mixed_trace(path: Path, n: int, seed: int = 3) -> None:
     write_ibm(path, itertools.islice(gets, n))
 
 
+def replay_once(
+    work: Path, trace: Path, reg: LocalRegistry, nodes: list[str], threads: int, engine: str, pids, what: str
+) -> tuple[dict, float]:
+    """One stress replay of ``trace``: (summary, the nodes' CPU µs per request)."""
+    cfg = load_config(config(work, trace, reg.host, nodes, threads, wait=False, engine=engine))
+    cpu0 = cpu_s(pids) if pids else 0.0
+    s = run_replay(cfg, work / f"run-{trace.stem}-{engine}-{time.monotonic_ns()}", quiet=True)
+    node_us = (cpu_s(pids) - cpu0) / max(1, s["requests"]) * 1e6 if pids else float("nan")
+    if s["failed"]:
+        raise RuntimeError(f"{what}: {s['failed']} of {s['requests']} requests failed")
+    return s, node_us
+
+
 def stress(
-    work: Path, reg: LocalRegistry, nodes: list[str], threads: int, n: int, wrk_s: int, pids: list[int] | None = None
+    work: Path,
+    reg: LocalRegistry,
+    nodes: list[str],
+    threads: int,
+    n: int,
+    wrk_s: int,
+    pids: list[int] | None = None,
+    rounds: int = 2,
 ) -> list[dict]:
-    """Stress-mode rows: drtp vs wrk req/s at the same concurrency, and CPU µs per request of nodes and wrk."""
+    """Stress-mode rows: drtp vs wrk req/s at the same concurrency (best of ``rounds`` alternated runs each),
+    the nodes' thread engine once, and CPU µs per request of nodes and wrk."""
     rows = []
     cases = [
         ("GET manifest (~1 KB)", "v2/bench/small/manifests/latest", 1000),
@@ -179,20 +213,34 @@ def stress(
         run_warmup(cfg, quiet=True)
         mapping = warm_map(cfg)
         paths = sorted({url_path(r, mapping) for r in TraceReader([trace])})
-        # a fresh registry is slower for its first thousands of answers (Go heap growth, caches): warm it with
-        # the same requests first, so that neither drtp (measured first) nor wrk (second) runs on a cold one
-        wrk_run(f"{reg.url}{paths[0]}", len(nodes) * threads, max(1, wrk_s // 2), paths if len(paths) > 1 else None)
-        measured = {}
-        for engine in ("auto", "threads"):  # auto = the nodes' event loop; threads = their thread pool (before)
-            cfg = load_config(config(work, trace, reg.host, nodes, threads, wait=False, engine=engine))
-            cpu0 = cpu_s(pids) if pids else 0.0
-            s = run_replay(cfg, work / f"run-stress-{size or 'mixed'}-{engine}", quiet=True)
-            node_us = (cpu_s(pids) - cpu0) / max(1, s["requests"]) * 1e6 if pids else float("nan")
-            if s["failed"]:
-                raise RuntimeError(f"{name} ({engine}): {s['failed']} of {s['requests']} requests failed")
-            measured[engine] = (s, node_us)
-        (s, node_us), (s_threads, threads_us) = measured["auto"], measured["threads"]
-        wrk, wrk_us = wrk_run(f"{reg.url}{paths[0]}", len(nodes) * threads, wrk_s, paths if len(paths) > 1 else None)
+        # a fresh registry is slower for its first thousands of answers (Go heap growth, caches), and whatever
+        # runs first after a pause pays for it: warm the registry with the same requests, then alternate
+        # drtp and wrk (A B A B) and keep each side's best round
+        wrk_args = (f"{reg.url}{paths[0]}", len(nodes) * threads)
+        wrk_paths = paths if len(paths) > 1 else None
+        wrk_run(*wrk_args, max(1, wrk_s // 2), wrk_paths)
+        loop_runs, wrk_runs = [], []
+        for i in range(rounds):
+            loop_runs.append(replay_once(work, trace, reg, nodes, threads, "auto", pids, f"{name} round {i + 1}"))
+            wrk_runs.append(wrk_run(*wrk_args, wrk_s, wrk_paths))
+        threads_run = replay_once(work, trace, reg, nodes, threads, "threads", pids, f"{name} (threads)")
+        pinned = {}
+        if pids and len(os.sched_getaffinity(0)) >= 2 and reg.proc is not None:
+            # as on separate machines: the registry alone on one CPU, the load generator (drtp's master and
+            # nodes, or wrk) on another, so neither takes CPU from the registry
+            everything = os.sched_getaffinity(0)
+            reg_cpu, gen_cpu = sorted(everything)[:2]
+            pin([reg.proc.pid], {reg_cpu})
+            pin([os.getpid(), *pids], {gen_cpu})
+            try:
+                ps, pus = replay_once(work, trace, reg, nodes, threads, "auto", pids, f"{name} (pinned)")
+                pw, _ = wrk_run(*wrk_args, wrk_s, wrk_paths, cpus={gen_cpu})
+                pinned = {"pinned_drtp_rps": ps["throughput_rps"], "pinned_wrk_rps": pw, "pinned_node_us": pus}
+            finally:
+                pin([reg.proc.pid, os.getpid(), *pids], everything)
+        s, node_us = max(loop_runs, key=lambda r: r[0]["throughput_rps"])
+        s_threads, threads_us = threads_run
+        wrk, wrk_us = max(wrk_runs)
         rows.append(
             {
                 "case": name,
@@ -207,6 +255,7 @@ def stress(
                 "threads_ratio": s_threads["throughput_rps"] / wrk,
                 "threads_node_cpu_us_per_req": threads_us,
                 "wrk_cpu_us_per_req": wrk_us,
+                **pinned,
             }
         )
     return rows
@@ -374,6 +423,11 @@ def main() -> None:
             f"{r['node_cpu_us_per_req']:>12.0f} {r['wrk_cpu_us_per_req']:>11.0f} {r['threads_ratio']:>14.2f} "
             f"{r['threads_node_cpu_us_per_req']:>15.0f}"
         )
+        if "pinned_drtp_rps" in r:
+            print(
+                f"{'  separate CPUs':24} {r['concurrency']:>5} {r['pinned_drtp_rps']:>11.0f} "
+                f"{r['pinned_wrk_rps']:>10.0f} {r['pinned_drtp_rps'] / r['pinned_wrk_rps']:>6.2f}"
+            )
     print(f"\nAs-is mode at 200 req/s for {asis_s} s ({late['requests']} requests, {late['failed']} failed)")
     print(
         f"lateness p50 {late['lateness_p50_ms']:.2f} ms, p99 {late['lateness_p99_ms']:.2f} ms "

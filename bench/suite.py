@@ -134,7 +134,8 @@ def replay_rows(size: Size) -> list[Row]:
                 "≥0.90 of wrk",
                 yes_no(r["ratio"] >= 0.9),
                 "wrk at the same concurrency on the same registry and URLs",
-                f"{r['requests']} requests over {r['distinct_urls']} URLs; nodes' event loop",
+                f"{r['requests']} requests over {r['distinct_urls']} URLs; nodes' event loop; "
+                "best of 2 alternated rounds each",
             )
         )
         rows.append(
@@ -151,6 +152,21 @@ def replay_rows(size: Size) -> list[Row]:
                 "the nodes' thread pool, as before the event loop; as-is runs still use it",
             )
         )
+        if "pinned_drtp_rps" in r:
+            rows.append(
+                Row(
+                    "2 stress",
+                    f"stress rate, {r['case']}, registry and load generator on separate CPUs",
+                    r["pinned_drtp_rps"],
+                    r["pinned_wrk_rps"],
+                    "req/s",
+                    "higher",
+                    "",
+                    "—",
+                    "wrk pinned like drtp (registry on CPU 0, generator on CPU 1)",
+                    "as with the replayer on its own machine: is it the bottleneck? one round each",
+                )
+            )
     for r in res["asis"]:
         for q in ("p50", "p99", "max"):
             judged = q == "p99" and r["rate"] == 200

@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
 log = logging.getLogger("drtp.client")
 
 REDIRECTS = (301, 302, 303, 307, 308)
+FLUSH_S = 0.002  # results go to the stream at most this late, many per hand-over (each one wakes a thread)
 
 
 class LoopRun:
@@ -197,7 +198,7 @@ class LoopRun:
     def _complete(self, req: ReplayRequest, result: ReplayResult) -> None:
         self.outbox.append(result)
         if len(self.outbox) == 1:
-            self.loop.call_soon(self._flush)  # one hand-over to the result stream per loop pass
+            self.loop.call_later(FLUSH_S, self._flush)
         self.running -= 1
         self.done += 1
         q = self.pending.get(req.client)

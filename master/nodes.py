@@ -122,13 +122,17 @@ class NodeLink:
             if resp.status != 200:
                 self._died(f"refused the result stream: HTTP {resp.status}")
                 return
-            while True:
-                line = resp.readline()
-                if not line:
+            rest = b""
+            while True:  # what arrived, split into lines: one event per read, not per result
+                data = resp.read1(1 << 16)
+                if not data:
                     break
-                line = line.strip()
-                if line:
-                    self.events.put(("result", self.name, decode(line)))
+                *lines, rest = (rest + data).split(b"\n")
+                results = [decode(line) for line in lines if line.strip()]
+                if results:
+                    self.events.put(("results", self.name, results))
+            if rest.strip():
+                self.events.put(("results", self.name, [decode(rest)]))
         except (OSError, http.client.HTTPException) as e:
             self._died(f"result stream broken ({type(e).__name__}: {e})"[:200])
             return

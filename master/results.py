@@ -198,11 +198,8 @@ class RunResults:
                     req, res = _from_row(row, col)
                 except ValueError:
                     continue
-                for g in (
-                    self.all,
-                    self.by_method.setdefault(f"{req.method} {req.kind}", Group()),
-                    self.by_node.setdefault(row[col["node"]], Group()),
-                ):
+                method = _group(self.by_method, f"{req.method} {req.kind}")
+                for g in (self.all, method, _group(self.by_node, row[col["node"]])):
                     g.add(req, res, self.on_time_s)
                 self.failed += not res.ok
                 self.completed.add(req.trace_id)
@@ -214,11 +211,7 @@ class RunResults:
         self.file.flush()
 
     def add(self, node: str, req: ReplayRequest, res: ReplayResult | None, lost_reason: str = "") -> None:
-        groups = (
-            self.all,
-            self.by_method.setdefault(f"{req.method} {req.kind}", Group()),
-            self.by_node.setdefault(node, Group()),
-        )
+        groups = (self.all, _group(self.by_method, f"{req.method} {req.kind}"), _group(self.by_node, node))
         for g in groups:
             g.add(req, res, self.on_time_s)
         at = "" if req.at is None else f"{req.at:.6f}"
@@ -326,3 +319,11 @@ def format_table(summary: dict) -> str:
     ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def _group(groups: dict[str, Group], key: str) -> Group:
+    """The group for ``key``, made on first use (setdefault would build a Group for every result)."""
+    g = groups.get(key)
+    if g is None:
+        g = groups[key] = Group()
+    return g

@@ -252,8 +252,9 @@ class Replay:
             return 0
         while True:
             kind, node, payload = event
-            if kind == "result":
-                self._result(node, payload)
+            if kind == "results":
+                for res in payload:
+                    self._result(node, res)
             elif kind == "dead":
                 self._node_dead(node, payload)
             elif kind == "closed" and self.per_node[node] > 0:
