@@ -160,9 +160,9 @@ class Bench:
         if r.status == 200:
             return True  # already there: nothing to push (as docker push does)
         r = call(f"{i}-post", "POST", "uploads/", 0, 202, f"{base}/v2/{repo}/blobs/uploads/")
-        if r.status != 202 or not r.headers.get("Location"):
+        if r.status != 202 or not r.header("location"):
             return False
-        location = urljoin(base + "/", r.headers["Location"])
+        location = urljoin(base + "/", r.header("location"))
         body, size = layer.body(), layer.size
         if self.chunk:
             offset = 0
@@ -176,7 +176,7 @@ class Bench:
                 if r.status != 202:
                     return False
                 offset += len(piece)
-                location = urljoin(base + "/", r.headers.get("Location") or location)
+                location = urljoin(base + "/", r.header("location") or location)
             body, size = b"", 0
         sep = "&" if "?" in location else "?"
         url = location + sep + urlencode({"digest": d})

@@ -66,9 +66,9 @@ def preflight(
     data = os.urandom(PROBE_SIZE)
     digest = digest_of(data)
     r = ex.http("POST", f"{base}/v2/{repo}/blobs/uploads/")
-    if r.status != 202 or not r.headers.get("Location"):
+    if r.status != 202 or not r.header("location"):
         raise PreflightError(_why(r, name, auth, f"push to {repo}"))
-    location = urljoin(base + "/", r.headers["Location"])
+    location = urljoin(base + "/", r.header("location"))
     sep = "&" if "?" in location else "?"
     headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
     r = ex.http("PUT", location + sep + urlencode({"digest": digest}), body=data, headers=headers)
