@@ -33,6 +33,8 @@ setup(
         "tqdm>=4.60",
         "libcachesim>=0.3.5",  # standard eviction policies beside drtp's own caches
         "uhashring>=2",  # consistent hashing of trace clients to client nodes
+        "httptools>=0.6",  # the client node's HTTP/1.1 answer parser (llhttp), client/transport.py
+        "uvloop>=0.17; sys_platform != 'win32'",  # the client node's event loop in stress mode, client/loop_engine.py
     ],
     extras_require={
         "test": ["pytest>=7", "ruff>=0.4", "hypothesis>=6", "nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]

@@ -186,34 +186,24 @@ def replay_rows(size: Size) -> list[Row]:
                 )
             )
     for r in res["stress"]:
-        rows.append(
-            Row(
-                "5 scale",
-                f"client node CPU per request, {r['case']}",
-                r["node_cpu_us_per_req"],
-                r["wrk_cpu_us_per_req"],
-                "CPU µs/req",
-                "lower",
-                "",
-                "—",
-                "wrk's CPU per request in the same case",
-                "both client nodes together, stress mode, event loop",
+        for suffix, key, engine in (
+            ("", "node_cpu_us_per_req", "event loop"),
+            (", thread engine", "threads_node_cpu_us_per_req", "thread pool"),
+        ):
+            rows.append(
+                Row(
+                    "5 scale",
+                    f"client node CPU per request, {r['case']}{suffix}",
+                    r[key],
+                    r["wrk_cpu_us_per_req"],
+                    "CPU µs/req",
+                    "lower",
+                    "",
+                    "—",
+                    "wrk's CPU per request in the same case",
+                    f"both client nodes together, stress mode, {engine}",
+                )
             )
-        )
-        rows.append(
-            Row(
-                "5 scale",
-                f"client node CPU per request, {r['case']}, thread engine",
-                r["threads_node_cpu_us_per_req"],
-                r["wrk_cpu_us_per_req"],
-                "CPU µs/req",
-                "lower",
-                "",
-                "—",
-                "wrk's CPU per request in the same case",
-                "both client nodes together, stress mode, thread pool",
-            )
-        )
     return rows
 
 

@@ -17,21 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urljoin, urlsplit
 
-from drtp.client.executor import (
-    Executor,
-    error_text,
-    monotonic_clock,
-    object_digest,
-    object_headers,
-    object_path,
-    result_of,
-)
+from drtp.client.executor import error_text, object_digest, object_headers, object_path, result_of
+from drtp.client.scheduler import RunBook
 from drtp.client.transport import AsyncConnection, ProtocolError, Response, ServerDisconnected
 from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec, registry_base
 
@@ -48,27 +40,17 @@ REDIRECTS = (301, 302, 303, 307, 308)
 FLUSH_S = 0.002  # results go to the stream at most this late, many per hand-over (each one wakes a thread)
 
 
-class LoopRun:
+class LoopRun(RunBook):
     """Same face as scheduler.NodeRun (submit, end, cancel, results, counters); ``threads`` requests at a time."""
 
     def __init__(self, spec: RunSpec) -> None:
-        self.spec = spec
-        self.clock = monotonic_clock(spec.start_epoch)
-        self.executor = Executor(spec, self.clock)
+        super().__init__(spec)
         self.pool = ThreadPoolExecutor(max_workers=max(1, spec.threads), thread_name_prefix="drtp-slow")
         self.with_auth = {registry_base(a.registry) for a in spec.auth}  # credentials/TLS: the thread Executor
-        self.results: queue.Queue[ReplayResult | list[ReplayResult] | None] = queue.Queue()
-        self.pending: dict[str, deque[ReplayRequest]] = {}  # trace client -> its waiting requests
         self.ready: deque[str] = deque()  # idle trace clients with work, in arrival order
         self.idle: deque[asyncio.Future] = deque()  # workers waiting for work
         self.outbox: list[ReplayResult] = []
-        self.queued = 0
-        self.running = 0
-        self.done = 0
-        self.ended = False  # set on the loop, after every earlier batch is queued
-        self.closing = False  # set at once by end()/cancel(): no more batches
-        self.cancelled = False
-        self.stream_closed = False
+        self.closing = False  # set at once by end()/cancel(): no more batches (``ended`` is set on the loop)
         self.loop = new_loop()
         self.thread = threading.Thread(target=self._serve, name="drtp-loop", daemon=True)
         self.thread.start()
@@ -87,10 +69,6 @@ class LoopRun:
     def cancel(self) -> None:
         self.closing = True
         self.loop.call_soon_threadsafe(self._cancel)
-
-    @property
-    def finished(self) -> bool:
-        return self.ended and self.queued == 0 and self.running == 0
 
     # -- on the loop --------------------------------------------------------------------------------
 
@@ -120,15 +98,9 @@ class LoopRun:
         self._wake(len(self.idle))
 
     def _cancel(self) -> None:
-        self.cancelled = True
-        dropped = self.queued
-        self.pending.clear()
-        self.ready.clear()
-        self.queued = 0
-        self.ended = True
+        self._drop_queued()
         self._maybe_finish()
         self._wake(len(self.idle))
-        log.info("run %s cancelled; %d queued requests dropped", self.spec.run, dropped)
 
     def _wake(self, n: int) -> None:
         while n > 0 and self.idle:

@@ -23,22 +23,46 @@ from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec
 log = logging.getLogger("drtp.client")
 
 
-class NodeRun:
+class RunBook:
+    """What both engines keep about a run: per-client queues, counters, the result queue, end and cancel flags."""
+
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
         self.clock = monotonic_clock(spec.start_epoch)
         self.executor = Executor(spec, self.clock)
-        self.results: queue.Queue[ReplayResult | None] = queue.Queue()
-        self.cv = threading.Condition()
+        self.results: queue.Queue = queue.Queue()  # ReplayResult (or lists of them), then None at the end
         self.pending: dict[str, deque[ReplayRequest]] = {}  # trace client -> its waiting requests
-        self.ready: list[tuple[float, int, str]] = []  # (due, tie, trace client) of idle clients with work
-        self.tie = itertools.count()
+        self.ready: list | deque = []  # idle trace clients with work (how depends on the engine)
         self.queued = 0
         self.running = 0
         self.done = 0
         self.ended = False  # the master sent its last batch
         self.cancelled = False
         self.stream_closed = False
+
+    @property
+    def finished(self) -> bool:
+        return self.ended and self.queued == 0 and self.running == 0
+
+    def _drop_queued(self) -> None:
+        """Cancel: forget what has not started; what runs finishes and is reported."""
+        self.cancelled = True
+        dropped = self.queued
+        self.pending.clear()
+        self.ready.clear()
+        self.queued = 0
+        self.ended = True
+        log.info("run %s cancelled; %d queued requests dropped", self.spec.run, dropped)
+
+
+class NodeRun(RunBook):
+    """The thread engine: ``threads`` workers; as-is waits are timed condition waits."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        super().__init__(spec)
+        self.cv = threading.Condition()
+        self.ready: list[tuple[float, int, str]] = []  # (due, tie, trace client) of idle clients with work
+        self.tie = itertools.count()
         self.workers = [
             threading.Thread(target=self._work, name=f"drtp-worker-{i}", daemon=True)
             for i in range(max(1, spec.threads))
@@ -69,19 +93,9 @@ class NodeRun:
 
     def cancel(self) -> None:
         with self.cv:
-            self.cancelled = True
-            dropped = self.queued
-            self.pending.clear()
-            self.ready.clear()
-            self.queued = 0
-            self.ended = True
+            self._drop_queued()
             self._maybe_finish()
             self.cv.notify_all()
-        log.info("run %s cancelled; %d queued requests dropped", self.spec.run, dropped)
-
-    @property
-    def finished(self) -> bool:
-        return self.ended and self.queued == 0 and self.running == 0
 
     # -- workers ----------------------------------------------------------------------------
 
