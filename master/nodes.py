@@ -33,6 +33,7 @@ class NodeLink:
         self.events = events
         self.silence_s = silence_s
         self.session = requests.Session()
+        self.session.trust_env = False  # nodes are addressed directly: no proxy/netrc lookups per batch
         self.outbox: queue.Queue = queue.Queue()
         self.run: str | None = None
         self.dead = False

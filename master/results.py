@@ -55,8 +55,10 @@ class LogHistogram:
         self.max = 0.0
         self.total = 0.0
 
-    def add(self, x: float) -> None:
-        idx = -1 if x < self.MIN else int(math.log(x / self.MIN) / self.LOG_RATIO)
+    def add(self, x: float, idx: int | None = None) -> None:
+        """Count ``x``; ``idx`` is its bucket when the caller already has it (see :func:`bucket`)."""
+        if idx is None:
+            idx = bucket(x)
         self.counts[idx] = self.counts.get(idx, 0) + 1
         self.n += 1
         self.total += x
@@ -86,6 +88,26 @@ class LogHistogram:
         return out
 
 
+def bucket(x: float, _log=math.log, _min=LogHistogram.MIN, _ratio=LogHistogram.LOG_RATIO) -> int:
+    """The LogHistogram bucket of ``x`` (-1 below 1 µs)."""
+    return -1 if x < _min else int(_log(x / _min) / _ratio)
+
+
+class Marks:
+    """One result's values and their histogram buckets, computed once for the three groups it counts in."""
+
+    __slots__ = ("latency", "latency_idx", "late", "late_idx", "response", "response_idx")
+
+    def __init__(self, req: ReplayRequest, res: ReplayResult) -> None:
+        self.latency = res.latency
+        self.latency_idx = bucket(res.latency)
+        if req.at is not None:
+            self.late = max(0.0, res.start - req.at)
+            self.late_idx = bucket(self.late)
+            self.response = res.start + res.latency - req.at
+            self.response_idx = bucket(self.response)
+
+
 class Group:
     """Figures of one slice of the run (all, one method+kind, one node)."""
 
@@ -111,24 +133,27 @@ class Group:
         self.response = LogHistogram()
         self.lateness = LogHistogram()
 
-    def add(self, req: ReplayRequest, res: ReplayResult | None, on_time_s: float) -> None:
+    def add(self, req: ReplayRequest, res: ReplayResult | None, on_time_s: float, marks: Marks | None = None) -> None:
         self.requests += 1
         if res is None:
             self.lost += 1
             return
+        m = marks or Marks(req, res)
         self.bytes += res.bytes
         self.matched += res.status == req.expected_status
-        self.first = min(self.first, res.start)
-        self.last = max(self.last, res.start + res.latency)
+        if res.start < self.first:
+            self.first = res.start
+        end = res.start + res.latency
+        if end > self.last:
+            self.last = end
         if req.at is not None:
-            late = max(0.0, res.start - req.at)
-            self.lateness.add(late)
-            self.on_time += late <= on_time_s
+            self.lateness.add(m.late, m.late_idx)
+            self.on_time += m.late <= on_time_s
         if res.ok:
             self.succeeded += 1
-            self.latency.add(res.latency)
+            self.latency.add(m.latency, m.latency_idx)
             if req.at is not None:
-                self.response.add(res.start + res.latency - req.at)
+                self.response.add(m.response, m.response_idx)
 
     def summary(self, timed: bool) -> dict:
         duration = self.last - self.first if self.requests - self.lost else 0.0
@@ -212,8 +237,9 @@ class RunResults:
 
     def add(self, node: str, req: ReplayRequest, res: ReplayResult | None, lost_reason: str = "") -> None:
         groups = (self.all, _group(self.by_method, f"{req.method} {req.kind}"), _group(self.by_node, node))
+        marks = Marks(req, res) if res is not None else None
         for g in groups:
-            g.add(req, res, self.on_time_s)
+            g.add(req, res, self.on_time_s, marks)
         at = "" if req.at is None else f"{req.at:.6f}"
         base = (req.client, node, req.trace_id)
         if res is None:
