@@ -8,6 +8,7 @@ kept (drtp's records do not carry it).
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -68,8 +69,30 @@ def write_parquet(path: str | Path, batches: Iterable[list[TraceRecord]]) -> int
 def read_parquet(path: Path, batch_size: int = ROW_GROUP) -> Iterator[list[TraceRecord]]:
     """Batches of TraceRecords from a Parquet trace, in file order."""
     for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=list(FIELDS)):
-        cols = [batch.column(f).to_pylist() for f in FIELDS]
+        cols = [_pylist(batch.column(f)) for f in FIELDS]
         yield [TraceRecord(*row) for row in zip(*cols, strict=True)]
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def _pylist(arr: pa.Array) -> list:
+    """A column as Python values, by the fast path where there is one.
+
+    Arrow's own to_pylist builds a string per row of a dictionary column and a
+    zoneinfo datetime per timestamp (≈1 µs and ≈2.5 µs a row); indexing the
+    dictionary's few values and adding microseconds to the epoch cost ≈0.02 and
+    ≈0.6 µs (the same values: tests/test_columnar.py).
+    """
+    if arr.null_count:
+        return arr.to_pylist()
+    if pa.types.is_dictionary(arr.type):
+        values = arr.dictionary.to_pylist()
+        return [values[i] for i in arr.indices.to_numpy().tolist()]
+    if pa.types.is_timestamp(arr.type):
+        micros = arr.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy().tolist()
+        return [_EPOCH + _dt.timedelta(microseconds=us) for us in micros]
+    return arr.to_pylist()
 
 
 def read_columns(paths: Iterable[str | Path], columns: list[str] | None = None) -> pa.Table:

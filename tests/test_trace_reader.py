@@ -293,3 +293,22 @@ def test_parquet_cache_round_trip(tmp_path, generated_trace):
     assert len(df) == 5000 and set(df["kind"]) == {"manifest", "blob"}
     limited = read_trace([pq_path], limit_type="requests", amount=10)
     assert [r.id for r in limited] == [r.id for r in read_trace([generated_trace])[:10]]
+
+
+def test_parquet_fast_column_paths_equal_arrow_to_pylist():
+    """drtp.columnar reads dictionary and timestamp columns its own (faster) way: same values as Arrow's."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from drtp.columnar import _pylist
+
+    text = pa.array(["h1", "h2", "h1", "h3"]).dictionary_encode()
+    with_null = pa.array(["a", None, "a"]).dictionary_encode()
+    utc = dt.timezone.utc
+    t = [dt.datetime(2017, 8, 1, 0, 0, 0, 646000, tzinfo=utc), dt.datetime(2017, 6, 20, 23, 59, 59, 999999, tzinfo=utc)]
+    micros = pa.array(t, type=pa.timestamp("us", tz="UTC"))
+    nanos = pa.array(t, type=pa.timestamp("ns", tz="UTC"))
+    for arr in (text, with_null, micros, nanos, pa.array([1.5, 0.0]), pa.array(["x", "y"])):
+        assert _pylist(arr) == arr.to_pylist()
+    assert _pylist(micros) == t and all(v.utcoffset() == dt.timedelta(0) for v in _pylist(nanos))
