@@ -37,7 +37,10 @@ class ClientInfo(_Section):
     # drtp's own keys
     batch: Annotated[int, msgspec.Meta(ge=1)] = 200  # requests per batch sent to a node
     inflight: Annotated[int, msgspec.Meta(ge=1)] = 2000  # requests out at a node at most (bounds memory)
-    timeout: float = 30.0  # seconds before a registry request fails as a timeout
+    timeout: float = 30.0  # read timeout: seconds without progress on an answer before it fails as a timeout
+    connect_timeout: float = 5.0  # seconds to open a connection to the registry (TCP and TLS)
+    retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 0  # GET/HEAD re-sent when no answer byte came (opt-in)
+    max_failed: int | str = 0  # failed trace requests tolerated for exit code 0: a count, or a percentage "1%"
     speedup: Annotated[float, msgspec.Meta(gt=0)] = 1.0  # as-is mode: replay this many times faster
     on_time_ms: float = 10.0  # as-is mode: a request started this late still counts as on time
     # how nodes execute: "auto" = one event loop in stress mode, the thread pool as-is (finer timed waits)

@@ -42,6 +42,7 @@ class ReplayRequest(msgspec.Struct, gc=False, omit_defaults=True):
     size: int  # bytes the trace says were written (to push for uploads)
     expected_status: int  # the trace's status
     digest: str | None = None  # the real digest to address (blob reads)
+    object_size: int | None = None  # the addressed blob's real size when known: a shorter 200 body is truncated
     at: float | None = None  # intended start, seconds after the run's start; None: as soon as possible
     layers: list[Layer] = []  # manifest-put: the layers the manifest references
 
@@ -65,7 +66,9 @@ class RunSpec(msgspec.Struct, omit_defaults=True):
     run: str
     start_epoch: float  # the common start (time.time() on the master) requests' ``at`` counts from
     threads: int = 16
-    timeout: float = 30.0
+    timeout: float = 30.0  # read timeout: seconds without progress on an answer before it fails as a timeout
+    connect_timeout: float = 5.0  # seconds to establish a connection (TCP and TLS)
+    retries: int = 0  # GET/HEAD only, and only when no byte of the answer arrived; every attempt is counted
     random: bool = True  # random (True) or zero content for pushed blobs
     auth: list[RegistryAuth] = []  # credentials/TLS per registry; registries not listed are anonymous
     engine: Literal["loop", "threads"] = "threads"  # client/loop_engine.py or client/scheduler.py
@@ -86,20 +89,24 @@ class AuxResult(msgspec.Struct, array_like=True, gc=False):
     latency: float
     bytes: int
     error: str = ""
+    outcome: str = "ok"  # drtp.outcome: ok, http, timeout, refused, reset, truncated, tls, protocol…
+    attempts: int = 1
 
 
 class ReplayResult(msgspec.Struct, gc=False, omit_defaults=True):
     """What happened to one request; ``start`` counts from the run's common start."""
 
     seq: int
-    status: int  # 0 when no response came (timeout, refused…)
-    ok: bool
+    status: int  # 0 when no complete header block came (timeout, refused…)
+    ok: bool  # outcome == "ok"
     start: float
     latency: float  # seconds from the actual start to the end of the response
     bytes: int = 0  # body bytes sent or received
     digest: str | None = None  # digest addressed, or the new digest of a pushed layer/manifest
     size: int | None = None  # size of the object pushed (a layer's total over PATCH and PUT)
     error: str = ""
+    outcome: str = "ok"  # drtp.outcome: the class of how it ended; anything but "ok" is a failure
+    attempts: int = 1  # how often it was sent (> 1 only with client_info.retries)
     aux: list[AuxResult] = []
 
 
