@@ -16,6 +16,7 @@ written, marked ``complete: false`` with the reason, and the command exits 3.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import enum
 import json
@@ -231,7 +232,10 @@ class Replay:
         try:
             return self.results.close(**extra)
         except OSError as e:
-            why = f"{write_failed(self.out_dir / 'summary.json', e)}: the run's figures are lost"
+            path = self.out_dir / "summary.json"
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)  # a torn summary.json would pass for a result; none says the truth
+            why = f"{write_failed(path, e)}: the run's figures are lost"
             if isinstance(stop, ResultsWriteError):
                 why = f"{stop}, and {why}"
             raise ResultsWriteError(why) from None
