@@ -222,7 +222,8 @@ class Replay:
         if isinstance(stop, ResultsWriteError):
             return f"{stop}; the run was cancelled on the client nodes and requests.csv lacks the rows after it"
         if not_sent > 0:
-            return f"every client node died; {not_sent:,} trace requests were not sent"
+            who = "every client node died" if not self.router.alive else "the result streams ended"
+            return f"{who}; {not_sent:,} trace requests got no result"
         return None
 
     def _close_results(self, extra: dict, stop: Stop | ResultsWriteError | None) -> dict:

@@ -10,6 +10,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 
 import pandas as pd
 import pytest
@@ -178,3 +179,25 @@ def test_an_experiment_exits_with_its_worst_registry(tmp_path, nodes):
     assert status["up"]["ok"] and status["up"]["exit_code"] == 0 and status["up"]["failed"] == 0
     assert not status["gone"]["ok"] and status["gone"]["exit_code"] == 3  # the preflight could not reach it
     assert code == 3
+
+
+def test_every_client_node_dying_is_a_run_that_did_not_finish(tmp_path, nodes, capsys):
+    trace = make_trace(tmp_path / "trace.json", requests=300, span=30.0)
+    with LocalRegistry(tmp_path / "registry") as reg:
+        cfg = write_config(tmp_path, trace, [reg.host], [n.address for n in nodes], wait=True, speedup=3.0)
+        run_warmup(cfg, quiet=True)
+        killers = [threading.Timer(1.5, n.kill) for n in nodes]
+        for k in killers:
+            k.start()
+        code = main(["run", "-c", str(tmp_path / "config.yaml"), "--out", str(tmp_path / "run")])
+        for k in killers:
+            k.join()
+    err = capsys.readouterr().err
+    assert code == 3, err[-2000:]
+    assert "Traceback" not in err
+    errors = _lines(err, "drtp: error:")
+    assert len(errors) == 1 and errors[0].startswith("drtp: error: the run did not finish: every client node died")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["complete"] is False and summary["incomplete_reason"].startswith("every client node died")
+    assert set(summary["dead_nodes"]) == {n.address for n in nodes}
+    assert summary["not_sent"] > 0 and summary["requests"] + summary["not_sent"] == 300
