@@ -26,14 +26,15 @@ def _reason(e: OSError) -> str:
     return e.strerror or type(e).__name__
 
 
-def prepare_results_dir(path: Path) -> None:
-    """Make ``path`` (and its parents) and prove a file can be written and synced in it.
+def prepare_results_dir(path: Path) -> bool:
+    """Make ``path`` (and its parents) and prove a file can be written and synced in it; True if it was made.
 
     A real write, not a permission check: root passes every permission check and
     still cannot write to a read-only file system or under a regular file.
     """
     if path.exists() and not path.is_dir():
         raise ResultsWriteError(f"results directory {path} is not a directory")
+    made = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -51,6 +52,13 @@ def prepare_results_dir(path: Path) -> None:
         with contextlib.suppress(OSError):
             probe.unlink(missing_ok=True)
         raise ResultsWriteError(f"results directory {path} is not writable ({_reason(e)})") from None
+    return made
+
+
+def remove_if_empty(path: Path) -> None:
+    """Take back a directory made for a run that never started (a failed preflight), unless something is in it."""
+    with contextlib.suppress(OSError):
+        path.rmdir()
 
 
 def write_failed(what: Path, e: OSError) -> ResultsWriteError:

@@ -31,7 +31,7 @@ from drtp.master.nodes import NodeLink
 from drtp.master.plan import Planner, with_prefix
 from drtp.master.preflight import preflight_all
 from drtp.master.results import RunResults, format_table
-from drtp.master.results_dir import ResultsWriteError, prepare_results_dir, write_failed
+from drtp.master.results_dir import ResultsWriteError, prepare_results_dir, remove_if_empty, write_failed
 from drtp.master.routing import Router
 from drtp.master.warmup import load_map
 from drtp.node_auth import resolve_token
@@ -110,12 +110,17 @@ class Replay:
 
     def run(self) -> dict:
         # the results directory first: nothing may load the registry or the nodes for a run that cannot be kept
-        prepare_results_dir(self.out_dir)
-        preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
-        for link in self.links.values():
-            link.check()
-        self._load_warmup()
-        total = sum(len(b) for b in self._batches())
+        made = prepare_results_dir(self.out_dir)
+        try:
+            preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
+            for link in self.links.values():
+                link.check()
+            self._load_warmup()
+            total = sum(len(b) for b in self._batches())
+        except DrtpError:
+            if made:
+                remove_if_empty(self.out_dir)  # no empty run directory for a run that never started
+            raise
         timed = self.ci.wait
         run_id = uuid.uuid4().hex[:12]
         self._open_results(timed)

@@ -176,3 +176,4 @@ def test_an_unreachable_client_node_is_exit_3_not_a_traceback(tmp_path):
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr.startswith("drtp: error: client node 127.0.0.1:") and "does not answer" in proc.stderr
     assert proc.stderr.count("\n") == 1
+    assert list((tmp_path / "results").iterdir()) == []  # no empty run directory left for a run that never started
