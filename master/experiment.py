@@ -26,7 +26,7 @@ from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
 from drtp.failure_budget import FailureBudget
-from drtp.master.results_dir import prepare_results_dir
+from drtp.master.results_dir import prepare_results_dir, write_failed
 from drtp.master.run import run_replay
 from drtp.master.verdict import judge
 from drtp.master.warmup import run_warmup
@@ -103,7 +103,10 @@ def run_experiment(
             (out / f"{entry.id}-error.txt").write_text(traceback.format_exc())
         if not status[entry.id]["ok"] and not quiet:
             print(f"registry {entry.id}: FAILED: {status[entry.id]['error']}", flush=True)
-        status_path.write_text(json.dumps(status, indent=2, default=str))
+        try:
+            status_path.write_text(json.dumps(status, indent=2, default=str))
+        except OSError as e:  # without its record the experiment cannot be resumed or judged: stop (exit 3)
+            raise write_failed(status_path, e) from None
     if not quiet:
         good = [i for i, s in status.items() if s["ok"]]
         print(f"experiment: {len(good)} of {len(status)} registries ok → {out}/ (experiment.json)")
