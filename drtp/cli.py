@@ -3,7 +3,10 @@
 Core subcommands live here; each other part of drtp (master, plugins,
 analysis…) registers its own subcommands through a ``register(subparsers)``
 function listed in :data:`COMMAND_MODULES`.  User mistakes raise
-:class:`~drtp.errors.DrtpError` and end as one line on stderr with exit code 2.
+:class:`~drtp.errors.DrtpError` and end as one line on stderr with the error's
+exit code: 2 for a bad input, 3 (:class:`~drtp.errors.RunError`) when drtp could
+not run or finish.  A bug exits 3 with its traceback, never 1: 1 means a run
+completed with too many failed requests (drtp.exit_codes).
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import importlib
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from drtp import __version__
 from drtp.errors import DrtpError
+from drtp.exit_codes import ExitCode
 from drtp.trace import FORMATS
 
 # modules that add subcommands of their own (each has register(subparsers))
@@ -448,17 +453,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return ExitCode.BAD_INPUT
     try:
         return int(args.func(args) or 0)
     except DrtpError as e:
         print(f"drtp: error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code
     except KeyboardInterrupt:
         print("drtp: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
         return 0
+    except Exception:  # a bug: its traceback is what a report needs, and Python's own exit 1 would read as a verdict
+        traceback.print_exc()
+        print("drtp: internal error (the traceback above is a bug in drtp)", file=sys.stderr)
+        return ExitCode.CANNOT_RUN
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import msgspec
 import yaml
 
 from drtp.errors import ConfigError
+from drtp.failure_budget import parse_max_failed
 
 SECRET_KEYS = ("token", "password")
 
@@ -267,8 +268,14 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
     except msgspec.ValidationError as e:
         raise ConfigError(f"{source}: {_explain(e)}") from None
     if cfg.client_info.engine == "loop" and cfg.client_info.wait:
-        raise ConfigError(f"{source}: key 'client_info.engine': loop replays as fast as possible; as-is (wait: true) "
-                          "needs 'threads' or 'auto'")
+        raise ConfigError(
+            f"{source}: key 'client_info.engine': loop replays as fast as possible; as-is (wait: true) "
+            "needs 'threads' or 'auto'"
+        )
+    try:
+        parse_max_failed(cfg.client_info.max_failed)
+    except ValueError as e:
+        raise ConfigError(f"{source}: key 'client_info.max_failed': {e}") from None
     cfg.base_dir = base_dir
     cfg.source = source
     return cfg

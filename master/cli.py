@@ -1,11 +1,46 @@
-"""``drtp warmup`` and ``drtp run``: the master's commands."""
+"""``drtp warmup``, ``drtp run``, ``drtp experiment`` and ``drtp bench``: the master's commands.
+
+``run`` and ``experiment`` end with the exit codes of drtp.exit_codes, so that a
+script or a Slurm job can tell a run that measured too many failures (1) from a
+bad input (2), a run that could not run or finish (3) and Ctrl-C (130).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from drtp.errors import DrtpError
+from drtp.failure_budget import FailureBudget, parse_max_failed
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 the run completed and its failed trace requests are within --max-failed; 1 completed with more "
+    "failed (requests lost with a dead client node count as failed); 2 bad input (config, option, trace); 3 could "
+    "not run or could not finish (preflight, client nodes, results directory); 130 interrupted."
+)
+MAX_FAILED_HELP = (
+    "failed trace requests tolerated for exit 0: a count (e.g. 5) or a percentage of the trace's requests "
+    "(e.g. 1%%, 0.5%%); default: client_info.max_failed (0)"
+)
+
+
+def failure_budget(args: argparse.Namespace, cfg) -> FailureBudget:
+    """--max-failed when given, else client_info.max_failed; a bad value is a one-line error naming which."""
+    if args.max_failed is not None:
+        value, where = args.max_failed, "--max-failed"
+    else:
+        value, where = cfg.client_info.max_failed, f"{cfg.source}: key 'client_info.max_failed'"
+    try:
+        return parse_max_failed(value)
+    except ValueError as e:
+        raise DrtpError(f"{where}: {e}") from None
+
+
+def say(message: str) -> None:
+    """One line on stderr, where scripts look for why the exit code is not 0."""
+    if message:
+        print(f"drtp: {message}", file=sys.stderr, flush=True)
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
@@ -30,25 +65,31 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from drtp.config import load_config
     from drtp.master.run import run_replay
+    from drtp.master.verdict import judge
 
     cfg = load_config(args.config)
     if args.resume and not args.out:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted run")
     if cfg.registries and not cfg.registry:  # a registry list: one experiment, warmup + run per registry
         return cmd_experiment(args)
+    budget = failure_budget(args, cfg)
     summary = run_replay(cfg, Path(args.out) if args.out else None, resume=args.resume)
-    return 1 if summary["dead_nodes"] and summary["not_sent"] else 0
+    verdict = judge(summary, budget)
+    say(verdict.message)
+    return verdict.code
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     from drtp.config import load_config
+    from drtp.exit_codes import worst
     from drtp.master.experiment import run_experiment
 
     cfg = load_config(args.config)
     if args.resume and not args.out:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted experiment")
-    status = run_experiment(cfg, Path(args.out) if args.out else None, resume=args.resume)
-    return 0 if all(s["ok"] for s in status.values()) else 1
+    budget = failure_budget(args, cfg)
+    status = run_experiment(cfg, Path(args.out) if args.out else None, resume=args.resume, budget=budget)
+    return worst(s["exit_code"] for s in status.values())
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -117,24 +158,27 @@ def register(sub) -> None:
         "run",
         help="replay the trace through the client nodes against the registry",
         description="Replay the trace through the client nodes (client_info.client_list) against the registry; "
-        "writes requests.csv and summary.json into the run directory.",
+        "writes requests.csv and summary.json into the run directory. " + EXIT_CODES_HELP,
     )
     p.add_argument("-c", "--config", required=True, help="YAML config file")
     p.add_argument("--out", help="run directory (default: <results>/run-<date>-<time>)")
     p.add_argument(
         "--resume", action="store_true", help="continue the interrupted run in --out DIR; completed requests are kept"
     )
+    p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
         "experiment",
         help="warmup + run against each registry of 'registries:' in turn",
         description="For each entry of the config's 'registries:' list: preflight, warmup and run, results in "
-        "OUT/<id>/; a registry that fails is recorded in OUT/experiment.json and the next one runs.",
+        "OUT/<id>/; a registry that fails is recorded in OUT/experiment.json and the next one runs. "
+        "The exit code is the highest of the registries' runs (130 > 3 > 2 > 1 > 0). " + EXIT_CODES_HELP,
     )
     p.add_argument("-c", "--config", required=True, help="YAML config file")
     p.add_argument("--out", help="experiment directory (default: <results>/experiment-<date>-<time>)")
     p.add_argument("--resume", action="store_true", help="skip registries done in --out DIR, resume the others")
+    p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP + ", for each registry's run")
     p.set_defaults(func=cmd_experiment)
 
     p = sub.add_parser(

@@ -6,13 +6,16 @@ runs.  Each registry's run goes to ``<experiment>/<id>/`` (requests.csv,
 summary.json tagged with ``registry_id``), with its own warmup map
 (``<warmup.output stem>-<id><suffix>``), so ``drtp analyze results
 <experiment>/*/`` compares them side by side.  ``experiment.json`` records per
-registry: ok, the error (one line), and the run's headline numbers.
+registry: ok (the run completed), its exit code (drtp.exit_codes: 1 when more
+of its trace requests failed than ``max_failed`` allows), the error (one line),
+and the run's headline numbers; the command exits with the highest code.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -21,7 +24,11 @@ import msgspec
 
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
+from drtp.exit_codes import ExitCode
+from drtp.failure_budget import FailureBudget
+from drtp.master.results_dir import prepare_results_dir, write_failed
 from drtp.master.run import run_replay
+from drtp.master.verdict import judge
 from drtp.master.warmup import run_warmup
 from drtp.registry_auth import config_auth
 
@@ -37,7 +44,15 @@ def default_experiment_dir(cfg: Config) -> Path:
     return cfg.path(cfg.results) / f"experiment-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def run_experiment(cfg: Config, out_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> dict:
+def run_experiment(
+    cfg: Config,
+    out_dir: Path | None = None,
+    quiet: bool = False,
+    resume: bool = False,
+    budget: FailureBudget | None = None,
+) -> dict:
+    """Each registry's warmup and run in turn; returns experiment.json's content (every entry has ``exit_code``)."""
+    budget = budget or FailureBudget(count=0)
     if not cfg.registries:
         raise ConfigError(f"{cfg.source}: missing key 'registries' (the registries of the experiment)")
     ids = [e.id for e in cfg.registries]
@@ -46,9 +61,11 @@ def run_experiment(cfg: Config, out_dir: Path | None = None, quiet: bool = False
         raise ConfigError(f"{cfg.source}: registries: duplicate id(s) {', '.join(sorted(dup))}")
     config_auth(cfg)  # a mistake in any entry (http without insecure, missing password…) stops before any run
     out = out_dir or default_experiment_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_results_dir(out)
     status_path = out / "experiment.json"
     status: dict = json.loads(status_path.read_text()) if resume and status_path.exists() else {}
+    for s in status.values():  # written before exit codes were recorded
+        s.setdefault("exit_code", int(ExitCode.OK if s.get("ok") else ExitCode.CANNOT_RUN))
     for entry in cfg.registries:
         run_dir = out / entry.id
         prior = status.get(entry.id, {})
@@ -65,8 +82,10 @@ def run_experiment(cfg: Config, out_dir: Path | None = None, quiet: bool = False
             summary = run_replay(sub, run_dir, quiet=quiet, resume=resume and (run_dir / "requests.csv").exists())
             summary["registry_id"] = entry.id
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
+            verdict = judge(summary, budget)
             status[entry.id] = {
                 "ok": True,
+                "exit_code": int(verdict.code),
                 "url": entry.url,
                 "requests": summary["requests"],
                 "failed": summary["failed"],
@@ -74,14 +93,20 @@ def run_experiment(cfg: Config, out_dir: Path | None = None, quiet: bool = False
                 "latency_p50_s": summary["latency_s"].get("p50"),
                 "wall_s": time.perf_counter() - t0,
             }
+            if verdict.message and not quiet:
+                print(f"drtp: registry {entry.id}: {verdict.message}", file=sys.stderr, flush=True)
         except DrtpError as e:
-            status[entry.id] = {"ok": False, "url": entry.url, "error": str(e)}
+            status[entry.id] = {"ok": False, "exit_code": int(e.exit_code), "url": entry.url, "error": str(e)}
         except Exception as e:  # noqa: BLE001 - unattended: a bug in one registry's part must not stop the rest
-            status[entry.id] = {"ok": False, "url": entry.url, "error": f"{type(e).__name__}: {e}"[:500]}
+            error = f"{type(e).__name__}: {e}"[:500]
+            status[entry.id] = {"ok": False, "exit_code": int(ExitCode.CANNOT_RUN), "url": entry.url, "error": error}
             (out / f"{entry.id}-error.txt").write_text(traceback.format_exc())
         if not status[entry.id]["ok"] and not quiet:
             print(f"registry {entry.id}: FAILED: {status[entry.id]['error']}", flush=True)
-        status_path.write_text(json.dumps(status, indent=2, default=str))
+        try:
+            status_path.write_text(json.dumps(status, indent=2, default=str))
+        except OSError as e:  # without its record the experiment cannot be resumed or judged: stop (exit 3)
+            raise write_failed(status_path, e) from None
     if not quiet:
         good = [i for i, s in status.items() if s["ok"]]
         print(f"experiment: {len(good)} of {len(status)} registries ok → {out}/ (experiment.json)")

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import msgspec
 import requests
 
-from drtp.errors import DrtpError
+from drtp.errors import RunError
 from drtp.node_auth import sign
 from drtp.replay_types import Batch, ReplayRequest, RunSpec, result_decoder
 
@@ -49,21 +49,24 @@ class NodeLink:
         return self.session.request(method, self.base + path, data=body, headers=headers, timeout=timeout)
 
     def check(self) -> dict:
-        """The node's health; a DrtpError naming the node if it is down or refuses the token."""
+        """The node's health; a RunError (exit 3) naming the node if it is down or refuses the token."""
         try:
             r = self.call("GET", "/health", timeout=5)
         except requests.RequestException as e:
-            raise DrtpError(f"client node {self.name} does not answer ({type(e).__name__})") from None
+            raise RunError(f"client node {self.name} does not answer ({type(e).__name__})") from None
         if r.status_code == 401:
-            raise DrtpError(f"client node {self.name} refused the shared secret (client_info.token)")
+            raise RunError(f"client node {self.name} refused the shared secret (client_info.token)")
         if r.status_code != 200:
-            raise DrtpError(f"client node {self.name}: health check answered HTTP {r.status_code}")
+            raise RunError(f"client node {self.name}: health check answered HTTP {r.status_code}")
         return r.json()
 
     def start(self, spec: RunSpec) -> None:
-        r = self.call("POST", "/runs", msgspec.json.encode(spec))
+        try:
+            r = self.call("POST", "/runs", msgspec.json.encode(spec))
+        except requests.RequestException as e:
+            raise RunError(f"client node {self.name} did not start the run ({type(e).__name__})") from None
         if r.status_code != 201:
-            raise DrtpError(f"client node {self.name} did not start the run: HTTP {r.status_code} {r.text[:200]}")
+            raise RunError(f"client node {self.name} did not start the run: HTTP {r.status_code} {r.text[:200]}")
         self.run = spec.run
         self.threads = [
             threading.Thread(target=self._feed, name=f"feed-{self.name}", daemon=True),

@@ -15,7 +15,7 @@ import time
 from urllib.parse import urlencode, urljoin
 
 from drtp.client.executor import Executor
-from drtp.errors import DrtpError
+from drtp.errors import RunError
 from drtp.manifest import digest_of
 from drtp.registry_auth import masked
 from drtp.replay_types import RegistryAuth, RunSpec, registry_base
@@ -23,8 +23,8 @@ from drtp.replay_types import RegistryAuth, RunSpec, registry_base
 PROBE_SIZE = 1024
 
 
-class PreflightError(DrtpError):
-    pass
+class PreflightError(RunError):
+    """The registry is unreachable, refuses the credentials, or cannot push or pull: the run cannot start (exit 3)."""
 
 
 def _why(r, name: str, auth: RegistryAuth | None, action: str) -> str:

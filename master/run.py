@@ -8,11 +8,17 @@ they arrive.  At most ``client_info.inflight`` requests per node are out at a
 time, so memory stays bounded whatever the trace's length.  Before it blocks
 (on that bound, or on a layer push a request depends on) it sends every
 partial batch, so no node ever waits for requests the master holds.
+
+The run directory is proven writable before anything starts (master.results_dir).
+A write that fails mid-run cancels the run on the nodes: ``summary.json`` is still
+written, marked ``complete: false`` with the reason, and the command exits 3.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import enum
 import json
 import queue
 import time
@@ -20,11 +26,12 @@ import uuid
 from pathlib import Path
 
 from drtp.config import Config, redacted
-from drtp.errors import DrtpError
+from drtp.errors import DrtpError, RunError
 from drtp.master.nodes import NodeLink
 from drtp.master.plan import HeldRecords, Planner, with_prefix
 from drtp.master.preflight import preflight_all
 from drtp.master.results import RunResults, format_table
+from drtp.master.results_dir import ResultsWriteError, prepare_results_dir, remove_if_empty, write_failed
 from drtp.master.routing import Router
 from drtp.master.warmup import load_map
 from drtp.node_auth import resolve_token
@@ -34,6 +41,12 @@ from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec
 from drtp.trace import TraceReader
 
 START_LEAD_S = 1.0  # as-is mode: the common start is this far after the run is set up
+
+
+class Stop(enum.Enum):
+    """Why a run stopped before the end of its trace (besides a failed write, which carries its error)."""
+
+    INTERRUPTED = "interrupted"
 
 
 def node_addresses(cfg: Config) -> list[str]:
@@ -97,16 +110,21 @@ class Replay:
     # -- the run ------------------------------------------------------------------------------------
 
     def run(self) -> dict:
-        preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
-        for link in self.links.values():
-            link.check()
-        self._load_warmup()
-        total = sum(len(b) for b in self._batches())
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        # the results directory first: nothing may load the registry or the nodes for a run that cannot be kept
+        made = prepare_results_dir(self.out_dir)
+        try:
+            preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
+            for link in self.links.values():
+                link.check()
+            self._load_warmup()
+            total = sum(len(b) for b in self._batches())
+        except DrtpError:
+            if made:
+                remove_if_empty(self.out_dir)  # no empty run directory for a run that never started
+            raise
         timed = self.ci.wait
         run_id = uuid.uuid4().hex[:12]
-        (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
-        self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000, resume=self.resume)
+        self._open_results(timed)
         if self.resume:
             self.skip = self.results.completed
             self.offset = self.results.resumed_end
@@ -114,25 +132,34 @@ class Replay:
                 self.planner.learn(repo, "blob", ref, digest, size)
             if not self.quiet:
                 print(f"resuming {self.out_dir}: {len(self.skip):,} requests done before")
+        # resumed: the start moves back by the earlier run's length, so start_s keeps counting from one origin
         start_epoch = time.time() + (START_LEAD_S if timed else 0.0) - self.offset
         engine = self.ci.engine if self.ci.engine != "auto" else ("threads" if timed else "loop")
         ci = self.ci
-        spec = RunSpec(run_id, start_epoch, ci.threads, ci.timeout, self.cfg.warmup.random, self.auths, engine)
-        for link in self.links.values():
-            link.start(spec)
-        interrupted = False
+        spec = RunSpec(
+            run_id,
+            start_epoch,
+            threads=ci.threads,
+            timeout=ci.timeout,
+            connect_timeout=ci.connect_timeout,
+            retries=ci.retries,
+            random=self.cfg.warmup.random,
+            auth=self.auths,
+            engine=engine,
+        )
+        try:
+            for link in self.links.values():
+                link.start(spec)
+        except RunError:
+            self._cancel()  # the nodes that did start must not wait for batches that will never come
+            raise
         t0 = time.perf_counter()
         with progress(total=total, desc="replay", unit="req") as bar:
             self.bar = bar
-            try:
-                self._dispatch(timed)
-                self._finish()
-            except KeyboardInterrupt:
-                interrupted = True
-                for link in self.links.values():
-                    link.cancel()
-                self._drain(timeout=0)
+            stop = self._replay(timed)
         wall = time.perf_counter() - t0
+        not_sent = total - self.results.all.requests
+        incomplete = self._incomplete_reason(stop, not_sent)
         extra = {
             "mode": "as-is" if timed else "stress",
             "route": "hash" if self.ci.route else "round-robin",
@@ -140,20 +167,97 @@ class Replay:
             "nodes": list(self.links),
             "registries": self.registries,
             "trace_requests": total,
+            # the common start as wall-clock time: start_s + start_epoch is when a request left, to line up
+            # with the registry's own logs
+            "started_at": _dt.datetime.fromtimestamp(start_epoch, _dt.timezone.utc).isoformat(),
+            "start_epoch": start_epoch,
             "wall_s": wall,
             "dead_nodes": self.dead,
-            "interrupted": interrupted,
-            "not_sent": total - self.results.all.requests,
+            "interrupted": stop is Stop.INTERRUPTED,
+            "not_sent": not_sent,
+            "complete": incomplete is None,
         }
-        summary = self.results.close(**extra)
+        if incomplete is not None:
+            extra["incomplete_reason"] = incomplete
+        summary = self._close_results(extra, stop)
         if not self.quiet:
             print(format_table(summary))
             for name, d in self.dead.items():
                 print(f"client node {name} died ({d['reason']}); {d['lost']} requests lost")
             print(f"results in {self.out_dir}/ (requests.csv, summary.json)")
-        if interrupted:
+        if stop is Stop.INTERRUPTED:
             raise KeyboardInterrupt
+        if incomplete is not None:
+            raise RunError(f"the run did not finish: {incomplete}; summary.json is marked incomplete")
         return summary
+
+    def _open_results(self, timed: bool) -> None:
+        """config.json and requests.csv's header, before any node starts: a failure here costs nothing."""
+        try:
+            (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
+            self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000, resume=self.resume)
+        except OSError as e:
+            raise ResultsWriteError(f"writing results to {self.out_dir} failed ({e.strerror or e})") from None
+
+    def _replay(self, timed: bool) -> Stop | ResultsWriteError | None:
+        """Send the trace and collect its results; None when it went to the end, else why it stopped."""
+        try:
+            self._dispatch(timed)
+            self._finish()
+            return None
+        except KeyboardInterrupt:
+            self._cancel()
+            try:
+                self._drain(timeout=0)
+            except ResultsWriteError as e:
+                return e
+            return Stop.INTERRUPTED
+        except ResultsWriteError as e:
+            # measuring on without keeping the measurements would load the registry for nothing
+            self._cancel()
+            return e
+
+    def _cancel(self) -> None:
+        for link in self.links.values():
+            if link.run is not None:
+                link.cancel()
+
+    def _incomplete_reason(self, stop: Stop | ResultsWriteError | None, not_sent: int) -> str | None:
+        if stop is Stop.INTERRUPTED:
+            return "interrupted"
+        if isinstance(stop, ResultsWriteError):
+            return f"{stop}; the run was cancelled on the client nodes and requests.csv lacks the rows after it"
+        if not_sent > 0:
+            who = "every client node died" if not self.router.alive else "the result streams ended"
+            return f"{who}; {not_sent:,} trace requests got no result"
+        return None
+
+    def _close_results(self, extra: dict, stop: Stop | ResultsWriteError | None) -> dict:
+        """Write summary.json; when even that fails, say why in the error (exit 3), with the first failure."""
+        if isinstance(stop, ResultsWriteError):
+            self.results.discard_unwritten()
+        try:
+            return self.results.close(**extra)
+        except OSError as e:
+            path = self.out_dir / "summary.json"
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)  # a torn summary.json would pass for a result; none says the truth
+            why = f"{write_failed(path, e)}: the run's figures are lost"
+            if isinstance(stop, ResultsWriteError):
+                why = f"{stop}, and {why}"
+            raise ResultsWriteError(why) from None
+
+    def _record(self, node: str, req: ReplayRequest, res: ReplayResult | None, lost_reason: str = "") -> None:
+        try:
+            self.results.add(node, req, res, lost_reason=lost_reason)
+        except OSError as e:
+            raise write_failed(self.out_dir / "requests.csv", e) from None
+
+    def _flush_results(self) -> None:
+        try:
+            self.results.flush()
+        except OSError as e:
+            raise write_failed(self.out_dir / "requests.csv", e) from None
 
     def _dispatch(self, timed: bool) -> None:
         cap = max(1, self.ci.inflight)
@@ -268,7 +372,7 @@ class Replay:
                 for name in {n for n, _ in self.inflight.values()}:
                     self._node_dead(name, "result stream ended before all results")
                 break
-        self.results.flush()
+        self._flush_results()
 
     # -- events ------------------------------------------------------------------------------------------
 
@@ -294,7 +398,7 @@ class Replay:
                 event = self.events.get_nowait()
             except queue.Empty:
                 break
-        self.results.flush()
+        self._flush_results()
         if self.bar is not None:
             self.bar.update(self.unreported)  # once per drain: a tqdm update per result costs the master CPU
             self.unreported = 0
@@ -307,7 +411,7 @@ class Replay:
         owner, req = entry
         self.per_node[owner] -= 1
         self.planner.done(req, res)
-        self.results.add(owner, req, res)
+        self._record(owner, req, res)
         self.done += 1
         self.unreported += 1
         if self.bar is not None and not res.ok:
@@ -322,7 +426,7 @@ class Replay:
         for seq in sorted(lost):
             _, req = self.inflight.pop(seq)
             self.planner.done(req, None)
-            self.results.add(node, req, None, lost_reason=f"client node {node} died")
+            self._record(node, req, None, lost_reason=f"client node {node} died")
             if self.bar is not None:
                 self.bar.update(1)
         self.per_node[node] = 0

@@ -35,7 +35,7 @@ from dxf.exceptions import DXFError
 from drtp.config import Config
 from drtp.content import STREAM_ABOVE, chunks, new_seed
 from drtp.content import digest as stream_digest
-from drtp.errors import DrtpError
+from drtp.errors import RunError
 from drtp.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
 from drtp.master.plan import registry_for, with_prefix
 from drtp.master.preflight import preflight_all
@@ -58,13 +58,13 @@ class WarmupPlan:
 
 
 def check_registries(registries: list[str]) -> None:
-    """A DrtpError naming the first registry that does not answer ``/v2/``."""
+    """A RunError (exit 3) naming the first registry that does not answer ``/v2/``."""
     for reg in registries:
         url = registry_base(reg) + "/v2/"
         try:
             requests.get(url, timeout=5)
         except requests.RequestException as e:
-            raise DrtpError(f"registry {reg} does not answer ({type(e).__name__})") from None
+            raise RunError(f"registry {reg} does not answer ({type(e).__name__})") from None
 
 
 def plan_warmup(reader: TraceReader, registries: list[str], prefix: str = "") -> WarmupPlan:
@@ -309,5 +309,5 @@ def run_warmup(cfg: Config, quiet: bool = False) -> WarmupStats:
         for err in stats.errors[:5]:
             print(f"  failed: {err}")
     if stats.failed:
-        raise DrtpError(f"warmup: {stats.failed} objects failed (run it again to retry them)")
+        raise RunError(f"warmup: {stats.failed} objects failed (run it again to retry them)")
     return stats

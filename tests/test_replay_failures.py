@@ -91,6 +91,7 @@ def test_a_killed_client_node_is_reported_and_the_run_finishes(tmp_path):
             n.stop()
     dead = nodes[1].address
     assert list(summary["dead_nodes"]) == [dead]
+    assert summary["complete"] is True  # the survivor replayed the rest; the lost requests count as failed
     lost = summary["dead_nodes"][dead]["lost"]
     assert lost > 0
     rows = _read_rows(tmp_path / "run")
@@ -177,6 +178,7 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     rows = _read_rows(tmp_path / "run")
     assert summary["interrupted"] is True
+    assert summary["complete"] is False and summary["incomplete_reason"] == "interrupted"
     assert 0 < summary["requests"] == len(rows) < 300
     assert summary["not_sent"] == 300 - len(rows)
     assert b"GET manifest" in out  # the summary table was printed
