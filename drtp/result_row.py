@@ -53,15 +53,18 @@ def _time(x: float) -> float:
     return round(x, TIME_DIGITS)
 
 
-def result_outcome(res: ReplayResult) -> str:
-    """The outcome class of a trace request's result.
+def unclassified_outcome(status: int, error: str) -> str:
+    """The class of a failure its producer did not classify (a producer or a file that predates outcome
+    classes): ``lost`` for a lost row, ``http`` when an answer came, else ``error`` — never a success."""
+    if error.startswith("lost:"):
+        return LOST
+    return HTTP if status else ERROR
 
-    A result marked failed but carrying no class (a producer that predates
-    outcome classes, e.g. a synthetic benchmark) is ``http`` when an answer
-    came and ``error`` otherwise, so it is never counted as a success.
-    """
+
+def result_outcome(res: ReplayResult) -> str:
+    """The outcome class of a trace request's result (a failure marked only by ``ok`` gets one)."""
     if res.outcome == OK and not res.ok:
-        return HTTP if res.status else ERROR
+        return unclassified_outcome(res.status, res.error)
     return res.outcome
 
 
