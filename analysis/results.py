@@ -10,7 +10,7 @@ figures draw (CDF points, requests per second).
 
 Files from elsewhere are tolerated: extra columns are ignored; of the
 columns only ``method, kind, start_s, latency_s, status`` are required, the
-others are filled in (``outcome`` from ``ok``, ``ok`` from the status).
+others are filled in (``outcome`` from ``ok``, ``ok`` from the status as drtp.outcome defines it).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pandas as pd
 
 from drtp.analysis.characterize import distribution
 from drtp.errors import DrtpError
-from drtp.outcome import OK
+from drtp.outcome import OK, status_outcome
 from drtp.result_row import COLUMNS, ResultRow, unclassified_outcome
 from drtp.results_model import ResultsModel
 
@@ -34,13 +34,17 @@ COUNTS = ("size", "bytes", "status", "expected_status", "attempts")
 TEXTS = ("client", "node", "trace_id", "repository", "reference", "digest", "error")
 TRACE_ROW = "ibm-trace-data"  # the thesis' name for the trace's own recorded latencies
 ON_TIME_S = 0.010  # drtp run's default (client_info.on_time_ms) when summary.json does not say
+# each time must parse to the very float the master counted: before pandas 3.1 only the round-trip
+# converter guarantees that (the default may be 1 ulp off); from 3.1 every converter does, and the option is deprecated
+EXACT_FLOATS = (
+    {} if tuple(int(x) for x in pd.__version__.split(".")[:2]) >= (3, 1) else {"float_precision": "round_trip"}
+)
 
 
 def load_requests(path: Path) -> pd.DataFrame:
     """``requests.csv`` as a frame with every column of :data:`COLUMNS`, typed (plus ``end_s``)."""
     try:
-        # round_trip: each time parses to the very float the master counted (the default parser may be 1 ulp off)
-        df = pd.read_csv(path, low_memory=False, keep_default_na=False, na_values=[""], float_precision="round_trip")
+        df = pd.read_csv(path, low_memory=False, keep_default_na=False, na_values=[""], **EXACT_FLOATS)
     except FileNotFoundError:
         raise DrtpError(f"{path}: not found (a run directory must hold requests.csv)") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
@@ -67,8 +71,12 @@ def typed(df: pd.DataFrame) -> pd.DataFrame:
     df["auxiliary"] = df["auxiliary"].map(_truthy).astype(bool) if "auxiliary" in df.columns else False
     if "outcome" in df.columns:
         df["outcome"] = df["outcome"].astype(object).where(df["outcome"].notna(), "").astype(str)
-    else:  # a file without outcome classes: success from its ok column (or status), failures unclassified
-        ok = df["ok"].map(_truthy) if "ok" in df.columns else (df["status"] >= 200) & (df["status"] < 400)
+    else:  # a file without outcome classes: success from its ok column (or drtp.outcome's rule), failures unclassified
+        if "ok" in df.columns:
+            ok = df["ok"].map(_truthy)
+        else:
+            pairs = zip(df["status"], df["expected_status"], strict=True)
+            ok = pd.Series([status_outcome(s, e) == OK for s, e in pairs], index=df.index, dtype=bool)
         unclassified = [unclassified_outcome(s, e) for s, e in zip(df["status"], df["error"], strict=True)]
         df["outcome"] = np.where(ok.astype(bool), OK, np.array(unclassified, dtype=object))
     df["ok"] = df["outcome"] == OK  # the one definition of success (drtp.outcome)
