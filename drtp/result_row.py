@@ -18,6 +18,7 @@ from drtp.outcome import ERROR, HTTP, LOST, OK, is_failed
 from drtp.replay_types import AuxResult, ReplayRequest, ReplayResult
 
 TIME_DIGITS = 6  # times are kept and written to the microsecond
+TIME_FORMAT = f"%.{TIME_DIGITS}f"
 
 
 class ResultRow(msgspec.Struct, gc=False):
@@ -47,10 +48,6 @@ class ResultRow(msgspec.Struct, gc=False):
 
 
 COLUMNS: tuple[str, ...] = ResultRow.__struct_fields__
-
-
-def _time(x: float) -> float:
-    return round(x, TIME_DIGITS)
 
 
 def unclassified_outcome(status: int, error: str) -> str:
@@ -90,10 +87,10 @@ def trace_row(node: str, req: ReplayRequest, res: ReplayResult) -> ResultRow:
         digest=res.digest or req.digest or "",
         size=req.size,
         bytes=res.bytes,
-        intended_s=None if at is None else _time(at),
-        start_s=_time(res.start),
-        latency_s=_time(res.latency),
-        response_s=None if at is None else _time(res.start + res.latency - at),
+        intended_s=None if at is None else round(at, TIME_DIGITS),
+        start_s=round(res.start, TIME_DIGITS),
+        latency_s=round(res.latency, TIME_DIGITS),
+        response_s=None if at is None else round(res.start + res.latency - at, TIME_DIGITS),
         status=res.status,
         expected_status=req.expected_status,
         ok=outcome == OK,
@@ -117,7 +114,7 @@ def lost_row(node: str, req: ReplayRequest, reason: str) -> ResultRow:
         digest=req.digest or "",
         size=req.size,
         bytes=0,
-        intended_s=None if req.at is None else _time(req.at),
+        intended_s=None if req.at is None else round(req.at, TIME_DIGITS),
         start_s=None,
         latency_s=None,
         response_s=None,
@@ -145,8 +142,8 @@ def aux_row(node: str, req: ReplayRequest, a: AuxResult) -> ResultRow:
         size=0,
         bytes=a.bytes,
         intended_s=None,
-        start_s=_time(a.start),
-        latency_s=_time(a.latency),
+        start_s=round(a.start, TIME_DIGITS),
+        latency_s=round(a.latency, TIME_DIGITS),
         response_s=None,
         status=a.status,
         expected_status=0,
@@ -171,17 +168,16 @@ def rows_of(node: str, req: ReplayRequest, res: ReplayResult | None, lost_reason
 # -- the CSV text of a row ------------------------------------------------------------------------------
 
 
-def _cell(v):
-    if v is None:  # only times are ever missing
-        return ""
-    if type(v) is float:
-        return f"{v:.{TIME_DIGITS}f}"
-    return v
+_TIME_AT = tuple(i for i, f in enumerate(msgspec.structs.fields(ResultRow)) if f.type == float | None)
 
 
-def cells(row: ResultRow) -> tuple:
+def cells(row: ResultRow) -> list:
     """The row as CSV cells: times with microsecond digits, a missing time as an empty cell."""
-    return tuple(map(_cell, msgspec.structs.astuple(row)))
+    values = list(msgspec.structs.astuple(row))
+    for i in _TIME_AT:
+        v = values[i]
+        values[i] = "" if v is None else TIME_FORMAT % v
+    return values
 
 
 def _bool(text: str) -> bool:
