@@ -1,17 +1,22 @@
-"""Replay results as tables and numbers: loading run directories and their statistics.
+"""Replay results as numbers and tables: run directories read back into the run's results model.
 
-A run directory (written by ``drtp run``) holds ``requests.csv`` — one row per
-trace request with at least ``method``, ``kind``, ``start_s``, ``latency_s``
-and ``status``; usually also client, trace_id, repository, reference, digest,
-size, intended_s, response_s, ok, error, auxiliary — and ``summary.json``.
-Extra columns are kept and ignored; missing optional ones are filled in
-(``ok`` from the status when absent).  Outliers stay in every number here;
-only plots clip them.
+A run directory (written by ``drtp run``) holds ``requests.csv`` — one
+:class:`~drtp.result_row.ResultRow` per line — and ``summary.json``.  The
+rows are loaded with pandas in one call, then fed to the same
+:class:`~drtp.results_model.ResultsModel` the master kept while the run went
+on, so every count, failure class, byte total, percentile and throughput here
+is the one in ``summary.json``.  pandas is used beyond that only for what the
+figures draw (CDF points, requests per second).
+
+Files from elsewhere are tolerated: extra columns are ignored; of the
+columns only ``method, kind, start_s, latency_s, status`` are required, the
+others are filled in (``outcome`` from ``ok``, ``ok`` from the status as drtp.outcome defines it).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,17 +24,27 @@ import pandas as pd
 
 from drtp.analysis.characterize import distribution
 from drtp.errors import DrtpError
+from drtp.outcome import OK, status_outcome
+from drtp.result_row import COLUMNS, ResultRow, unclassified_outcome
+from drtp.results_model import ResultsModel
 
 REQUIRED = ("method", "kind", "start_s", "latency_s", "status")
-OPTIONAL_FLOAT = ("intended_s", "response_s", "size")
+TIMES = ("intended_s", "start_s", "latency_s", "response_s")
+COUNTS = ("size", "bytes", "status", "expected_status", "attempts")
+TEXTS = ("client", "node", "trace_id", "repository", "reference", "digest", "error")
 TRACE_ROW = "ibm-trace-data"  # the thesis' name for the trace's own recorded latencies
-ON_TIME_S = 0.010  # a request starting at most this late counts as on time (as-is mode)
+ON_TIME_S = 0.010  # drtp run's default (client_info.on_time_ms) when summary.json does not say
+# each time must parse to the very float the master counted: before pandas 3.1 only the round-trip
+# converter guarantees that (the default may be 1 ulp off); from 3.1 every converter does, and the option is deprecated
+EXACT_FLOATS = (
+    {} if tuple(int(x) for x in pd.__version__.split(".")[:2]) >= (3, 1) else {"float_precision": "round_trip"}
+)
 
 
 def load_requests(path: Path) -> pd.DataFrame:
-    """``requests.csv`` as a frame with the columns the analysis uses, typed."""
+    """``requests.csv`` as a frame with every column of :data:`COLUMNS`, typed (plus ``end_s``)."""
     try:
-        df = pd.read_csv(path, low_memory=False)
+        df = pd.read_csv(path, low_memory=False, keep_default_na=False, na_values=[""], **EXACT_FLOATS)
     except FileNotFoundError:
         raise DrtpError(f"{path}: not found (a run directory must hold requests.csv)") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
@@ -37,19 +52,34 @@ def load_requests(path: Path) -> pd.DataFrame:
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise DrtpError(f"{path}: missing column(s) {', '.join(missing)}")
-    for col in ("start_s", "latency_s") + OPTIONAL_FLOAT:
-        df[col] = pd.to_numeric(df[col], errors="coerce") if col in df.columns else np.nan
-    df["status"] = pd.to_numeric(df["status"], errors="coerce").fillna(0).astype(int)
-    if "ok" in df.columns:
-        df["ok"] = df["ok"].map(_truthy).astype(bool)
-    else:
-        df["ok"] = (df["status"] >= 200) & (df["status"] < 400)
-    if "error" in df.columns:
-        df["error"] = df["error"].astype(object).where(df["error"].notna(), "").astype(str)
-    else:
-        df["error"] = ""
+    return typed(df)
+
+
+def typed(df: pd.DataFrame) -> pd.DataFrame:
+    """Every column a :class:`ResultRow` has, with its type; absent optional columns filled in."""
+    n = len(df)
+    for col in TIMES:
+        df[col] = pd.to_numeric(df[col], errors="coerce") if col in df.columns else np.full(n, np.nan)
+    for col in COUNTS:
+        default = 1 if col == "attempts" else 0
+        values = pd.to_numeric(df[col], errors="coerce") if col in df.columns else pd.Series(default, index=df.index)
+        df[col] = values.fillna(default).astype(np.int64)
+    for col in TEXTS:
+        df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str) if col in df.columns else ""
     df["method"] = df["method"].astype(str).str.upper()
     df["kind"] = df["kind"].astype(str).str.lower().replace({"layer": "blob"})
+    df["auxiliary"] = df["auxiliary"].map(_truthy).astype(bool) if "auxiliary" in df.columns else False
+    if "outcome" in df.columns:
+        df["outcome"] = df["outcome"].astype(object).where(df["outcome"].notna(), "").astype(str)
+    else:  # a file without outcome classes: success from its ok column (or drtp.outcome's rule), failures unclassified
+        if "ok" in df.columns:
+            ok = df["ok"].map(_truthy)
+        else:
+            pairs = zip(df["status"], df["expected_status"], strict=True)
+            ok = pd.Series([status_outcome(s, e) == OK for s, e in pairs], index=df.index, dtype=bool)
+        unclassified = [unclassified_outcome(s, e) for s, e in zip(df["status"], df["error"], strict=True)]
+        df["outcome"] = np.where(ok.astype(bool), OK, np.array(unclassified, dtype=object))
+    df["ok"] = df["outcome"] == OK  # the one definition of success (drtp.outcome)
     df["end_s"] = df["start_s"] + df["latency_s"].fillna(0)
     return df
 
@@ -63,20 +93,26 @@ def _truthy(v) -> bool:
         return False
 
 
-def _count(v) -> int:
-    """The auxiliary column as a count: a number of helper requests, or a true/false flag."""
-    if isinstance(v, str):
-        text = v.strip().lower()
-        if text in ("true", "yes"):
-            return 1
-        try:
-            return int(float(text))
-        except ValueError:
-            return 0
-    try:
-        return 0 if v != v else int(v)  # NaN → 0
-    except (TypeError, ValueError):
-        return 0
+def rows(df: pd.DataFrame) -> Iterator[ResultRow]:
+    """The frame's rows as the rows the master wrote (a frame from :func:`typed`)."""
+    columns = []
+    for col in COLUMNS:
+        values = df[col].tolist()
+        if col in TIMES:
+            values = [None if v != v else v for v in values]  # NaN: an empty cell
+        columns.append(values)
+    for values in zip(*columns, strict=True):
+        yield ResultRow(*values)  # COLUMNS is ResultRow's own field order
+
+
+def run_model(df: pd.DataFrame, summary: dict | None = None) -> ResultsModel:
+    """The run's results model, fed from its rows as the master fed it from results."""
+    summary = summary or {}
+    timed = "lateness_s" in summary or bool(df["intended_s"].notna().any())
+    model = ResultsModel(timed, summary.get("on_time_s", ON_TIME_S))
+    for row in rows(df):
+        model.add(row)
+    return model
 
 
 def load_run(run_dir: Path) -> tuple[pd.DataFrame, dict]:
@@ -108,76 +144,45 @@ def group_key(df: pd.DataFrame) -> pd.Series:
     return df["method"].astype(str) + " " + df["kind"].astype(str)
 
 
-def latency_stats(df: pd.DataFrame) -> dict:
-    """Latency distribution (s) of successful requests, overall and per method+kind."""
-    ok = df[df["ok"]]
+# -- what the figures draw (never a number of a table) ---------------------------------------------------
+
+
+def latency_curves(df: pd.DataFrame) -> dict:
+    """CDF points of successful trace requests' latency (s), overall and per method+kind."""
+    ok = df[df["ok"] & ~df["auxiliary"]]
     out = {"all": distribution(ok["latency_s"])}
     for key, part in ok.groupby(group_key(ok), sort=True):
         out[key] = distribution(part["latency_s"])
     return out
 
 
-def throughput(df: pd.DataFrame) -> dict:
-    """Completed requests per second over the run (from its first start) and the average rate."""
-    if df.empty or df["start_s"].isna().all():
-        return {"average_rps": None, "duration_s": 0.0, "per_second": []}
-    t0 = float(df["start_s"].min())
-    done = df[df["ok"] & df["end_s"].notna()]
-    duration = float(df["end_s"].max() - t0)
-    per_s = np.bincount(np.floor(done["end_s"] - t0).astype(np.int64)) if len(done) else np.zeros(0, int)
-    return {
-        "average_rps": len(done) / duration if duration > 0 else None,
-        "duration_s": duration,
-        "per_second": [int(x) for x in per_s],
-        "per_second_stats": distribution(per_s),
-    }
+def per_second(df: pd.DataFrame) -> list[int]:
+    """Successful trace requests completed in each second from the run's first start."""
+    main = df[~df["auxiliary"] & df["start_s"].notna()]
+    if main.empty:
+        return []
+    done = main[main["ok"]]
+    seconds = np.floor(done["end_s"] - main["start_s"].min()).astype(np.int64)
+    return [int(x) for x in np.bincount(seconds)] if len(done) else []
 
 
-def failure_label(status: int, error: str) -> str:
-    if status:
-        return str(status)
-    return (error.split(":")[0].strip() or "no response")[:40]
-
-
-def failures(df: pd.DataFrame) -> dict[str, int]:
-    """Failed requests by HTTP status (or by error kind when there was no response)."""
-    bad = df[~df["ok"]]
-    labels = [failure_label(s, e) for s, e in zip(bad["status"], bad["error"], strict=True)]
-    return {k: int(v) for k, v in pd.Series(labels, dtype=object).value_counts().items()}
-
-
-def lateness(df: pd.DataFrame) -> dict | None:
-    """start_s − intended_s in as-is mode (None when the run has no intended starts)."""
-    late = (df["start_s"] - df["intended_s"]).dropna()
-    if late.empty:
-        return None
-    d = distribution(late)
-    d["on_time_ratio"] = float((late <= ON_TIME_S).mean())
-    d["on_time_s"] = ON_TIME_S
-    return d
+def lateness_curve(df: pd.DataFrame) -> dict | None:
+    """CDF points of start_s − intended_s (negative: early); None outside as-is mode."""
+    main = df[~df["auxiliary"]]
+    late = (main["start_s"] - main["intended_s"]).dropna()
+    return distribution(late) if not late.empty else None
 
 
 def analyze_run(df: pd.DataFrame, summary: dict | None = None) -> dict:
-    """Every number of one run."""
-    aux = df["auxiliary"].map(_count) if "auxiliary" in df.columns else None
-    response = df["response_s"].dropna()
-    return {
-        "requests": len(df),
-        "succeeded": int(df["ok"].sum()),
-        "failed": int((~df["ok"]).sum()),
-        "auxiliary_requests": int(aux.sum()) if aux is not None else None,
-        "bytes": int(df.loc[df["ok"], "size"].fillna(0).sum()),
-        "latency": latency_stats(df),
-        "response_from_intended": distribution(response) if not response.empty else None,
-        "throughput": throughput(df),
-        "failures": failures(df),
-        "lateness": lateness(df),
-        "replayer_summary": summary or {},
-    }
+    """Every number of one run (the results model's summary), the curves its figures draw, its summary.json."""
+    out = run_model(df, summary).summary()
+    out["curves"] = {"latency": latency_curves(df), "per_second": per_second(df), "lateness": lateness_curve(df)}
+    out["replayer_summary"] = summary or {}
+    return out
 
 
 def trace_latencies(trace_files: list[str], trace_ids: set[str] | None = None) -> pd.DataFrame:
-    """The trace's recorded response times as a results-like frame (method, kind, latency_s, ok).
+    """The trace's recorded response times as a results frame (method, kind, latency_s, status; ok as recorded).
 
     When ``trace_ids`` is given and matches some records, only those records are
     kept (the part of the trace that was replayed).
@@ -189,56 +194,103 @@ def trace_latencies(trace_files: list[str], trace_ids: set[str] | None = None) -
         matched = tr["id"].isin(trace_ids)
         if matched.any():
             tr = tr[matched]
-    return pd.DataFrame(
+    status = tr["status"].to_numpy()
+    frame = pd.DataFrame(
         {
             "method": tr["method"].astype(str).to_numpy(),
             "kind": tr["kind"].astype(str).to_numpy(),
             "latency_s": tr["duration"].to_numpy(),
-            "ok": ((tr["status"] >= 200) & (tr["status"] < 400)).to_numpy(),
+            "status": status,
+            "expected_status": status,
+            "ok": (status >= 200) & (status < 400),
         }
     )
+    return typed(frame)
+
+
+# -- tables: the model's numbers -------------------------------------------------------------------------
 
 
 def latency_table(results: dict[str, dict]) -> pd.DataFrame:
-    """Rows run × method+kind: n, p50, p90, p99, max latency (s)."""
-    rows = []
+    """Rows run × request type (``all`` first): n (succeeded), p50, p90, p99, max latency (s)."""
+    rows_ = []
     for run, r in results.items():
-        for key, d in r["latency"].items():
-            if d.get("n"):
-                rows.append(
+        for key, g in [("all", r), *r["per_method"].items()]:
+            lat = g["latency_s"]
+            if lat:
+                rows_.append(
                     {
                         "run": run,
                         "request": key,
-                        "n": d["n"],
-                        "p50_s": d["p50"],
-                        "p90_s": d["p90"],
-                        "p99_s": d["p99"],
-                        "max_s": d["max"],
+                        "n": g["succeeded"],
+                        "p50_s": lat["p50"],
+                        "p90_s": lat["p90"],
+                        "p99_s": lat["p99"],
+                        "max_s": lat["max"],
                     }
                 )
-    return pd.DataFrame(rows).set_index("run") if rows else pd.DataFrame()
+    return pd.DataFrame(rows_).set_index("run") if rows_ else pd.DataFrame()
 
 
 def run_table(results: dict[str, dict]) -> pd.DataFrame:
-    """One row per run: counts, throughput, latency and lateness headline numbers."""
-    rows = {}
+    """One row per run: counts, bytes, helpers apart, throughput, latency and lateness headline numbers."""
+    table = {}
     for run, r in results.items():
         if run == TRACE_ROW:
             continue
-        lat = r["latency"]["all"]
-        late = r.get("lateness") or {}
-        rows[run] = {
+        lat = r["latency_s"]
+        late = r.get("lateness_s") or {}
+        table[run] = {
             "requests": r["requests"],
             "succeeded": r["succeeded"],
             "failed": r["failed"],
-            "duration (s)": r["throughput"]["duration_s"],
-            "avg throughput (req/s)": r["throughput"]["average_rps"],
+            "lost": r["lost"],
+            "helper requests": r["auxiliary"]["requests"],
+            "helpers failed": r["auxiliary"]["failed"],
+            "MB": r["bytes"] / 1e6,
+            "duration (s)": r["duration_s"],
+            "throughput (ok req/s)": r["throughput_rps"],
             "latency p50 (s)": lat.get("p50"),
+            "latency p90 (s)": lat.get("p90"),
             "latency p99 (s)": lat.get("p99"),
             "latency max (s)": lat.get("max"),
             "lateness p99 (s)": late.get("p99"),
-            "on-time ratio": late.get("on_time_ratio"),
+            "on-time ratio": r.get("on_time_ratio"),
         }
-    table = pd.DataFrame(rows).T
-    table.index.name = "run"
-    return table
+    frame = pd.DataFrame(table).T
+    frame.index.name = "run"
+    return frame
+
+
+def failure_table(results: dict[str, dict], helpers: bool = False) -> pd.DataFrame:
+    """Failed requests per outcome class (rows) and run (columns): the trace's, or with ``helpers`` the helpers'."""
+    table = {
+        run: (r["auxiliary"]["failures"] if helpers else r["failures"])
+        for run, r in results.items()
+        if run != TRACE_ROW
+    }
+    frame = pd.DataFrame(table).fillna(0).astype(int)
+    frame.index.name = "outcome"
+    return frame
+
+
+def node_table(results: dict[str, dict]) -> pd.DataFrame:
+    """Rows run × client node: requests, failed, throughput and latency percentiles."""
+    rows_ = []
+    for run, r in results.items():
+        if run == TRACE_ROW:
+            continue
+        for node, g in r["per_node"].items():
+            lat = g["latency_s"]
+            rows_.append(
+                {
+                    "run": run,
+                    "node": node,
+                    "requests": g["requests"],
+                    "failed": g["failed"],
+                    "throughput (ok req/s)": g["throughput_rps"],
+                    "p50_s": lat.get("p50"),
+                    "p99_s": lat.get("p99"),
+                }
+            )
+    return pd.DataFrame(rows_).set_index("run") if rows_ else pd.DataFrame()

@@ -11,9 +11,10 @@ from drtp.analysis.report import Section, write_report
 from drtp.analysis.results import (
     TRACE_ROW,
     analyze_run,
-    latency_stats,
+    failure_table,
     latency_table,
     load_run,
+    node_table,
     run_labels,
     run_table,
     trace_latencies,
@@ -26,7 +27,7 @@ CAPTIONS = {
     "latency_violin": "Latency violins per run and request type (log scale); "
     "extreme values clipped in the plot only, count written on it.",
     "throughput": "Successful requests completed per second over the run; dotted line = the run's average.",
-    "failures": "Failed requests by HTTP status code, or by error when there was no response.",
+    "failures": "Failed trace requests per outcome class (drtp.outcome: anything but ok is a failure).",
     "lateness": "As-is mode: how late each request started after its intended time (start_s − intended_s).",
 }
 
@@ -39,37 +40,47 @@ def load_runs(run_dirs: list[str | Path]) -> tuple[dict[str, pd.DataFrame], dict
     return frames, summaries
 
 
+def analyze_runs(
+    run_dirs: list[str | Path], trace_files: list[str] | None = None
+) -> tuple[dict[str, dict], dict[str, pd.DataFrame]]:
+    """(results, frames) keyed by run label; with ``trace_files`` also the trace's recorded latencies
+    as the run ``ibm-trace-data`` (only the records the runs replayed, when their trace ids match)."""
+    frames, summaries = load_runs(run_dirs)
+    results = {run: analyze_run(df, summaries[run]) for run, df in frames.items()}
+    if trace_files:
+        ids: set[str] = set()
+        for df in frames.values():
+            ids.update(t for t in df["trace_id"] if t)
+        frames[TRACE_ROW] = trace_latencies(trace_files, ids or None)
+        results[TRACE_ROW] = analyze_run(frames[TRACE_ROW])
+    return results, frames
+
+
 def analyze_results(
     run_dirs: list[str | Path], out: Path, trace_files: list[str] | None = None, log=print
 ) -> dict[str, dict]:
     """Analyze runs (and the trace's recorded latencies).
 
-    Writes results.json, runs.csv, latency.csv, PNG figures and report.html into ``out``.
+    Writes results.json, runs.csv, latency.csv, failures.csv, PNG figures and report.html into ``out``.
     """
     out.mkdir(parents=True, exist_ok=True)
-    frames, summaries = load_runs(run_dirs)
-    results = {run: analyze_run(df, summaries[run]) for run, df in frames.items()}
+    results, frames = analyze_runs(run_dirs, trace_files)
     for run, r in results.items():
-        rps = r["throughput"]["average_rps"] or 0.0
-        log(f"{run}: {r['requests']:,} requests, {r['failed']:,} failed, avg {rps:.1f} req/s")
-    if trace_files:
-        ids: set[str] = set()
-        for df in frames.values():
-            if "trace_id" in df.columns:
-                ids.update(df["trace_id"].dropna().astype(str))
-        trace = trace_latencies(trace_files, ids or None)
-        frames[TRACE_ROW] = trace
-        results[TRACE_ROW] = {"requests": len(trace), "latency": latency_stats(trace)}
+        if run != TRACE_ROW:
+            why = ", ".join(f"{c} {n:,}" for c, n in r["failures"].items())
+            failed = f"{r['failed']:,} failed" + (f" ({why})" if why else "")
+            helpers = f"{r['auxiliary']['requests']:,} helper requests, {r['auxiliary']['failed']:,} failed"
+            log(f"{run}: {r['requests']:,} requests, {failed}, {r['throughput_rps']:.1f} ok req/s; {helpers}")
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     runs = run_table(results)
     runs.to_csv(out / "runs.csv")
     latency = latency_table(results)
     latency.to_csv(out / "latency.csv")
+    failures = failure_table(results)
+    failures.to_csv(out / "failures.csv")
+    helper_failures = failure_table(results, helpers=True)
+    nodes = node_table(results)
     figures = draw_all(results, frames, out)
-    failures = (
-        pd.DataFrame({run: r["failures"] for run, r in results.items() if run != TRACE_ROW}).fillna(0).astype(int)
-    )
-    failures.index.name = "status / error"
     sections = [
         Section("Runs", tables=[("", runs)], text=[f"Run directories: {', '.join(str(d) for d in run_dirs)}."]),
         Section(
@@ -83,15 +94,24 @@ def analyze_results(
         Section("Throughput", figures=[(CAPTIONS["throughput"], figures["throughput"])]),
         Section(
             "Failures",
-            tables=[("", failures)] if not failures.empty else [],
+            text=[
+                "A request is failed when its outcome is anything but ok (drtp/outcome.py). "
+                "Helper requests (e.g. the POST opening an upload) are counted apart."
+            ],
+            tables=[
+                (title, t)
+                for title, t in (("Trace requests", failures), ("Helper requests", helper_failures))
+                if not t.empty
+            ],
             figures=[(CAPTIONS["failures"], figures["failures"])],
         ),
         Section("Lateness", figures=[(CAPTIONS["lateness"], figures["lateness"])]),
+        Section("Client nodes", tables=[("", nodes)] if not nodes.empty else []),
     ]
     write_report(
         out / "report.html",
         "Replay results",
         sections,
-        intro="Numbers include every request; plots clip only where labelled.",
+        intro="Numbers include every request (the same as each run's summary.json); plots clip only where labelled.",
     )
     return results

@@ -1,7 +1,9 @@
 """Figures of replay runs (thesis Fig. 5.10–5.18): latency CDFs and violins, throughput, failures, lateness.
 
 ``results`` is ``{run: analyze_run(...)}``; ``frames`` is ``{run: requests frame}``
-(the violins need the raw latencies).  The trace's own recorded latencies,
+(the violins need the raw latencies).  Every number written on a figure
+(averages, p99, on-time ratio, failure counts) is the results model's, as in
+the tables; only the curves' points come from pandas over the rows.  The trace's own recorded latencies,
 when given, appear as the run ``ibm-trace-data`` (black, dashed).  Outliers
 are clipped only in the violins, and the clipped count is written on the plot.
 """
@@ -18,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
 from drtp.analysis.plotting import cdf_line, clip_note, new_figure, no_data, palette, save
-from drtp.analysis.results import TRACE_ROW, group_key
+from drtp.analysis.results import TRACE_ROW, failure_table, group_key
 
 VIOLIN_SAMPLE = 20_000  # rows per run and panel drawn in a violin (all rows count in the numbers)
 SMOOTH_ABOVE_S = 600  # runs longer than this are plotted as a 10 s moving average
@@ -36,7 +38,7 @@ ORDER = [
 
 
 def _groups(results: dict[str, dict]) -> list[str]:
-    keys = {k for r in results.values() for k, d in r["latency"].items() if k != "all" and d.get("n")}
+    keys = {k for r in results.values() for k, g in r["per_method"].items() if g["latency_s"]}
     return [k for k in ORDER if k in keys] + sorted(keys - set(ORDER))
 
 
@@ -64,7 +66,7 @@ def fig_latency_cdf(results: dict[str, dict], frames: dict | None = None) -> Fig
     colors = _colors(results)
     for ax, key in zip(axes, groups, strict=False):
         drawn = [
-            cdf_line(ax, r["latency"].get(key, {}), run, colors[run], ls="--" if run == TRACE_ROW else "-")
+            cdf_line(ax, r["curves"]["latency"].get(key, {}), run, colors[run], ls="--" if run == TRACE_ROW else "-")
             for run, r in results.items()
         ]
         ax.set_title(_title(key))
@@ -90,7 +92,7 @@ def fig_latency_violin(results: dict[str, dict], frames: dict[str, pd.DataFrame]
     for ax, key in zip(axes, groups, strict=False):
         parts = []
         for run, df in frames.items():
-            ok = df[df["ok"]]
+            ok = df[df["ok"] & ~df["auxiliary"]]
             v = (
                 ok["latency_s"][group_key(ok) == key].dropna().to_numpy()
                 if key != "all"
@@ -137,15 +139,15 @@ def fig_throughput(results: dict[str, dict], frames: dict | None = None) -> Figu
     colors = _colors(results)
     drawn = False
     for run, r in results.items():
-        per_s = r.get("throughput", {}).get("per_second") or []
+        per_s = r["curves"]["per_second"]
         if run == TRACE_ROW or not per_s:
             continue
-        label = f"{run} (avg {r['throughput']['average_rps']:.1f} req/s)"
+        label = f"{run} (avg {r['throughput_rps']:.1f} req/s)"
         if len(per_s) > SMOOTH_ABOVE_S:  # long runs: a 10 s moving average keeps the line readable
             per_s = pd.Series(per_s).rolling(10, min_periods=1).mean().to_numpy()
             label += ", 10 s moving average"
         ax.plot(np.arange(len(per_s)), per_s, color=colors[run], lw=0.9, label=label)
-        ax.axhline(r["throughput"]["average_rps"], color=colors[run], ls=":", lw=1)
+        ax.axhline(r["throughput_rps"], color=colors[run], ls=":", lw=1)
         drawn = True
     ax.set_xlabel("time since the run's first request (s)")
     ax.set_ylabel("requests completed per second")
@@ -154,10 +156,8 @@ def fig_throughput(results: dict[str, dict], frames: dict | None = None) -> Figu
 
 
 def fig_failures(results: dict[str, dict], frames: dict | None = None) -> Figure:
-    fig, (ax,) = new_figure(
-        1, 1, width=7.0, height=4.0, title="Failed requests by HTTP status (or error when no response)"
-    )
-    table = pd.DataFrame({run: r["failures"] for run, r in results.items() if run != TRACE_ROW}).fillna(0)
+    fig, (ax,) = new_figure(1, 1, width=7.0, height=4.0, title="Failed trace requests per outcome class")
+    table = failure_table(results)
     if table.empty or table.to_numpy().sum() == 0:
         no_data(ax, "no failed requests")
         ax.set_xticks([])
@@ -165,7 +165,7 @@ def fig_failures(results: dict[str, dict], frames: dict | None = None) -> Figure
         return fig
     colors = _colors(results)
     table.plot.bar(ax=ax, rot=0, color=[colors[c] for c in table.columns])
-    ax.set_xlabel("status code / error")
+    ax.set_xlabel("outcome (drtp.outcome)")
     ax.set_ylabel("failed requests")
     return fig
 
@@ -175,11 +175,12 @@ def fig_lateness(results: dict[str, dict], frames: dict | None = None) -> Figure
     colors = _colors(results)
     drawn = False
     for run, r in results.items():
-        late = r.get("lateness")
-        if late and late.get("n"):
-            on_time = f"{late['on_time_ratio']:.0%} within {late['on_time_s'] * 1000:g} ms"
+        curve = r.get("curves", {}).get("lateness")
+        late = r.get("lateness_s")
+        if curve and late:
+            on_time = f"{r['on_time_ratio']:.0%} within {r['on_time_s'] * 1000:g} ms"
             label = f"{run}: p99 {late['p99'] * 1000:.1f} ms, {on_time}"
-            drawn |= cdf_line(ax, late, label, colors[run], log=False)
+            drawn |= cdf_line(ax, curve, label, colors[run], log=False)
     if drawn:
         ax.set_xscale("symlog", linthresh=1e-3)
         ax.set_xlabel("lateness (s, symlog scale; negative = early)")

@@ -51,3 +51,11 @@ def generated_trace(tmp_path_factory) -> Path:
 def registry(tmp_path: Path):
     with LocalRegistry(tmp_path / "registry") as reg:
         yield reg
+
+
+@pytest.fixture(scope="session")
+def real_runs(tmp_path_factory):
+    """Two run directories of a real replay (stress and as is) with some real failures: tests/real_runs.py."""
+    from tests.real_runs import replay_runs
+
+    return replay_runs(tmp_path_factory.mktemp("real-runs"))

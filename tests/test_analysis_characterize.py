@@ -9,7 +9,7 @@ import pytest
 from drtp.analysis import characterize as ch
 from drtp.analysis.columns import frame_from_records
 from drtp.analysis.trace_summary import summarize
-from tests.analysis_fixtures import rec
+from tests.trace_records import rec
 
 M1 = "v2/u1/r1/manifests/v1"
 M2 = "v2/u2/r2/manifests/v2"

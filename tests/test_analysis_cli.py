@@ -11,7 +11,6 @@ from drtp.cli import main
 from drtp.errors import DrtpError
 from drtp.generate import GenerateOptions, generate
 from drtp.trace import write_ibm
-from tests.analysis_fixtures import fabricate_run
 
 FIGS = (
     "fig04_request_types",
@@ -79,12 +78,15 @@ def test_analyze_trace_user_errors(tmp_path, capsys):
     assert "trace file not found" in capsys.readouterr().err
 
 
-def test_analyze_results_cli(tmp_path, capsys):
-    a = fabricate_run(tmp_path / "registry-a", failures={500: 3})
-    b = fabricate_run(tmp_path / "registry-b", seed=5, latency_scale=0.08)
+@pytest.mark.registry
+def test_analyze_results_cli(real_runs, tmp_path, capsys):
     out = tmp_path / "res"
-    assert main(["analyze", "results", str(a), str(b), "--out", str(out)]) == 0
-    assert "registry-a: 400 requests, 3 failed" in capsys.readouterr().out
+    assert main(["analyze", "results", str(real_runs.stress), str(real_runs.as_is), "--out", str(out)]) == 0
+    summary = json.loads((real_runs.stress / "summary.json").read_text())
+    printed = capsys.readouterr().out
+    n, failed = summary["requests"], real_runs.missing_tags
+    assert f"stress: {n:,} requests, {failed} failed (http {failed})" in printed
+    assert f"{real_runs.lone_pushes} helper requests, 0 failed" in printed
     assert (out / "report.html").read_text().count("data:image/png;base64,") == 5
     assert main(["analyze", "results", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert "run directory not found" in capsys.readouterr().err
@@ -93,7 +95,7 @@ def test_analyze_results_cli(tmp_path, capsys):
 def test_tiny_trace_without_manifests_still_draws_everything(tmp_path):
     import warnings
 
-    from tests.analysis_fixtures import rec
+    from tests.trace_records import rec
 
     trace = tmp_path / "tiny.json"
     write_ibm(trace, [rec(0, "HEAD", "v2/u/r/blobs/L1"), rec(5, "POST", "v2/u/r/blobs/uploads/", status=202)])

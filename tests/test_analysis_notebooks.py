@@ -8,7 +8,6 @@ import pytest
 
 from drtp.generate import GenerateOptions, generate
 from drtp.trace import write_ibm
-from tests.analysis_fixtures import fabricate_run
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -47,11 +46,12 @@ def test_trace_notebook_runs(tmp_path, monkeypatch):
     assert images(nb) >= 14  # 13 figures + the one redrawn from JSON
 
 
-def test_results_notebook_runs_on_fabricated_runs(tmp_path, monkeypatch):
-    a = fabricate_run(tmp_path / "run-a", requests=150, failures={404: 2})
-    b = fabricate_run(tmp_path / "run-b", requests=100, seed=4, as_is=False)
-    monkeypatch.setenv("DRTP_NB_RUNS", f"{a}:{b}")
+@pytest.mark.registry
+def test_results_notebook_runs_on_real_runs(real_runs, tmp_path, monkeypatch):
+    monkeypatch.setenv("DRTP_NB_RUNS", f"{real_runs.stress}:{real_runs.as_is}")
+    monkeypatch.setenv("DRTP_NB_TRACE", str(real_runs.trace))
     nb = run_notebook("replay_results.ipynb", tmp_path)
     text = outputs(nb)
-    assert "run-a" in text and "run-b" in text
+    assert "stress" in text and "as-is" in text and "ibm-trace-data" in text
+    assert "never-pushed-0" in text  # the failed rows, as requests.csv holds them
     assert images(nb) == 5

@@ -1,30 +1,104 @@
-"""Results analysis on FABRICATED run directories (tests/analysis_fixtures.py)."""
+"""Results analysis of REAL replays (tests/real_runs.py): ``drtp analyze results`` says what summary.json says."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from drtp.analysis import results as rs
 from drtp.analysis.results_analysis import analyze_results
 from drtp.errors import DrtpError
-from drtp.trace import write_ibm
-from tests.analysis_fixtures import fabricate_run, rec
+from drtp.result_row import COLUMNS
+from drtp.trace import TraceReader
+
+pytestmark = pytest.mark.registry
+
+MODEL_KEYS = (
+    "requests",
+    "succeeded",
+    "failed",
+    "failures",
+    "lost",
+    "duration_s",
+    "throughput_rps",
+    "bytes",
+    "latency_s",
+    "status_matched",
+    "auxiliary",
+    "per_method",
+    "per_node",
+)
+TIMED_KEYS = ("response_s", "lateness_s", "on_time_ratio", "on_time_s")
 
 
-def test_load_tolerates_extra_columns_and_derives_ok(tmp_path):
-    run = fabricate_run(tmp_path / "a", requests=50)
+def copy_run(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize("mode", ["stress", "as_is"])
+def test_analyze_equals_summary_json(real_runs, mode):
+    run = getattr(real_runs, mode)
     df, summary = rs.load_run(run)
-    assert "replayer_extra_column" in df.columns and summary["fabricated"] is True
-    frame = pd.read_csv(run / "requests.csv").drop(columns=["ok", "error", "intended_s"])
-    frame.loc[0, "status"] = 503
-    frame.to_csv(run / "requests.csv", index=False)
-    df2 = rs.load_requests(run / "requests.csv")
-    assert not df2["ok"].iloc[0] and df2["ok"].iloc[1:].all()
-    assert df2["intended_s"].isna().all()
+    r = rs.analyze_run(df, summary)
+    keys = MODEL_KEYS + (TIMED_KEYS if mode == "as_is" else ())
+    # every number the model makes, read back from requests.csv, is exactly the master's
+    assert {k: r[k] for k in keys} == {k: summary[k] for k in keys}
+
+    trace = list(TraceReader([real_runs.trace]))
+    main, helpers = df[~df["auxiliary"]], df[df["auxiliary"]]
+    # the trace's requests, and only those, are counted as requests; helpers apart
+    assert summary["requests"] == r["requests"] == len(trace) == len(main)
+    assert r["auxiliary"] == {"requests": real_runs.lone_pushes, "failed": 0, "failures": {}}
+    assert len(helpers) == real_runs.lone_pushes and set(helpers["method"]) == {"POST"}
+    assert r["per_method"]["POST blob"]["requests"] == sum(t.method == "POST" for t in trace)
+    # the failures are the GETs of never-pushed tags: 404 where the trace had 200
+    assert r["failures"] == {"http": real_runs.missing_tags} and r["failed"] == real_runs.missing_tags
+    failed = main[~main["ok"]]
+    assert set(failed["status"]) == {404} and set(failed["error"]) == {"HTTP 404"}
+    assert set(failed["trace_id"]) == {f"missing-{i}" for i in range(real_runs.missing_tags)}
+    # bytes: measured on the wire, not the trace's sizes
+    assert r["bytes"] == int(main["bytes"].sum()) != int(main["size"].sum())
+    # percentiles within the histogram's 0.1 % of the exact nearest-rank ones
+    ok = main.loc[main["ok"], "latency_s"].sort_values().to_numpy()
+    for p in (50, 90, 99):
+        exact = ok[max(0, -(-p * len(ok) // 100) - 1)]
+        assert r["latency_s"][f"p{p}"] == pytest.approx(exact, rel=2e-3, abs=2e-6)
+
+
+def test_rows_have_the_writers_columns_and_outcomes(real_runs):
+    df = pd.read_csv(real_runs.as_is / "requests.csv", keep_default_na=False, na_values=[""])
+    assert tuple(df.columns) == COLUMNS
+    assert (df["ok"] == (df["outcome"] == "ok")).all()
+    assert (df["attempts"] >= 1).all()
+    helpers = df[df["auxiliary"]]
+    assert (helpers["expected_status"] == 0).all() and helpers["start_s"].notna().all()
+
+
+def test_stress_run_has_no_lateness(real_runs):
+    df, summary = rs.load_run(real_runs.stress)
+    r = rs.analyze_run(df, summary)
+    assert not any(k in r for k in ("response_s", "lateness_s", "on_time_ratio")) and r["curves"]["lateness"] is None
+
+
+def test_load_tolerates_extra_columns_and_files_without_outcomes(real_runs, tmp_path):
+    frame = pd.read_csv(real_runs.stress / "requests.csv")
+    frame["replayer_extra_column"] = "x"
+    first = frame.index[~frame["auxiliary"] & frame["ok"]][0]
+    frame = frame.drop(columns=["ok", "outcome", "attempts", "error", "intended_s"])
+    frame.loc[first, "status"] = 503
+    (tmp_path / "r").mkdir()
+    frame.to_csv(tmp_path / "r" / "requests.csv", index=False)
+    df, summary = rs.load_run(tmp_path / "r")
+    assert summary == {} and "replayer_extra_column" in df.columns
+    assert df.loc[first, "outcome"] == "http" and not df.loc[first, "ok"]
+    assert df["intended_s"].isna().all() and (df["attempts"] == 1).all()
+    r = rs.analyze_run(df)
+    # ok derived from the status and the trace's status (drtp.outcome): the 404s and the 503 fail
+    assert r["failures"] == {"http": real_runs.missing_tags + 1}
 
 
 def test_missing_column_is_a_user_error(tmp_path):
@@ -36,78 +110,64 @@ def test_missing_column_is_a_user_error(tmp_path):
         rs.load_run(tmp_path / "nope")
 
 
-def test_run_numbers_match_the_rows(tmp_path):
-    run = fabricate_run(tmp_path / "a", requests=300, failures={404: 4, 429: 6}, timeouts=2)
-    df, summary = rs.load_run(run)
-    r = rs.analyze_run(df, summary)
-    assert r["requests"] == 300 and r["failed"] == 12 and r["succeeded"] == 288
-    assert r["failures"] == {"429": 6, "404": 4, "timeout": 2}
-    ok = df[df["ok"]]
-    assert r["latency"]["all"]["n"] == 288
-    assert r["latency"]["all"]["p50"] == pytest.approx(np.quantile(ok["latency_s"], 0.5))
-    get_blob = ok[(ok["method"] == "GET") & (ok["kind"] == "blob")]["latency_s"]
-    assert r["latency"]["GET blob"]["max"] == pytest.approx(get_blob.max())  # outliers kept
-    late = df["start_s"] - df["intended_s"]
-    assert r["lateness"]["p99"] == pytest.approx(np.quantile(late, 0.99))
-    duration = df["end_s"].max() - df["start_s"].min()
-    assert r["throughput"]["average_rps"] == pytest.approx(288 / duration)
-    assert sum(r["throughput"]["per_second"]) == 288
-    assert r["auxiliary_requests"] == int((df["method"] == "PUT").sum())
-
-
-def test_fast_mode_has_no_lateness(tmp_path):
-    df, _ = rs.load_run(fabricate_run(tmp_path / "b", as_is=False))
-    assert rs.analyze_run(df)["lateness"] is None
-
-
-def test_analyze_results_with_trace_row(tmp_path):
-    trace = tmp_path / "trace.json"
-    records = [rec(i, "GET", "v2/u/r/blobs/L1", duration=0.5 + i, rid=f"t{i}") for i in range(4)]
-    records.append(rec(9, "GET", "v2/u/r/blobs/L1", duration=99.0, rid="not-replayed"))
-    write_ibm(trace, records)
-    a = fabricate_run(tmp_path / "runs/one", requests=120)
-    b = fabricate_run(tmp_path / "runs/two", requests=80, seed=3, as_is=False)
+def test_analyze_results_with_trace_row(real_runs, tmp_path):
     out = tmp_path / "out"
-    results = analyze_results([a, b], out, trace_files=[str(trace)], log=lambda *_: None)
-    assert set(results) == {"one", "two", rs.TRACE_ROW}
-    # only the trace records the runs replayed (trace ids t0..t3) are compared
-    assert results[rs.TRACE_ROW]["latency"]["GET blob"]["n"] == 4
-    assert results[rs.TRACE_ROW]["latency"]["GET blob"]["max"] == pytest.approx(3.5)
-    for name in ("results.json", "runs.csv", "latency.csv", "report.html") + tuple(
+    runs = [real_runs.stress, real_runs.as_is]
+    results = analyze_results(runs, out, trace_files=[str(real_runs.trace)], log=lambda *_: None)
+    assert set(results) == {"stress", "as-is", rs.TRACE_ROW}
+    trace = list(TraceReader([real_runs.trace]))
+    # the trace's recorded latencies go through the same model: every replayed record is counted
+    assert results[rs.TRACE_ROW]["requests"] == len(trace)
+    get_blob = [t for t in trace if t.method == "GET" and "/blobs/" in t.uri and 200 <= t.status < 400]
+    assert results[rs.TRACE_ROW]["per_method"]["GET blob"]["succeeded"] == len(get_blob)
+    assert results[rs.TRACE_ROW]["per_method"]["GET blob"]["latency_s"]["max"] == max(t.duration for t in get_blob)
+    for name in ("results.json", "runs.csv", "latency.csv", "failures.csv", "report.html") + tuple(
         f"{f}.png" for f in ("latency_cdf", "latency_violin", "throughput", "failures", "lateness")
     ):
         assert (out / name).stat().st_size > 0, name
     saved = json.loads((out / "results.json").read_text())
-    assert saved["one"]["requests"] == 120
-    runs = pd.read_csv(out / "runs.csv", index_col=0)
-    assert list(runs.index) == ["one", "two"]
+    summary = json.loads((real_runs.as_is / "summary.json").read_text())
+    assert saved["as-is"]["failures"] == summary["failures"] and saved["as-is"]["bytes"] == summary["bytes"]
+    table = pd.read_csv(out / "runs.csv", index_col=0)
+    assert list(table.index) == ["stress", "as-is"]
+    assert table.loc["as-is", "requests"] == summary["requests"]
+    assert table.loc["as-is", "helper requests"] == summary["auxiliary"]["requests"]
+    assert table.loc["as-is", "latency p99 (s)"] == summary["latency_s"]["p99"]
+    failures = pd.read_csv(out / "failures.csv", index_col=0)
+    assert failures.loc["http", "stress"] == failures.loc["http", "as-is"] == real_runs.missing_tags
     latency = pd.read_csv(out / "latency.csv")
+    mine = latency[(latency["run"] == "as-is") & (latency["request"] == "GET manifest")].iloc[0]
+    assert mine["p50_s"] == summary["per_method"]["GET manifest"]["latency_s"]["p50"]
     assert rs.TRACE_ROW in set(latency["run"])
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 5 and "ibm-trace-data" in html
 
 
-def test_violin_clips_only_the_plot(tmp_path):
+def test_violin_clips_only_the_plot(real_runs, tmp_path):
     from drtp.analysis.results_figures import fig_latency_violin
 
-    run = fabricate_run(tmp_path / "a", requests=400)
+    run = copy_run(real_runs.stress, tmp_path / "a")
     frame = pd.read_csv(run / "requests.csv")
-    frame.loc[0, ["method", "kind", "latency_s"]] = ["GET", "blob", 1000.0]  # an outlier
+    outlier = frame.index[(frame["method"] == "GET") & (frame["kind"] == "blob") & frame["ok"]][0]
+    frame.loc[outlier, "latency_s"] = 1000.0
     frame.to_csv(run / "requests.csv", index=False)
     df, _ = rs.load_run(run)
     r = rs.analyze_run(df)
-    assert r["latency"]["GET blob"]["max"] == 1000.0
+    assert r["per_method"]["GET blob"]["latency_s"]["max"] == 1000.0  # outliers stay in every number
     fig = fig_latency_violin({"a": r}, {"a": df})
     notes = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert any("clipped in the plot" in n for n in notes)
 
 
-def test_rows_without_a_start_are_failures_not_crashes(tmp_path):
-    run = fabricate_run(tmp_path / "a", requests=40)
-    frame = pd.read_csv(run / "requests.csv").astype({"error": object, "ok": object})
-    frame.loc[:4, ["start_s", "latency_s", "status", "ok", "error"]] = [np.nan, np.nan, 0, False, "node lost"]
+def test_lost_rows_are_failures_without_times(real_runs, tmp_path):
+    run = copy_run(real_runs.stress, tmp_path / "a")
+    frame = pd.read_csv(run / "requests.csv", keep_default_na=False, na_values=[""]).astype({"error": object})
+    lost = frame.index[~frame["auxiliary"] & frame["ok"]][:5]
+    frame.loc[lost, ["start_s", "latency_s", "status", "bytes", "attempts"]] = [None, None, 0, 0, 0]
+    frame.loc[lost, ["ok", "outcome", "error"]] = [False, "lost", "lost: client node x died"]
     frame.to_csv(run / "requests.csv", index=False)
-    df, _ = rs.load_run(run)
+    df, summary = rs.load_run(run)
     r = rs.analyze_run(df)
-    assert r["failed"] == 5 and r["failures"] == {"node lost": 5}
-    assert sum(r["throughput"]["per_second"]) == 35
+    assert r["lost"] == 5 and r["failures"] == {"http": real_runs.missing_tags, "lost": 5}
+    assert r["failed"] == summary["failed"] + 5
+    assert sum(r["curves"]["per_second"]) == summary["succeeded"] - 5

@@ -12,8 +12,8 @@ from drtp.analysis.targets import MEASURES, check_targets, profile_for
 from drtp.cli import main
 from drtp.errors import DrtpError
 from drtp.profiles import builtin_profiles, load_profile
-from tests.analysis_fixtures import rec
 from tests.test_analysis_characterize import hand_trace
+from tests.trace_records import rec
 
 
 @pytest.fixture(scope="module")

@@ -89,7 +89,8 @@ def test_replay_matches_trace_and_registry_log(tmp_path, nodes, trace, route, wa
     assert summary["requests"] == len(main)
     assert summary["succeeded"] == int(main.ok.sum())
     assert summary["failed"] == int((~main.ok).sum())
-    assert summary["auxiliary"] == len(aux)
+    assert summary["auxiliary"]["requests"] == len(aux)
+    assert summary["failures"] == {} and summary["auxiliary"]["failed"] == int((~aux.ok).sum())
     assert summary["bytes"] == int(main.bytes.sum())
     ok = main[main.ok]
     for p in (50, 90, 99):
@@ -133,4 +134,4 @@ def test_replay_spreads_repositories_over_several_registries(tmp_path, nodes, tr
     assert all(sent), "each registry got part of the run"
     repos = [{r.repository for r in s} for s in sent]
     assert not repos[0] & repos[1], "a repository lives on one registry"
-    assert sum(len(s) for s in sent) == len(records) + summary["auxiliary"]
+    assert sum(len(s) for s in sent) == len(records) + summary["auxiliary"]["requests"]

@@ -1,0 +1,249 @@
+"""The numbers of a run, computed in one place from its rows.
+
+The master feeds it each :class:`~drtp.result_row.ResultRow` as results
+arrive and writes its summary to ``summary.json``; ``drtp analyze results``
+reads ``requests.csv`` back and feeds the same rows to the same model, so
+both report the same counts, failures, bytes, percentiles and throughput.
+
+Memory does not grow with the trace: counts and sums, and log-bucketed
+histograms (0.1 % wide buckets) for the percentiles — a percentile is within
+0.1 % of the exact nearest-rank percentile of the column; maxima are exact.
+
+Definitions (a request is failed when its outcome is anything but ``ok``,
+see drtp.outcome):
+
+* trace requests and helper (auxiliary) requests are counted apart; helpers
+  never appear among the trace's counts, bytes or latencies;
+* ``bytes`` are the bytes measured on the wire, over every trace request;
+* latency (and, as is, response time) is over the requests that succeeded;
+  start lateness is over every request that was sent;
+* ``duration_s`` runs from the first start to the last end of the requests
+  that were sent, and ``throughput_rps`` is succeeded requests per second of
+  it — failed answers, however fast, are not throughput.
+"""
+
+from __future__ import annotations
+
+import math
+
+from drtp.outcome import LOST, OUTCOMES
+from drtp.result_row import ResultRow
+
+PERCENTILES = (50, 90, 99)
+
+
+class LogHistogram:
+    """Counts of non-negative values in buckets 0.1 % wide from 1 µs up; exact count and max."""
+
+    MIN = 1e-6
+    LOG_RATIO = math.log(1.001)
+
+    __slots__ = ("counts", "n", "max", "total")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.n = 0
+        self.max = 0.0
+        self.total = 0.0
+
+    def add(self, x: float, idx: int | None = None) -> None:
+        """Count ``x``; ``idx`` is its bucket when the caller already has it (see :func:`bucket`)."""
+        if idx is None:
+            idx = bucket(x)
+        self.counts[idx] = self.counts.get(idx, 0) + 1
+        self.n += 1
+        self.total += x
+        if x > self.max:
+            self.max = x
+
+    def quantile(self, q: float) -> float:
+        """Nearest-rank quantile (the value at rank ceil(q·n)), to 0.1 %."""
+        if not self.n:
+            return math.nan
+        rank = max(1, math.ceil(q * self.n))
+        seen = 0
+        for idx in sorted(self.counts):
+            seen += self.counts[idx]
+            if seen >= rank:
+                if idx < 0:
+                    return 0.0
+                return min(self.max, self.MIN * math.exp((idx + 0.5) * self.LOG_RATIO))
+        return self.max
+
+    def describe(self) -> dict:
+        if not self.n:
+            return {}
+        out = {f"p{p}": self.quantile(p / 100) for p in PERCENTILES}
+        out["max"] = self.max
+        out["mean"] = self.total / self.n
+        return out
+
+
+def bucket(x: float, _log=math.log, _min=LogHistogram.MIN, _ratio=LogHistogram.LOG_RATIO) -> int:
+    """The LogHistogram bucket of ``x`` (-1 below 1 µs)."""
+    return -1 if x < _min else int(_log(x / _min) / _ratio)
+
+
+class Marks:
+    """One row's derived values and their histogram buckets, computed once for the three groups it counts in."""
+
+    __slots__ = ("latency", "latency_idx", "late", "late_idx", "response", "response_idx", "end")
+
+    def __init__(self, row: ResultRow) -> None:
+        self.latency = row.latency_s
+        self.latency_idx = -1 if row.latency_s is None else bucket(row.latency_s)
+        self.end = None if row.start_s is None else row.start_s + (row.latency_s or 0.0)
+        self.late = self.response = None
+        self.late_idx = self.response_idx = -1
+        if row.intended_s is not None and row.start_s is not None:
+            self.late = max(0.0, row.start_s - row.intended_s)
+            self.late_idx = bucket(self.late)
+        if row.response_s is not None:
+            self.response = row.response_s
+            self.response_idx = bucket(row.response_s)
+
+
+def failures_by_class(counts: dict[str, int]) -> dict[str, int]:
+    """Failure counts in drtp.outcome's order, classes that did not occur left out."""
+    return {c: counts[c] for c in OUTCOMES if counts.get(c)}
+
+
+class Group:
+    """Figures of the trace requests of one slice of the run (all, one method+kind, one node)."""
+
+    __slots__ = (
+        "requests",
+        "succeeded",
+        "lost",
+        "sent",
+        "bytes",
+        "matched",
+        "on_time",
+        "failures",
+        "first",
+        "last",
+        "latency",
+        "response",
+        "lateness",
+    )
+
+    def __init__(self) -> None:
+        self.requests = self.succeeded = self.lost = self.sent = self.bytes = self.matched = self.on_time = 0
+        self.failures: dict[str, int] = {}
+        self.first = math.inf
+        self.last = -math.inf
+        self.latency = LogHistogram()
+        self.response = LogHistogram()
+        self.lateness = LogHistogram()
+
+    def add(self, row: ResultRow, m: Marks, on_time_s: float) -> None:
+        self.requests += 1
+        self.bytes += row.bytes
+        self.matched += row.status == row.expected_status
+        if row.ok:
+            self.succeeded += 1
+            if m.latency is not None:
+                self.latency.add(m.latency, m.latency_idx)
+            if m.response is not None:
+                self.response.add(m.response, m.response_idx)
+        else:
+            self.failures[row.outcome] = self.failures.get(row.outcome, 0) + 1
+            self.lost += row.outcome == LOST
+        if row.start_s is None:
+            return  # never sent, or its result never came back: no times
+        self.sent += 1
+        if row.start_s < self.first:
+            self.first = row.start_s
+        if m.end > self.last:
+            self.last = m.end
+        if m.late is not None:
+            self.lateness.add(m.late, m.late_idx)
+            self.on_time += m.late <= on_time_s
+
+    def summary(self, timed: bool) -> dict:
+        duration = self.last - self.first if self.sent else 0.0
+        out = {
+            "requests": self.requests,
+            "succeeded": self.succeeded,
+            "failed": self.requests - self.succeeded,
+            "failures": failures_by_class(self.failures),
+            "lost": self.lost,
+            "duration_s": duration,
+            "throughput_rps": self.succeeded / duration if duration > 0 else 0.0,
+            "bytes": self.bytes,
+            "latency_s": self.latency.describe(),
+            "status_matched": self.matched / self.requests if self.requests else 0.0,
+        }
+        if timed:
+            out["response_s"] = self.response.describe()
+            out["lateness_s"] = self.lateness.describe()
+            out["on_time_ratio"] = self.on_time / self.sent if self.sent else 0.0
+        return out
+
+
+class Helpers:
+    """The helper (auxiliary) requests: counted apart from the trace's, never among them."""
+
+    __slots__ = ("requests", "failures")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.failures: dict[str, int] = {}
+
+    def add(self, row: ResultRow) -> None:
+        self.requests += 1
+        if not row.ok:
+            self.failures[row.outcome] = self.failures.get(row.outcome, 0) + 1
+
+    def summary(self) -> dict:
+        return {
+            "requests": self.requests,
+            "failed": sum(self.failures.values()),
+            "failures": failures_by_class(self.failures),
+        }
+
+
+class ResultsModel:
+    """Every number of a run, kept up to date one row at a time."""
+
+    def __init__(self, timed: bool, on_time_s: float) -> None:
+        self.timed = timed  # as-is mode: requests have intended starts
+        self.on_time_s = on_time_s  # a request starting at most this late is on time
+        self.all = Group()
+        self.by_method: dict[str, Group] = {}
+        self.by_node: dict[str, Group] = {}
+        self.helpers = Helpers()
+
+    @property
+    def failed(self) -> int:
+        """Failed trace requests so far."""
+        return self.all.requests - self.all.succeeded
+
+    def add(self, row: ResultRow) -> None:
+        if row.auxiliary:
+            self.helpers.add(row)
+            return
+        marks = Marks(row)
+        on_time_s = self.on_time_s
+        self.all.add(row, marks, on_time_s)
+        _group(self.by_method, f"{row.method} {row.kind}").add(row, marks, on_time_s)
+        _group(self.by_node, row.node).add(row, marks, on_time_s)
+
+    def summary(self, **extra) -> dict:
+        """The run's figures; ``extra`` (the run's settings and circumstances) go before the per-slice ones."""
+        out = self.all.summary(self.timed)
+        if self.timed:
+            out["on_time_s"] = self.on_time_s
+        out["auxiliary"] = self.helpers.summary()
+        out.update(extra)
+        out["per_method"] = {k: g.summary(self.timed) for k, g in sorted(self.by_method.items())}
+        out["per_node"] = {k: g.summary(self.timed) for k, g in sorted(self.by_node.items())}
+        return out
+
+
+def _group(groups: dict[str, Group], key: str) -> Group:
+    """The group for ``key``, made on first use (setdefault would build a Group for every row)."""
+    g = groups.get(key)
+    if g is None:
+        g = groups[key] = Group()
+    return g
