@@ -101,14 +101,6 @@ class RunResults:
         except OSError:
             pass
 
-    def discard_unwritten(self) -> None:
-        """After a failed write (disk full, file size limit): close requests.csv, dropping the rows it could not
-        take, so that close() can still write summary.json."""
-        try:
-            self.file.close()
-        except OSError:
-            pass
-
     def close(self, **extra) -> dict:
         self.file.close()
         summary = self.summary(**extra)
