@@ -94,6 +94,17 @@ def expected_outcome(kind: str, body_bytes: int) -> tuple[str, int]:
     raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(KINDS)}")
 
 
+def can_cause(outcome: str, status: int) -> bool:
+    """True for a failed row the proxy could have caused; other failures follow from them (a read of a layer
+    whose push failed is a 404, a PATCH after a failed POST is never sent)."""
+    return outcome in (RESET, TRUNCATED, TIMEOUT) or (outcome == HTTP and int(status) in STATUS_KINDS.values())
+
+
+def fault_class(outcome: str, status: int) -> str:
+    """A failure's class as a report shows it: the outcome, with the status for an HTTP failure (``http 503``)."""
+    return f"{outcome} {int(status)}" if outcome == HTTP else outcome
+
+
 # -- fault plans ---------------------------------------------------------------------------------------
 
 _REPLAYED = re.compile(r"^/v2/(?P<repo>.+)/(?:manifests|blobs)/")

@@ -23,7 +23,17 @@ import pytest
 from drtp.master.warmup import run_warmup
 from drtp.registry import LocalRegistry
 from drtp.trace import TraceReader
-from tests.faultproxy import KINDS, STATUS_KINDS, Chosen, FaultPlan, FaultProxy, Injected, Mixed, is_replayed
+from tests.faultproxy import (
+    KINDS,
+    Chosen,
+    FaultPlan,
+    FaultProxy,
+    Injected,
+    Mixed,
+    can_cause,
+    fault_class,
+    is_replayed,
+)
 from tests.registry_log import logged_requests
 from tests.replay_support import Node, make_trace, write_config
 
@@ -32,7 +42,6 @@ pytestmark = pytest.mark.registry
 TIMEOUT_S = 1.0  # client_info.timeout of the runs
 DELAY_S = 1.5  # how long a delay fault holds an answer: past the client's timeout
 TRACE_REQUESTS = 300
-INJECTABLE = frozenset(("reset", "truncated", "timeout"))  # with http 503/429/500: what the proxy can cause
 NEVER_SENT = frozenset(("not-sent", "lost"))  # rows of requests that never reached the registry
 
 
@@ -70,9 +79,7 @@ def warmed(tmp_path_factory, nodes):
         yield reg, trace, workdir / "warmup-map.jsonl"
 
 
-def replay(
-    tmp_path: Path, warmed, nodes, plan: FaultPlan, max_failed: str | None = None, **client_info
-) -> Replayed:
+def replay(tmp_path: Path, warmed, nodes, plan: FaultPlan, max_failed: str | None = None, **client_info) -> Replayed:
     """``drtp run`` (a subprocess: its exit code counts) with the registry behind a FaultProxy running ``plan``."""
     reg, trace, warm_map = warmed
     shutil.copy(warm_map, tmp_path / "warmup-map.jsonl")
@@ -94,11 +101,6 @@ def replay(
     return Replayed(rows, summary, injected, forwarded, logged, proc.returncode, proc.stderr, run_dir)
 
 
-def signature(method: str, outcome: str, status: int) -> tuple[str, str, int]:
-    """How a fault shows in a row: method and outcome class, and the status for an HTTP failure."""
-    return method, outcome, int(status) if outcome == "http" else 0
-
-
 def check_honest(run: Replayed, trace: Path) -> None:
     """What every faulted run must show, whatever the faults were."""
     records = list(TraceReader([trace]))
@@ -110,11 +112,9 @@ def check_honest(run: Replayed, trace: Path) -> None:
 
     # every injected fault is a failed row of its class (trace and auxiliary rows together) ...
     failed = rows[rows.outcome != "ok"]
-    caused = failed[
-        failed.outcome.isin(INJECTABLE) | ((failed.outcome == "http") & failed.status.isin(STATUS_KINDS.values()))
-    ]
-    want = Counter(signature(f.method, f.outcome, f.status) for f in run.injected)
-    got = Counter(signature(m, o, s) for m, o, s in zip(caused.method, caused.outcome, caused.status, strict=True))
+    caused = failed[[can_cause(o, s) for o, s in zip(failed.outcome, failed.status, strict=True)]]
+    want = Counter((f.method, fault_class(f.outcome, f.status)) for f in run.injected)
+    got = Counter((m, fault_class(o, s)) for m, o, s in zip(caused.method, caused.outcome, caused.status, strict=True))
     assert got == want, _explain(run, caused)
     assert (rows.ok == (rows.outcome == "ok")).all()
     # ... and a faulted read is never a row that says ok: per (method, path), failed rows cover the faults
