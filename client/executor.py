@@ -4,7 +4,10 @@ Each worker thread keeps its own keep-alive connection per registry
 (client/transport.py: on a 2-core machine the replayer's CPU is taken from the
 registry, so the transport is lean), so no lock is shared.  The exact trace
 verb is sent — GET, HEAD, PUT, PATCH, POST, DELETE — and every error (HTTP
-status, timeout, refused connection) becomes a failed result, never an exception.
+status, timeout, refused connection, a cut answer) becomes a failed result
+classified by drtp.outcome, never an exception.  A request is sent once: only
+GET and HEAD are sent again, only when no byte of an answer arrived, and only
+when the run asks for it (``retries``); every attempt is counted.
 
 Blob uploads follow the Registry V2 protocol (REFERENCE §2): the trace's POST
 opens an upload, a PATCH sends the layer's bytes, the PUT closes it with the
@@ -23,11 +26,14 @@ import time
 from collections.abc import Callable, Iterator
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from drtp.client.transport import Connection, ProtocolError, Response, ServerDisconnected
+from drtp.client.transport import Connection, RequestError, Response
 from drtp.content import STREAM_ABOVE, chunks, new_seed
 from drtp.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
+from drtp.outcome import HTTP, NOT_SENT, OK, PROTOCOL, TRUNCATED, status_outcome
 from drtp.registry_auth import Authenticator, AuthError
 from drtp.replay_types import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
+
+IDEMPOTENT = frozenset(("GET", "HEAD"))  # the only methods the run may send again (client_info.retries)
 
 
 class Upload:
@@ -65,7 +71,8 @@ class Executor:
         conn = conns.get(key)
         if conn is None:
             auth = self.auth.get(key) if scheme == "https" else None
-            conn = conns[key] = Connection(scheme, netloc, self.spec.timeout, auth.ssl if auth is not None else None)
+            context = auth.ssl if auth is not None else None
+            conn = conns[key] = Connection(scheme, netloc, self.spec.timeout, context, self.spec.connect_timeout)
         return conn
 
     def _rng(self) -> random.Random:
@@ -117,20 +124,22 @@ class Executor:
         return r
 
     def _send(self, method: str, url: str, body, headers: dict) -> Response:
+        """One request, sent once; a GET/HEAD that got no byte of an answer again if the run allows retries."""
         u = urlsplit(url)
         target = u.path + ("?" + u.query if u.query else "")
         conn = self._conn(u.scheme, u.netloc)
-        for attempt in range(2):
-            reused = conn.open
+        retries = self.spec.retries if method in IDEMPOTENT else 0
+        attempts = 0
+        while True:
+            attempts += 1
             try:
-                return conn.request(method, target, body, headers)
-            except (ServerDisconnected, BrokenPipeError, ConnectionResetError) as e:
-                if reused and attempt == 0:
-                    continue  # the server closed an idle keep-alive connection: once more on a new one
-                return Response(0, {}, 0, error_text(e))
-            except (OSError, ProtocolError) as e:
-                return Response(0, {}, 0, error_text(e))
-        raise AssertionError("unreachable")
+                r = conn.request(method, target, body, headers)
+            except RequestError as e:
+                if e.answered or attempts > retries:
+                    return Response.failed(e, attempts)
+                continue
+            r.attempts = attempts
+            return r
 
     # -- requests --------------------------------------------------------------------
 
@@ -149,6 +158,8 @@ class Executor:
             latency = self.clock() - start
             if r.status == 202 and r.header("location"):
                 self.uploads[key] = Upload(urljoin(base + "/", r.header("location")))
+            elif r.status == 202:
+                r.outcome, r.error = PROTOCOL, "202 without a Location header: no upload to continue"
             return self._result(req, r, start, latency, None, aux)
         upload = self.uploads.get(key)
         if upload is None:
@@ -167,7 +178,7 @@ class Executor:
                     upload.location = urljoin(base + "/", r.header("location"))
             else:
                 self.uploads.pop(key, None)
-            r.bytes = size
+            r.bytes = 0 if r.outcome else size  # sent in full only when the answer came
             return self._result(req, r, start, latency, None, aux)
         # upload-close: the PUT that ends the push of a layer
         self.uploads.pop(key, None)
@@ -181,7 +192,7 @@ class Executor:
         start = self.clock()
         r = self.http("PUT", url, body=payload, headers=_octets(size))
         latency = self.clock() - start
-        r.bytes = size
+        r.bytes = 0 if r.outcome else size  # sent in full only when the answer came
         result = self._result(req, r, start, latency, digest, aux)
         result.size = upload.written + size
         return result
@@ -203,35 +214,49 @@ class Executor:
             "PUT", f"{base}/v2/{req.repository}/manifests/{req.reference}", body=body, headers={"Content-Type": SCHEMA2}
         )
         latency = self.clock() - start
-        r.bytes = len(body)
+        r.bytes = 0 if r.outcome else len(body)
         result = self._result(req, r, start, latency, digest, aux)
         result.size = len(body)
         return result
 
     # -- helper requests (auxiliary) ----------------------------------------------------
 
-    def _aux(self, aux: list[AuxResult], method: str, what: str, url: str, **kw) -> Response:
+    def _aux(self, aux: list[AuxResult], method: str, what: str, url: str, expect: tuple[int, ...], **kw) -> Response:
+        """A helper request; ok when answered completely with one of the ``expect``ed statuses."""
         start = self.clock()
         r = self.http(method, url, **kw)
-        aux.append(AuxResult(method, what, r.status, start, self.clock() - start, r.bytes, r.error))
+        latency = self.clock() - start
+        outcome, error = r.outcome, r.error
+        if not outcome:
+            outcome = OK if r.status in expect and not error else HTTP
+            if outcome == HTTP and not error:
+                error = f"HTTP {r.status}"
+        aux.append(AuxResult(method, what, r.status, start, latency, r.bytes, error, outcome, r.attempts))
         return r
 
     def _open_aux(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> Upload | None:
-        r = self._aux(aux, "POST", "blob upload open", f"{base}/v2/{req.repository}/blobs/uploads/")
-        if r.status != 202 or not r.header("location"):
+        r = self._aux(aux, "POST", "blob upload open", f"{base}/v2/{req.repository}/blobs/uploads/", (202,))
+        if r.status != 202:
+            return None
+        if not r.header("location"):
+            last = aux[-1]
+            last.outcome, last.error = PROTOCOL, "202 without a Location header: no upload to continue"
             return None
         return Upload(urljoin(base + "/", r.header("location")))
 
     def _ensure_config(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> bool:
         blob = f"{base}/v2/{req.repository}/blobs/{CONFIG_DIGEST}"
-        if self._aux(aux, "HEAD", "config blob check", blob).status == 200:
+        check = self._aux(aux, "HEAD", "config blob check", blob, (200, 404))
+        if check.status == 200:
             return True
+        if check.status != 404:
+            return False
         upload = self._open_aux(req, base, aux)
         if upload is None:
             return False
         sep = "&" if "?" in upload.location else "?"
         url = upload.location + sep + urlencode({"digest": CONFIG_DIGEST})
-        return self._aux(aux, "PUT", "config blob push", url, body=CONFIG_BLOB).status == 201
+        return self._aux(aux, "PUT", "config blob push", url, (201,), body=CONFIG_BLOB).status == 201
 
     # -- results ----------------------------------------------------------------------------
 
@@ -241,10 +266,10 @@ class Executor:
         return result_of(req, r, start, latency, digest, aux)
 
     def _failed_aux(self, req: ReplayRequest, aux: list[AuxResult]) -> ReplayResult:
-        """The trace request could not be sent because a helper request failed."""
+        """The trace request could not be sent because a helper request failed (its own row says how)."""
         last = aux[-1]
-        why = f"helper {last.method} failed: {last.error or last.status}"
-        return ReplayResult(req.seq, 0, False, last.start, 0.0, error=why, aux=aux)
+        why = f"not sent: helper {last.method} ({last.what}) failed: {last.outcome}: {last.error}"
+        return ReplayResult(req.seq, 0, False, last.start, 0.0, error=why, outcome=NOT_SENT, attempts=0, aux=aux)
 
 
 def object_path(req: ReplayRequest) -> str:
@@ -263,11 +288,20 @@ def object_digest(req: ReplayRequest, r: Response) -> str | None:
 def result_of(
     req: ReplayRequest, r: Response, start: float, latency: float, digest: str | None, aux: list[AuxResult]
 ) -> ReplayResult:
-    """The result of a trace request: ok when answered as a success or as the trace's own status."""
+    """The result of a trace request, classified once (drtp.outcome): ok only when answered completely,
+    with a success or the trace's own status, and with the whole object when its size is known."""
     status = r.status
-    ok = not r.error and 0 < status and (status < 400 or status == req.expected_status)
-    error = r.error or ("" if ok else f"HTTP {status}")
-    return ReplayResult(req.seq, status, ok, start, latency, r.bytes, digest, error=error, aux=aux)
+    outcome, error = r.outcome, r.error
+    if not outcome:
+        outcome = HTTP if error else status_outcome(status, req.expected_status)
+        if outcome == HTTP and not error:
+            error = f"HTTP {status}"
+        elif outcome == OK and status == 200 and req.method == "GET" and req.object_size and r.bytes < req.object_size:
+            outcome, error = TRUNCATED, f"a complete 200 answer with {r.bytes} of the object's {req.object_size} bytes"
+    ok = outcome == OK
+    return ReplayResult(
+        req.seq, status, ok, start, latency, r.bytes, digest, error=error, outcome=outcome, attempts=r.attempts, aux=aux
+    )
 
 
 def _octets(size: int) -> dict[str, str]:
@@ -280,10 +314,6 @@ def _hash_into(sha, payload) -> None:
     else:
         for chunk in payload():
             sha.update(chunk)
-
-
-def error_text(e: Exception) -> str:
-    return f"{type(e).__name__}: {e}"[:300]
 
 
 def monotonic_clock(start_epoch: float):

@@ -9,7 +9,10 @@ pull-heavy trace — run on the loop; every other request (pushes, uploads,
 authenticated or TLS registries, redirects) runs on the thread Executor
 through ``run_in_executor``, so it behaves exactly as in the thread engine.
 Per trace client the order is kept: its next request starts when the
-previous one has finished.  As-is runs keep the thread scheduler, whose
+previous one has finished.  A request that has run for more than ``STALL_S``
+stops counting toward ``threads`` (a fresh worker takes its place, at most
+``threads`` such at once), so a registry request stuck until its timeout holds
+back only its own trace client.  As-is runs keep the thread scheduler, whose
 timed waits are finer than the loop's millisecond timers.
 """
 
@@ -22,9 +25,9 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urljoin, urlsplit
 
-from drtp.client.executor import error_text, object_digest, object_headers, object_path, result_of
-from drtp.client.scheduler import RunBook
-from drtp.client.transport import AsyncConnection, ProtocolError, Response, ServerDisconnected
+from drtp.client.executor import IDEMPOTENT, object_digest, object_headers, object_path, result_of
+from drtp.client.scheduler import STALL_S, RunBook, node_error
+from drtp.client.transport import AsyncConnection, RequestError, Response
 from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec, registry_base
 
 try:
@@ -45,7 +48,14 @@ class LoopRun(RunBook):
 
     def __init__(self, spec: RunSpec) -> None:
         super().__init__(spec)
-        self.pool = ThreadPoolExecutor(max_workers=max(1, spec.threads), thread_name_prefix="drtp-slow")
+        self.slots = max(1, spec.threads)
+        # requests on the thread Executor: a stalled one keeps its pool thread, its stand-in needs another
+        self.pool = ThreadPoolExecutor(max_workers=2 * self.slots, thread_name_prefix="drtp-slow")
+        self.busy: dict[int, float] = {}  # worker id -> loop time its request started
+        self.stalled: set[int] = set()  # workers whose request overran STALL_S (a stand-in took their slot)
+        self.live = 0  # worker tasks alive
+        self.next_worker = 0
+        self.all_done: asyncio.Future | None = None
         self.with_auth = {registry_base(a.registry) for a in spec.auth}  # credentials/TLS: the thread Executor
         self.ready: deque[str] = deque()  # idle trace clients with work, in arrival order
         self.idle: deque[asyncio.Future] = deque()  # workers waiting for work
@@ -74,11 +84,32 @@ class LoopRun(RunBook):
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
-        workers = [self.loop.create_task(self._work()) for _ in range(max(1, self.spec.threads))]
-        self.loop.run_until_complete(asyncio.gather(*workers))
+        self.all_done = self.loop.create_future()
+        for _ in range(self.slots):
+            self._spawn()
+        watch = self.loop.call_later(STALL_S / 2, self._watch)
+        self.loop.run_until_complete(self.all_done)
+        watch.cancel()
         self._flush()
         self.pool.shutdown(wait=False)
         self.loop.close()
+
+    def _spawn(self) -> None:
+        self.live += 1
+        self.next_worker += 1
+        self.loop.create_task(self._work(self.next_worker))
+
+    def _watch(self) -> None:
+        """Give each request that overran STALL_S a stand-in worker, at most ``slots`` at once."""
+        now = self.loop.time()
+        for wid, started in self.busy.items():
+            if len(self.stalled) >= self.slots:
+                break
+            if now - started > STALL_S and wid not in self.stalled:
+                self.stalled.add(wid)
+                self._spawn()
+        if not self.all_done.done():
+            self.loop.call_later(STALL_S / 2, self._watch)
 
     def _submit(self, requests: list[ReplayRequest]) -> None:
         if self.cancelled:
@@ -123,47 +154,58 @@ class LoopRun(RunBook):
             self.idle.append(fut)
             await fut
 
-    async def _work(self) -> None:
+    async def _work(self, wid: int) -> None:
         conns: dict[str, AsyncConnection] = {}  # this worker's keep-alive connections, by base URL
-        while True:
-            req = await self._next()
-            if req is None:
-                for conn in conns.values():
-                    conn.close()
-                return
-            try:
-                base = registry_base(req.registry)
-                if req.op == "get" and base.startswith("http://") and base not in self.with_auth:
-                    result = await self._get(req, base, conns)
-                else:
-                    result = await self.loop.run_in_executor(self.pool, self.executor.execute, req)
-            except Exception as e:  # a bug must not kill the worker or lose the request
-                log.exception("request %d failed inside the node", req.seq)
-                result = ReplayResult(req.seq, 0, False, self.clock(), 0.0, error=f"node error: {e!r}"[:300])
-            self._complete(req, result)
+        try:
+            while True:
+                req = await self._next()
+                if req is None:
+                    return
+                self.busy[wid] = self.loop.time()
+                try:
+                    base = registry_base(req.registry)
+                    if req.op == "get" and base.startswith("http://") and base not in self.with_auth:
+                        result = await self._get(req, base, conns)
+                    else:
+                        result = await self.loop.run_in_executor(self.pool, self.executor.execute, req)
+                except Exception as e:  # a bug must not kill the worker or lose the request
+                    log.exception("request %d failed inside the node", req.seq)
+                    result = node_error(req, self.clock(), e)
+                del self.busy[wid]
+                self._complete(req, result)
+                if wid in self.stalled:  # its stand-in has the slot now
+                    self.stalled.discard(wid)
+                    return
+        finally:
+            for conn in conns.values():
+                conn.close()
+            self.live -= 1
+            if self.live == 0 and not self.all_done.done():
+                self.all_done.set_result(None)
 
     async def _get(self, req: ReplayRequest, base: str, conns: dict[str, AsyncConnection]) -> ReplayResult:
         conn = conns.get(base)
         if conn is None:
-            conn = conns[base] = AsyncConnection(urlsplit(base).netloc, self.spec.timeout)
+            conn = conns[base] = AsyncConnection(urlsplit(base).netloc, self.spec.timeout, self.spec.connect_timeout)
         path, headers = object_path(req), object_headers(req)
+        retries = self.spec.retries if req.method in IDEMPOTENT else 0
         start = self.clock()
-        for attempt in range(2):
-            reused = conn.open
+        attempts = 0
+        while True:
+            attempts += 1
             try:
                 r = await conn.request(req.method, path, headers)
-                break
-            except (ServerDisconnected, BrokenPipeError, ConnectionResetError) as e:
-                if reused and attempt == 0:
-                    continue  # the server closed an idle keep-alive connection: once more on a new one
-                r = Response(0, {}, 0, error_text(e))
-                break
-            except (OSError, ProtocolError) as e:
-                r = Response(0, {}, 0, error_text(e))
-                break
+            except RequestError as e:
+                if e.answered or attempts > retries:
+                    r = Response.failed(e, attempts)
+                    break
+                continue
+            r.attempts = attempts
+            break
         if r.status in REDIRECTS and r.header("location"):  # e.g. to a storage backend: follow as the Executor does
             url = urljoin(base + path, r.header("location"))
             r = await self.loop.run_in_executor(self.pool, self.executor.http, req.method, url, None, headers)
+            r.attempts = attempts  # sends of the trace request itself; the redirect's target is another server
         latency = self.clock() - start
         return result_of(req, r, start, latency, object_digest(req, r), [])
 

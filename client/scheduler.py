@@ -5,7 +5,11 @@ arrived (a Docker client does one push or pull step after the other); requests
 of different trace clients run in parallel on ``threads`` workers.  In as-is
 mode a request is not started before its intended time (``at`` seconds after
 the run's common start); the actual start is recorded by the executor, after
-any wait (defect B2).  Results go to one queue that the result stream drains.
+any wait, so lateness shows.  A request that has run for more than
+``STALL_S`` stops counting toward ``threads``: a stand-in worker takes its
+place (at most ``threads`` such at once), so a registry request stuck until its
+timeout holds back only its own trace client.  Results go to one queue that
+the result stream drains.
 """
 
 from __future__ import annotations
@@ -18,9 +22,16 @@ import threading
 from collections import deque
 
 from drtp.client.executor import Executor, monotonic_clock
+from drtp.outcome import ERROR
 from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec
 
 log = logging.getLogger("drtp.client")
+STALL_S = 1.0  # a request running longer than this hands its slot to a stand-in worker
+
+
+def node_error(req: ReplayRequest, now: float, e: Exception) -> ReplayResult:
+    """The failed result of a request that hit a bug inside the node (the log has the traceback)."""
+    return ReplayResult(req.seq, 0, False, now, 0.0, error=f"node error: {e!r}"[:300], outcome=ERROR)
 
 
 class RunBook:
@@ -63,12 +74,30 @@ class NodeRun(RunBook):
         self.cv = threading.Condition()
         self.ready: list[tuple[float, int, str]] = []  # (due, tie, trace client) of idle clients with work
         self.tie = itertools.count()
-        self.workers = [
-            threading.Thread(target=self._work, name=f"drtp-worker-{i}", daemon=True)
-            for i in range(max(1, spec.threads))
-        ]
-        for w in self.workers:
-            w.start()
+        self.slots = max(1, spec.threads)
+        self.busy: dict[int, float] = {}  # worker id -> clock time its request started
+        self.stalled: set[int] = set()  # workers whose request overran STALL_S (a stand-in took their slot)
+        self.worker_ids = itertools.count()
+        for _ in range(self.slots):
+            self._spawn()
+        threading.Thread(target=self._watch, name="drtp-watch", daemon=True).start()
+
+    def _spawn(self) -> None:
+        wid = next(self.worker_ids)
+        threading.Thread(target=self._work, args=(wid,), name=f"drtp-worker-{wid}", daemon=True).start()
+
+    def _watch(self) -> None:
+        """Give each request that overran STALL_S a stand-in worker, at most ``slots`` at once."""
+        with self.cv:
+            while not self.stream_closed:
+                now = self.clock()
+                for wid, started in self.busy.items():
+                    if len(self.stalled) >= self.slots:
+                        break
+                    if now - started > STALL_S and wid not in self.stalled:
+                        self.stalled.add(wid)
+                        self._spawn()
+                self.cv.wait(STALL_S / 2)
 
     # -- called by the HTTP handlers ----------------------------------------------------
 
@@ -117,18 +146,23 @@ class NodeRun(RunBook):
                 else:
                     self.cv.wait(1.0)
 
-    def _work(self) -> None:
+    def _work(self, wid: int) -> None:
         while True:
             req = self._next()
             if req is None:
                 return
+            with self.cv:
+                self.busy[wid] = self.clock()
             try:
                 result = self.executor.execute(req)
             except Exception as e:  # a bug must not kill the worker or lose the request
                 log.exception("request %d failed inside the node", req.seq)
-                result = ReplayResult(req.seq, 0, False, self.clock(), 0.0, error=f"node error: {e!r}"[:300])
+                result = node_error(req, self.clock(), e)
             self.results.put(result)
             with self.cv:
+                del self.busy[wid]
+                stood_in = wid in self.stalled
+                self.stalled.discard(wid)
                 self.running -= 1
                 self.done += 1
                 q = self.pending.get(req.client)
@@ -138,6 +172,8 @@ class NodeRun(RunBook):
                 elif q is not None:
                     del self.pending[req.client]
                 self._maybe_finish()
+            if stood_in:  # its stand-in has the slot now
+                return
 
     def _maybe_finish(self) -> None:
         if self.finished and not self.stream_closed:

@@ -13,35 +13,65 @@ Content-Length or chunked answers, HEAD, keep-alive, TLS through an
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import ssl
+import time
 from collections.abc import Callable, Iterator
 
 import httptools
+
+from drtp.outcome import PROTOCOL, RESET, TIMEOUT, TLS, TRUNCATED, classify_exception
 
 RECV_SIZE = 1 << 18
 BODY_METHODS = frozenset(("POST", "PUT", "PATCH"))
 USER_AGENT = "drtp"
 
 
-class ProtocolError(Exception):
-    """The registry's answer was not valid HTTP/1.1."""
+class RequestError(Exception):
+    """A request that got no complete answer.
 
+    ``outcome`` is its drtp.outcome class (timeout, refused, reset, truncated,
+    tls, protocol); ``answered`` says whether any byte of an answer arrived —
+    only a request without one may be sent again, and only if the user asked.
+    """
 
-class ServerDisconnected(ConnectionError):
-    """The connection closed before any byte of the answer arrived."""
+    def __init__(self, outcome: str, message: str, answered: bool = False) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+        self.answered = answered
 
 
 class Response:
-    """Status, headers (names lower-case) and how many body bytes arrived; ``error`` if it broke."""
+    """Status, headers (names lower-case) and how many body bytes arrived.
 
-    __slots__ = ("status", "headers", "bytes", "error")
+    ``outcome`` is empty for an answer read completely, else the drtp.outcome
+    class of the failure with ``error`` saying what happened (``status`` 0 then);
+    ``attempts`` counts the sends (more than one only with opt-in retries).
+    """
 
-    def __init__(self, status: int, headers: dict[str, str] | None = None, nbytes: int = 0, error: str = "") -> None:
+    __slots__ = ("status", "headers", "bytes", "error", "outcome", "attempts")
+
+    def __init__(
+        self,
+        status: int,
+        headers: dict[str, str] | None = None,
+        nbytes: int = 0,
+        error: str = "",
+        outcome: str = "",
+        attempts: int = 1,
+    ) -> None:
         self.status = status
         self.headers = headers if headers is not None else {}
         self.bytes = nbytes
         self.error = error
+        self.outcome = outcome
+        self.attempts = attempts
+
+    @classmethod
+    def failed(cls, e: RequestError, attempts: int = 1) -> Response:
+        return cls(0, {}, 0, e.message, e.outcome, attempts)
 
     def header(self, name: str) -> str | None:
         """A header's value by its lower-case name."""
@@ -51,7 +81,7 @@ class Response:
 class _Answer:
     """httptools callbacks: collect one answer's headers and count its body."""
 
-    __slots__ = ("headers", "nbytes", "complete", "head", "keep_alive", "parser")
+    __slots__ = ("headers", "nbytes", "complete", "head", "keep_alive", "parser", "headers_done")
 
     def __init__(self, head: bool) -> None:
         self.headers: dict[str, str] = {}
@@ -59,12 +89,14 @@ class _Answer:
         self.complete = False
         self.head = head
         self.keep_alive = False
+        self.headers_done = False
         self.parser: httptools.HttpResponseParser | None = None
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        self.headers_done = True
         if self.head:  # an answer to HEAD has no body, whatever its Content-Length says
             self.on_message_complete()
 
@@ -93,13 +125,43 @@ def request_head(method: str, target: str, netloc: str, body, headers: dict[str,
     return "".join(head).encode("latin-1")
 
 
-class Connection:
-    """One keep-alive connection to ``netloc`` (host:port); reconnects when the last answer closed it."""
+def _cut(answer, nbytes: int) -> RequestError:
+    """The answer ended (closed, reset) before it was complete: reset in the header block, truncated in the body."""
+    if not answer.headers_done:
+        return RequestError(RESET, "the connection closed in the middle of the answer's header block", True)
+    length = answer.headers.get("content-length", "?")
+    return RequestError(TRUNCATED, f"the connection closed after {nbytes} of {length} body bytes", True)
 
-    def __init__(self, scheme: str, netloc: str, timeout: float, context: ssl.SSLContext | None = None) -> None:
+
+def _dropped(sock: socket.socket) -> bool:
+    """An idle kept-alive socket that is readable was closed by the peer (or holds bytes nobody asked for)."""
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+class Connection:
+    """One keep-alive connection to ``netloc`` (host:port); reconnects when the last answer closed it.
+
+    A kept-alive connection the registry closed while it was idle is found
+    before the next request is written and replaced silently; once a byte of a
+    request was written, any failure is the request's failure (never re-sent here).
+    ``progress`` is the monotonic time of the last byte sent or received.
+    """
+
+    def __init__(
+        self,
+        scheme: str,
+        netloc: str,
+        timeout: float,
+        context: ssl.SSLContext | None = None,
+        connect_timeout: float | None = None,
+    ) -> None:
         self.scheme = scheme
         self.netloc = netloc
         self.timeout = timeout
+        self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self.context = context
         host, _, port = netloc.rpartition(":")
         if not host or not port.isdigit():  # no port given
@@ -109,17 +171,40 @@ class Connection:
         self.sock: socket.socket | None = None
         self.buf = bytearray(RECV_SIZE)
         self.view = memoryview(self.buf)
+        self.progress = time.monotonic()
 
     @property
     def open(self) -> bool:
         return self.sock is not None
 
     def connect(self) -> None:
-        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.scheme == "https":
-            ctx = self.context or ssl.create_default_context()
-            sock = ctx.wrap_socket(sock, server_hostname=self.host)
+        """Open the connection (TCP, then TLS for https) within ``connect_timeout``; raises RequestError."""
+        what = f"{self.host}:{self.port}"
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        except TimeoutError:
+            raise RequestError(
+                TIMEOUT, f"connect timeout: no connection to {what} in {self.connect_timeout:g} s"
+            ) from None
+        except OSError as e:
+            raise RequestError(classify_exception(e), f"cannot connect to {what}: {e}") from None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.scheme == "https":
+                ctx = self.context or ssl.create_default_context()
+                sock = ctx.wrap_socket(sock, server_hostname=self.host)
+            sock.settimeout(self.timeout)
+        except TimeoutError:
+            sock.close()
+            raise RequestError(
+                TIMEOUT, f"connect timeout: TLS handshake with {what} took over {self.connect_timeout:g} s"
+            ) from None
+        except (ssl.SSLError, ssl.CertificateError) as e:
+            sock.close()
+            raise RequestError(TLS, f"TLS with {what} failed: {e}") from None
+        except OSError as e:
+            sock.close()
+            raise RequestError(classify_exception(e), f"cannot connect to {what}: {e}") from None
         self.sock = sock
 
     def close(self) -> None:
@@ -138,24 +223,37 @@ class Connection:
     ) -> Response:
         """Send one request and read its whole answer.
 
-        Raises OSError (refused, reset, timeout — ServerDisconnected when the
-        answer never began) or ProtocolError; the connection is closed then.
+        Raises RequestError (classified: timeout, refused, reset, truncated, tls,
+        protocol); the connection is closed then.
         """
+        self.progress = time.monotonic()
+        if self.sock is not None and _dropped(self.sock):
+            self.close()  # closed while idle: nothing of this request was written yet
         if self.sock is None:
             self.connect()
         sock = self.sock
         data = request_head(method, target, self.netloc, body, headers)
         try:
-            if body is None:
-                sock.sendall(data)
-            elif isinstance(body, bytes | bytearray):
-                sock.sendall(data + body if len(body) <= 65536 else data)
-                if len(body) > 65536:
-                    sock.sendall(body)
-            else:
-                sock.sendall(data)
-                for chunk in body():
-                    sock.sendall(chunk)
+            try:
+                if body is None:
+                    sock.sendall(data)
+                elif isinstance(body, bytes | bytearray):
+                    sock.sendall(data + body if len(body) <= 65536 else data)
+                    if len(body) > 65536:
+                        sock.sendall(body)
+                else:
+                    sock.sendall(data)
+                    for chunk in body():
+                        sock.sendall(chunk)
+                        self.progress = time.monotonic()
+            except TimeoutError:
+                raise RequestError(
+                    TIMEOUT, f"read timeout: the request could not be sent in {self.timeout:g} s"
+                ) from None
+            except (ssl.SSLError, ssl.CertificateError) as e:
+                raise RequestError(TLS, f"TLS failed while sending the request: {e}") from None
+            except OSError as e:
+                raise RequestError(RESET, f"the connection broke while sending the request: {e}") from None
             return self._read(method == "HEAD")
         except BaseException:
             self.close()
@@ -166,20 +264,30 @@ class Connection:
         parser = answer.parser = httptools.HttpResponseParser(answer)
         sock, buf, view = self.sock, self.buf, self.view
         got = 0
-        while not answer.complete:
-            n = sock.recv_into(buf)
-            if n == 0:
-                if got == 0:
-                    raise ServerDisconnected("the registry closed the connection before answering")
-                delimited = "content-length" in answer.headers or "transfer-encoding" in answer.headers
-                if answer.headers and not delimited:
-                    break  # a body delimited by the end of the connection
-                raise ServerDisconnected("the registry closed the connection in the middle of an answer")
-            got += n
-            try:
+        try:
+            while not answer.complete:
+                n = sock.recv_into(buf)
+                if n == 0:
+                    if got == 0:
+                        raise RequestError(RESET, "the connection closed without an answer")
+                    delimited = "content-length" in answer.headers or "transfer-encoding" in answer.headers
+                    if answer.headers_done and not delimited:
+                        break  # a body delimited by the end of the connection
+                    raise _cut(answer, answer.nbytes)
+                got += n
+                self.progress = time.monotonic()
                 parser.feed_data(view[:n])
-            except httptools.HttpParserError as e:
-                raise ProtocolError(f"bad HTTP answer: {e}") from None
+        except TimeoutError:
+            what = "no answer" if got == 0 else f"the answer stalled after {got} bytes"
+            raise RequestError(TIMEOUT, f"read timeout: {what} in {self.timeout:g} s", got > 0) from None
+        except httptools.HttpParserError as e:
+            raise RequestError(PROTOCOL, f"bad HTTP answer: {e}", True) from None
+        except (ssl.SSLError, ssl.CertificateError) as e:
+            raise RequestError(TLS, f"TLS failed while reading the answer: {e}", got > 0) from None
+        except OSError as e:
+            if got == 0:
+                raise RequestError(RESET, f"the connection broke before an answer: {e}") from None
+            raise _cut(answer, answer.nbytes) from None
         status = parser.get_status_code()
         if not answer.keep_alive:
             self.close()
@@ -189,13 +297,15 @@ class Connection:
 class _Headers:
     """httptools callbacks without on_body: the parser skips the body in C, nothing is copied into Python."""
 
-    __slots__ = ("headers", "complete", "head", "keep_alive", "parser")
+    __slots__ = ("headers", "complete", "head", "keep_alive", "parser", "headers_done", "nbytes")
 
     def __init__(self, head: bool) -> None:
         self.headers: dict[str, str] = {}
         self.complete = False
         self.head = head
         self.keep_alive = False
+        self.headers_done = False
+        self.nbytes = 0  # body bytes seen, known only when the answer is cut (from the wire count)
         self.parser: httptools.HttpResponseParser | None = None
 
     on_header = _Answer.on_header
@@ -208,11 +318,14 @@ class AsyncConnection(asyncio.BufferedProtocol):
 
     The socket is read into one reused buffer and the body is not copied: its size is the answer's
     Content-Length, or (chunked, or delimited by the close) the bytes that followed the header block.
+    A connection the registry closed while idle is already gone (``connection_lost``) when the next
+    request comes, so that request opens a new one; failures raise RequestError like Connection.
     """
 
-    def __init__(self, netloc: str, timeout: float) -> None:
+    def __init__(self, netloc: str, timeout: float, connect_timeout: float | None = None) -> None:
         self.netloc = netloc
         self.timeout = timeout
+        self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         host, _, port = netloc.rpartition(":")
         if not host or not port.isdigit():
             host, port = netloc, "80"
@@ -231,11 +344,22 @@ class AsyncConnection(asyncio.BufferedProtocol):
     def open(self) -> bool:
         return self.transport is not None
 
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
+        what = f"{self.host}:{self.port}"
+        try:
+            await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), self.connect_timeout)
+        except TimeoutError:
+            raise RequestError(
+                TIMEOUT, f"connect timeout: no connection to {what} in {self.connect_timeout:g} s"
+            ) from None
+        except OSError as e:
+            raise RequestError(classify_exception(e), f"cannot connect to {what}: {e}") from None
+
     async def request(self, method: str, target: str, headers: dict[str, str] | None = None) -> Response:
-        """Send one request, await its whole answer; raises like Connection.request."""
+        """Send one request, await its whole answer; raises RequestError like Connection.request."""
         loop = asyncio.get_running_loop()
         if self.transport is None:
-            await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), self.timeout)
+            await self._connect(loop)
         self.answer = answer = _Headers(method == "HEAD")
         self.parser = answer.parser = httptools.HttpResponseParser(answer)
         self.got, self.head_end, self.tail = 0, -1, b""
@@ -260,6 +384,9 @@ class AsyncConnection(asyncio.BufferedProtocol):
         length = self.answer.headers.get("content-length")
         if length is not None and "transfer-encoding" not in self.answer.headers:
             return int(length)
+        return self._wire_body()
+
+    def _wire_body(self) -> int:
         return max(0, self.got - self.head_end) if self.head_end >= 0 else 0
 
     def close(self) -> None:
@@ -268,8 +395,10 @@ class AsyncConnection(asyncio.BufferedProtocol):
             self.transport = None
 
     def _timed_out(self, waiter: asyncio.Future) -> None:
-        if not waiter.done():
-            waiter.set_exception(TimeoutError(f"no answer in {self.timeout:g} s"))
+        if waiter.done():
+            return
+        what = "no answer" if self.got == 0 else f"the answer stalled after {self.got} bytes"
+        waiter.set_exception(RequestError(TIMEOUT, f"read timeout: {what} in {self.timeout:g} s", self.got > 0))
 
     # -- asyncio.BufferedProtocol --------------------------------------------------------------------
 
@@ -295,7 +424,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
-            waiter.set_exception(ProtocolError(f"bad HTTP answer: {e}"))
+            waiter.set_exception(RequestError(PROTOCOL, f"bad HTTP answer: {e}", True))
             return
         if self.answer.complete:
             waiter.set_result(None)
@@ -307,9 +436,12 @@ class AsyncConnection(asyncio.BufferedProtocol):
             return
         answer = self.answer
         if self.got == 0:
-            waiter.set_exception(ServerDisconnected("the registry closed the connection before answering"))
-        elif answer.headers and "content-length" not in answer.headers and "transfer-encoding" not in answer.headers:
+            why = f": {exc}" if exc else ""
+            waiter.set_exception(RequestError(RESET, f"the connection closed without an answer{why}"))
+        elif (
+            answer.headers_done and "content-length" not in answer.headers and "transfer-encoding" not in answer.headers
+        ):
             answer.keep_alive = False
             waiter.set_result(None)  # a body delimited by the end of the connection
         else:
-            waiter.set_exception(ServerDisconnected("the registry closed the connection in the middle of an answer"))
+            waiter.set_exception(_cut(answer, self._wire_body()))

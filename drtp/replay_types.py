@@ -67,11 +67,11 @@ class RunSpec(msgspec.Struct, omit_defaults=True):
     start_epoch: float  # the common start (time.time() on the master) requests' ``at`` counts from
     threads: int = 16
     timeout: float = 30.0  # read timeout: seconds without progress on an answer before it fails as a timeout
-    connect_timeout: float = 5.0  # seconds to establish a connection (TCP and TLS)
-    retries: int = 0  # GET/HEAD only, and only when no byte of the answer arrived; every attempt is counted
     random: bool = True  # random (True) or zero content for pushed blobs
     auth: list[RegistryAuth] = []  # credentials/TLS per registry; registries not listed are anonymous
     engine: Literal["loop", "threads"] = "threads"  # client/loop_engine.py or client/scheduler.py
+    connect_timeout: float = 5.0  # seconds to establish a connection (TCP and TLS)
+    retries: int = 0  # GET/HEAD only, and only when no byte of the answer arrived; every attempt is counted
 
 
 class Batch(msgspec.Struct):

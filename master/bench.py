@@ -38,6 +38,7 @@ from drtp.content import STREAM_ABOVE, chunks, new_seed
 from drtp.content import digest as stream_digest
 from drtp.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.master.results import COLUMNS, RunResults, format_table
+from drtp.outcome import HTTP, OK
 from drtp.replay_types import RegistryAuth, ReplayRequest, ReplayResult, RunSpec, registry_base
 
 MODES = ("push", "pull", "manifest")
@@ -125,7 +126,9 @@ class Bench:
         return r
 
     def _record(self, image, step, method, kind, ref, size, expect, r: Response, start, latency) -> None:
-        if method == "HEAD" and kind == "blob":
+        if r.outcome:
+            ok = False  # no complete answer
+        elif method == "HEAD" and kind == "blob":
             ok = r.status in (200, 404)  # the existence check: either answer is a success
         else:
             ok = not r.error and (r.status == expect or (expect < 400 and 0 < r.status < 400))
@@ -137,8 +140,12 @@ class Bench:
                 seq, f"{image}-{step}", f"image-{image}", method, kind, "get", self.registry,
                 self._repo(image), ref, size, expect, digest=digest,
             )  # fmt: skip
+            outcome = r.outcome or (OK if ok else HTTP)
+            ok = outcome == OK
             error = r.error or ("" if ok else f"HTTP {r.status}")
-            res = ReplayResult(seq, r.status, ok, start, latency, r.bytes, digest, error=error)
+            res = ReplayResult(
+                seq, r.status, ok, start, latency, r.bytes, digest, error=error, outcome=outcome, attempts=r.attempts
+            )
             self.results.add("bench", req, res)
 
     def _repo(self, image: int) -> str:

@@ -3,9 +3,12 @@
 The trace's layer references are anonymized; the registry knows the digests
 that warmup pushed (the warmup map) and those that layers pushed during the
 run got (returned by the client node that pushed them: the paper's
-remapping).  A request that reads a layer whose push is still in flight
-depends on that push: :meth:`Planner.blocked_by` says so and the master waits
-for the push's result before sending it, whichever node pushed it.
+remapping).  Requests of one object keep the trace's order in both
+directions: a request that reads a layer or tag whose push is still in flight
+waits for that push's result, and a manifest push waits for the reads of its
+tag that the trace has before it (:meth:`Planner.blocked_by`), whichever nodes
+run them.  A layer push needs no such wait: its content is new, so it gets a
+new digest and cannot change what an earlier read of the layer addresses.
 
 A manifest PUT stays a PUT (defect B1) and carries the layers its image
 pushed or found (HEAD) in that repository since the client's last manifest
@@ -71,6 +74,7 @@ class Planner:
         self.blob_any: dict[str, Layer] = {}  # trace ref -> the latest real layer in any repository
         # pushes in flight: ("blob", ref) or ("manifest", repository, tag) -> how many
         self.pending: dict[tuple, int] = defaultdict(int)
+        self.reading: dict[tuple, int] = {}  # manifest reads in flight: ("manifest", repository, tag) -> how many
         self.image: dict[tuple[str, str], list[str]] = {}  # (client, repository) -> layer refs of the image
 
     # -- the warmup map ----------------------------------------------------------------------
@@ -84,16 +88,19 @@ class Planner:
     # -- planning ----------------------------------------------------------------------------------
 
     def blocked_by(self, rec: TraceRecord) -> list[tuple]:
-        """Pushes in flight that this record must wait for (it reads or references what they push)."""
-        if not self.pending:
-            return []
+        """Requests in flight that this record must wait for: pushes of what it reads or references,
+        reads of the tag it pushes."""
         if rec.kind == "blob":
             key = ("blob", rec.reference)
             return [key] if rec.method != "PUT" and self.pending.get(key) else []
-        if rec.method == "PUT":
-            keys = [("blob", r) for r in self.image.get((rec.client, rec.repository), ())]
-            return [k for k in keys if self.pending.get(k)]
         key = ("manifest", rec.repository, rec.reference)
+        if rec.method == "PUT":
+            keys = [
+                k
+                for k in (("blob", r) for r in self.image.get((rec.client, rec.repository), ()))
+                if self.pending.get(k)
+            ]
+            return keys + [key] if self.reading.get(key) else keys
         return [key] if self.pending.get(key) else []
 
     def resolve(self, repository: str, ref: str) -> Layer | None:
@@ -103,15 +110,20 @@ class Planner:
         op = op_of(rec)
         repo, ref = rec.repository, rec.reference
         digest = None
+        object_size = None
         layers: list[Layer] = []
         key = (rec.client, repo)
         if op == "get" and rec.kind == "blob" and not ref.startswith("uploads"):
             layer = self.resolve(repo, ref)
             digest = layer.digest if layer else placeholder_digest(ref)
+            if layer is not None and rec.method == "GET":
+                object_size = layer.size or None
             if rec.method == "HEAD" and rec.status < 400 and layer is not None:
                 self._add_layer(key, ref)
-        elif op == "get" and rec.kind == "manifest" and rec.method == "GET":
-            self.image.pop(key, None)  # a pull starts: forget what an earlier push looked at
+        elif op == "get" and rec.kind == "manifest":
+            if rec.method == "GET":
+                self.image.pop(key, None)  # a pull starts: forget what an earlier push looked at
+            self._count_read(("manifest", repo, ref))
         elif op == "upload-close" and not ref.startswith("uploads"):
             self.pending[("blob", ref)] += 1
             self._add_layer(key, ref)
@@ -134,6 +146,7 @@ class Planner:
             size=rec.size,
             expected_status=rec.status,
             digest=digest,
+            object_size=object_size,
             at=at,
             layers=layers,
         )
@@ -160,6 +173,10 @@ class Planner:
 
     def done(self, req: ReplayRequest, result: ReplayResult | None) -> None:
         """A request finished (result) or was lost (None): record the digest a push got."""
+        if req.op == "get":
+            if req.kind == "manifest":
+                self._release_read(("manifest", req.repository, req.reference))
+            return
         if req.op == "manifest-put":
             self._release(("manifest", req.repository, req.reference))
             return
@@ -169,6 +186,16 @@ class Planner:
         self._release(("blob", ref))
         if result is not None and result.ok and result.digest:
             self.learn(req.repository, "blob", ref, result.digest, result.size or req.size)
+
+    def _count_read(self, key: tuple) -> None:
+        self.reading[key] = self.reading.get(key, 0) + 1
+
+    def _release_read(self, key: tuple) -> None:
+        left = self.reading.get(key, 0) - 1
+        if left > 0:
+            self.reading[key] = left
+        else:
+            self.reading.pop(key, None)
 
     def _release(self, key: tuple) -> None:
         left = self.pending.get(key, 0) - 1

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from drtp.client.transport import Connection, ProtocolError, ServerDisconnected
+from drtp.client.transport import Connection, RequestError
 from drtp.registry import LocalRegistry
 
 
@@ -81,12 +81,26 @@ class Peer:
                     c.sendall(answer)
 
 
-def test_server_closing_before_answering_is_server_disconnected():
+def test_server_closing_before_answering_is_a_reset():
     peer = Peer([None])
     conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=5)
-    with pytest.raises(ServerDisconnected):
+    with pytest.raises(RequestError) as e:
         conn.request("GET", "/")
+    assert (e.value.outcome, e.value.answered) == ("reset", False)
     assert not conn.open
+
+
+def test_answer_cut_in_the_body_is_truncated_and_in_the_header_a_reset():
+    peer = Peer([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf"])
+    conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=5)
+    with pytest.raises(RequestError) as e:
+        conn.request("GET", "/")
+    assert (e.value.outcome, e.value.answered) == ("truncated", True)
+    assert "4 of 10 body bytes" in e.value.message
+    peer = Peer([b"HTTP/1.1 200 OK\r\nContent-Len"])
+    with pytest.raises(RequestError) as e:
+        Connection("http", f"127.0.0.1:{peer.port}", timeout=5).request("GET", "/")
+    assert (e.value.outcome, e.value.answered) == ("reset", True)
 
 
 def test_answer_delimited_by_close_and_connection_close_header():
@@ -107,45 +121,101 @@ def test_chunked_answer_is_counted():
 def test_garbage_answer_is_protocol_error():
     peer = Peer([b"SSH-2.0-OpenSSH_9.2\r\n\r\n"])
     conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=5)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(RequestError) as e:
         conn.request("GET", "/")
+    assert e.value.outcome == "protocol"
     assert not conn.open
 
 
 def test_silent_peer_times_out():
     peer = Peer([])  # accepts (backlog) and never answers
     conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=0.3)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(RequestError) as e:
         conn.request("GET", "/")
+    assert (e.value.outcome, e.value.answered) == ("timeout", False) and "read timeout" in e.value.message
 
 
-def test_refused_connection_is_an_os_error():
+def test_refused_connection_is_refused():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(ConnectionRefusedError):
+    with pytest.raises(RequestError) as e:
         Connection("http", f"127.0.0.1:{port}", timeout=2).request("GET", "/")
+    assert e.value.outcome == "refused"
 
 
-def test_executor_resends_once_when_an_idle_keep_alive_connection_was_closed():
-    """The registry may close an idle kept-alive connection; the node retries once on a new one (not a failure)."""
+class ClosingPeer:
+    """Answers each request on a connection, then closes that connection while it is idle."""
+
+    def __init__(self, answer: bytes, connections: int) -> None:
+        self.answer = answer
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.requests = 0
+        threading.Thread(target=self._serve, args=(connections,), daemon=True).start()
+
+    def _serve(self, connections: int) -> None:
+        for _ in range(connections):
+            c, _ = self.sock.accept()
+            with c:
+                if c.recv(65536):
+                    self.requests += 1
+                    c.sendall(self.answer)
+
+
+def _executor(peer_port: int, **spec):
     import time
 
     from drtp.client.executor import Executor
     from drtp.replay_types import ReplayRequest, RunSpec
 
-    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-    peer = Peer([ok, None, ok])
-    ex = Executor(RunSpec(run="r", start_epoch=time.time(), timeout=5), time.perf_counter)
+    ex = Executor(RunSpec(run="r", start_epoch=time.time(), timeout=5, **spec), time.perf_counter)
 
-    def get(seq: int):
-        req = ReplayRequest(seq, f"id{seq}", "c1", "GET", "blob", "get", f"127.0.0.1:{peer.port}", "t/x", "l", 2, 200)
+    def send(seq: int, method: str = "GET", op: str = "get"):
+        req = ReplayRequest(seq, f"id{seq}", "c1", method, "blob", op, f"127.0.0.1:{peer_port}", "t/x", "l", 2, 200)
         return ex.execute(req)
 
-    first, second = get(0), get(1)
-    assert (first.ok, first.bytes) == (True, 2)
-    assert (second.ok, second.status, second.bytes) == (True, 200, 2), second.error
-    assert peer.connections == 2
+    return send
+
+
+def test_executor_replaces_a_connection_closed_while_idle_before_writing():
+    """The registry may close an idle kept-alive connection: found before the request is written, not a failure."""
+    import time
+
+    peer = ClosingPeer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", connections=2)
+    send = _executor(peer.port)
+    first = send(0)
+    time.sleep(0.2)  # the peer has closed the idle connection by now
+    second = send(1)
+    assert (first.ok, first.bytes, first.attempts) == (True, 2, 1)
+    assert (second.ok, second.status, second.bytes, second.attempts) == (True, 200, 2, 1), second.error
+    assert peer.requests == 2
+
+
+def test_executor_never_resends_a_written_request():
+    """A connection that drops after the request was written is the request's failure: sent once, class reset."""
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    peer = Peer([ok, None, ok, None])
+    send = _executor(peer.port)
+    assert send(0).ok
+    gone = send(1)
+    assert (gone.ok, gone.outcome, gone.status, gone.attempts) == (False, "reset", 0, 1)
+    assert "without an answer" in gone.error
+    assert send(2).ok
+    put = send(3, "PUT", "upload-close")  # opens its upload with a helper POST first: that one drops
+    assert put.outcome == "not-sent" and put.aux[0].outcome == "reset" and put.aux[0].error
+    assert peer.connections == 2  # nothing was sent again on a new connection
+
+
+def test_executor_retries_only_idempotent_requests_without_an_answer_when_asked():
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    peer = Peer([None, ok, b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nok"])
+    send = _executor(peer.port, retries=2)
+    again = send(0)
+    assert (again.ok, again.attempts) == (True, 2)  # no answer byte came: sent again, counted
+    cut = send(1)
+    assert (cut.ok, cut.outcome, cut.attempts) == (False, "truncated", 1)  # an answer began: never again
+    assert peer.connections == 2 and not peer.answers  # the cut answer was not asked for again
 
 
 def fetch(netloc: str, requests: list[tuple[str, str]], timeout: float = 5):
@@ -191,13 +261,16 @@ def test_async_connection_edge_cases():
     assert (second.status, second.bytes) == (200, 5) and not conn.open
     closing = Peer([None])
     (gone,), _ = fetch(f"127.0.0.1:{closing.port}", [("GET", "/")])
-    assert isinstance(gone, ServerDisconnected)
+    assert isinstance(gone, RequestError) and gone.outcome == "reset"
+    cut = Peer([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf"])
+    (short,), _ = fetch(f"127.0.0.1:{cut.port}", [("GET", "/")])
+    assert isinstance(short, RequestError) and short.outcome == "truncated" and short.answered
     garbage = Peer([b"SSH-2.0-OpenSSH_9.2\r\n\r\n"])
     (bad,), _ = fetch(f"127.0.0.1:{garbage.port}", [("GET", "/")])
-    assert isinstance(bad, ProtocolError)
+    assert isinstance(bad, RequestError) and bad.outcome == "protocol"
     silent = Peer([])  # kept referenced: its listening socket must stay open
     (slow,), _ = fetch(f"127.0.0.1:{silent.port}", [("GET", "/")], timeout=0.3)
-    assert isinstance(slow, TimeoutError)
+    assert isinstance(slow, RequestError) and slow.outcome == "timeout"
 
 
 def run_on_loop(requests, timeout: float = 5.0) -> list:
@@ -222,8 +295,12 @@ def test_loop_engine_follows_a_redirect_through_the_thread_executor():
     from drtp.replay_types import ReplayRequest
 
     storage = Peer([b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nlayer"])
-    registry = Peer([f"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:{storage.port}/blob\r\n"
-                     "Content-Length: 0\r\n\r\n".encode()])
+    registry = Peer(
+        [
+            f"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:{storage.port}/blob\r\n"
+            "Content-Length: 0\r\n\r\n".encode()
+        ]
+    )
     req = ReplayRequest(0, "id0", "c1", "GET", "blob", "get", f"127.0.0.1:{registry.port}", "t/x", "sha256:ab", 5, 200)
     (result,) = run_on_loop([req])
     assert (result.ok, result.status, result.bytes) == (True, 200, 5), result.error
@@ -248,4 +325,5 @@ def test_loop_engine_keeps_each_clients_order_and_reports_failures(registry):
     for client in (0, 1):  # each client's requests started after the previous one ended, in trace order
         mine = [r for r in results[:10] if r.seq % 2 == client]
         assert all(a.start + a.latency <= b.start + 1e-6 for a, b in zip(mine, mine[1:], strict=False))
-    assert not results[10].ok and results[10].status == 0 and "Refused" in results[10].error
+    assert not results[10].ok and results[10].status == 0 and results[10].outcome == "refused"
+    assert "Connection refused" in results[10].error

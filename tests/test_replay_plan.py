@@ -79,3 +79,25 @@ def test_log_histogram_percentiles_match_nearest_rank(seed):
         exact = np.percentile(values, q * 100, method="inverted_cdf")
         assert h.quantile(q) == pytest.approx(exact, rel=1e-3)
     assert h.describe()["max"] == max(values)
+
+
+def test_a_manifest_push_waits_for_the_earlier_reads_of_its_tag():
+    """Order of one object holds both ways: a later PUT of a tag does not overtake an earlier GET of it."""
+    p = Planner(["r:1"])
+    get = p.plan(rec("GET", "v2/a/x/manifests/v1", client="c2"), 0, None)
+    head = p.plan(rec("HEAD", "v2/a/x/manifests/v1", client="c3"), 1, None)
+    push = rec("PUT", "v2/a/x/manifests/v1", 201, 900)
+    assert p.blocked_by(push) == [("manifest", "a/x", "v1")]
+    assert p.blocked_by(rec("PUT", "v2/a/x/manifests/v2", 201, 900)) == []  # another tag: free
+    p.done(get, ReplayResult(0, 200, True, 0.0, 0.01))
+    assert p.blocked_by(push) == [("manifest", "a/x", "v1")]  # the HEAD is still out
+    p.done(head, None)  # lost with its node: nothing will come, the push may go
+    assert p.blocked_by(push) == []
+
+
+def test_a_blob_read_carries_the_objects_known_size():
+    p = Planner(["r:1"])
+    p.learn("a/x", "blob", "L1", "sha256:warm", 1234)
+    assert p.plan(rec("GET", "v2/a/x/blobs/L1"), 0, None).object_size == 1234
+    assert p.plan(rec("HEAD", "v2/a/x/blobs/L1"), 1, None).object_size is None  # no body to count
+    assert p.plan(rec("GET", "v2/a/x/blobs/L404", 404), 2, None).object_size is None  # unknown object
