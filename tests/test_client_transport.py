@@ -327,3 +327,42 @@ def test_loop_engine_keeps_each_clients_order_and_reports_failures(registry):
         assert all(a.start + a.latency <= b.start + 1e-6 for a, b in zip(mine, mine[1:], strict=False))
     assert not results[10].ok and results[10].status == 0 and results[10].outcome == "refused"
     assert "Connection refused" in results[10].error
+
+
+@pytest.mark.parametrize("engine", ["loop", "threads"])
+def test_a_stuck_request_holds_back_only_its_own_trace_client(engine):
+    """One slot, one trace client whose registry never answers: the other clients' requests all finish
+    before the stuck one times out, and the stuck client's next request waits for it (trace order)."""
+    import time
+
+    from drtp.client.loop_engine import LoopRun
+    from drtp.client.scheduler import STALL_S, NodeRun
+    from drtp.replay_types import ReplayRequest, RunSpec
+
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    answering = Peer([ok] * 20)
+    silent = Peer([])  # accepts, never answers
+    timeout = STALL_S * 4
+    reqs = [ReplayRequest(0, "id0", "stuck", "GET", "blob", "get", f"127.0.0.1:{silent.port}", "t/x", "l", 2, 200)]
+    reqs.append(
+        ReplayRequest(1, "id1", "stuck", "GET", "blob", "get", f"127.0.0.1:{answering.port}", "t/x", "l", 2, 200)
+    )
+    reqs += [
+        ReplayRequest(i, f"id{i}", f"c{i % 3}", "GET", "blob", "get", f"127.0.0.1:{answering.port}", "t/x", "l", 2, 200)
+        for i in range(2, 14)
+    ]
+    spec = RunSpec(run="r", start_epoch=time.time(), threads=1, timeout=timeout, engine=engine)
+    run = LoopRun(spec) if engine == "loop" else NodeRun(spec)
+    run.submit(reqs)
+    run.end()
+    out = []
+    while (item := run.results.get(timeout=30)) is not None:
+        out.extend(item if isinstance(item, list) else [item])
+    by_seq = {r.seq: r for r in out}
+    stuck = by_seq[0]
+    assert stuck.outcome == "timeout" and stuck.latency >= timeout * 0.9
+    stuck_end = stuck.start + stuck.latency
+    others = [by_seq[i] for i in range(2, 14)]
+    assert all(r.ok for r in others)
+    assert max(r.start + r.latency for r in others) < stuck_end  # nobody else waited for the stuck one
+    assert by_seq[1].ok and by_seq[1].start >= stuck_end - 1e-6  # its own client did
