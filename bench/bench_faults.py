@@ -76,7 +76,7 @@ def one_run(work: Path, name: str, trace: Path, reg: LocalRegistry, nodes: list[
     logged = Counter(x.method for x in logged_requests(reg.log_path, offset) if is_replayed(x.method, x.path))
     rows = pd.read_csv(work / name / "requests.csv", keep_default_na=False, na_values=[""])
     failed = rows[rows.outcome != "ok"]
-    caused = failed[[can_cause(o, s) for o, s in zip(failed.outcome, failed.status, strict=True)]]
+    caused = failed[failed.outcome.combine(failed.status, can_cause).astype(bool)]
     sent = rows[~rows.outcome.isin(NEVER_SENT)]
     return {
         "requests": int((~rows.auxiliary).sum()),

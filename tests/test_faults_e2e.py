@@ -112,7 +112,7 @@ def check_honest(run: Replayed, trace: Path) -> None:
 
     # every injected fault is a failed row of its class (trace and auxiliary rows together) ...
     failed = rows[rows.outcome != "ok"]
-    caused = failed[[can_cause(o, s) for o, s in zip(failed.outcome, failed.status, strict=True)]]
+    caused = failed[failed.outcome.combine(failed.status, can_cause).astype(bool)]
     want = Counter((f.method, fault_class(f.outcome, f.status)) for f in run.injected)
     got = Counter((m, fault_class(o, s)) for m, o, s in zip(caused.method, caused.outcome, caused.status, strict=True))
     assert got == want, _explain(run, caused)
