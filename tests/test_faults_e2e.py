@@ -101,8 +101,12 @@ def replay(tmp_path: Path, warmed, nodes, plan: FaultPlan, max_failed: str | Non
     return Replayed(rows, summary, injected, forwarded, logged, proc.returncode, proc.stderr, run_dir)
 
 
-def check_honest(run: Replayed, trace: Path) -> None:
-    """What every faulted run must show, whatever the faults were."""
+def check_honest(run: Replayed, trace: Path, retried: frozenset[str] = frozenset()) -> None:
+    """What every faulted run must show, whatever the faults were.
+
+    ``retried``: fault kinds a GET/HEAD is sent again after (client_info.retries): those
+    faults end as a second attempt, not as a failed row.
+    """
     records = list(TraceReader([trace]))
     rows = run.rows
     main = rows[~rows.auxiliary]
@@ -113,12 +117,15 @@ def check_honest(run: Replayed, trace: Path) -> None:
     # every injected fault is a failed row of its class (trace and auxiliary rows together) ...
     failed = rows[rows.outcome != "ok"]
     caused = failed[failed.outcome.combine(failed.status, can_cause).astype(bool)]
-    want = Counter((f.method, fault_class(f.outcome, f.status)) for f in run.injected)
+    absorbed = [f for f in run.injected if f.method in ("GET", "HEAD") and f.kind in retried]
+    want = Counter((f.method, fault_class(f.outcome, f.status)) for f in run.injected if f not in absorbed)
     got = Counter((m, fault_class(o, s)) for m, o, s in zip(caused.method, caused.outcome, caused.status, strict=True))
     assert got == want, _explain(run, caused)
     assert (rows.ok == (rows.outcome == "ok")).all()
     # ... and a faulted read is never a row that says ok: per (method, path), failed rows cover the faults
-    faulted_reads = Counter((f.method, f.path) for f in run.injected if f.method in ("GET", "HEAD"))
+    faulted_reads = Counter(
+        (f.method, f.path) for f in run.injected if f.method in ("GET", "HEAD") and f not in absorbed
+    )
     failed_reads = Counter(zip(failed.method, _paths(failed), strict=True))
     assert all(failed_reads[k] >= n for k, n in faulted_reads.items()), faulted_reads - failed_reads
 
@@ -130,6 +137,11 @@ def check_honest(run: Replayed, trace: Path) -> None:
     assert run.logged == run.forwarded == attempts
     for method in ("POST", "PATCH", "PUT"):
         assert run.logged[method] == (sent.method == method).sum(), method
+    # a second attempt for each fault a retry absorbed, and none for anything else
+    again = Counter()
+    for method, n in zip(sent.method, sent.attempts, strict=True):
+        again[method] += int(n) - 1
+    assert +again == Counter(f.method for f in absorbed)
 
     # the summary counts the same failures as the rows
     assert run.summary["failed"] == int((main.outcome != "ok").sum()) > 0
@@ -174,3 +186,14 @@ def test_mixed_faults_on_a_tenth_of_the_requests(tmp_path, warmed, nodes, engine
     failed = int((~run.rows[~run.rows.auxiliary].ok).sum())
     assert 0 < failed <= TRACE_REQUESTS // 2
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_retries_send_reads_again_only_when_no_answer_byte_came(tmp_path, warmed, nodes):
+    """With client_info.retries, a GET/HEAD whose answer never began (closed, held past the timeout) is sent
+    again and counted as an attempt; a read cut after its first byte, and any write, is never sent again."""
+    plan = Chosen(kinds=("close", "delay", "reset"), per_kind=1, start=1, gap=3)
+    run = replay(tmp_path, warmed, nodes, plan, retries=1)
+    check_honest(run, warmed[1], retried=frozenset(("close", "delay")))
+    kinds = Counter((f.method, f.kind) for f in run.injected)
+    assert kinds[("GET", "close")] and kinds[("GET", "delay")] and kinds[("PUT", "close")] and kinds[("POST", "delay")]
+    assert (run.rows.attempts > 1).any()
