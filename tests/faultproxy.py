@@ -140,7 +140,9 @@ class Chosen:
     For each method separately, the ``start``-th replayed request and every
     ``gap``-th after it get the next fault, until each kind was used
     ``per_kind`` times for that method; so every method the trace has enough of
-    sees every kind.  Stateful: the proxy calls a plan under its lock.
+    sees every kind.  A (method, path) is faulted at most once and not counted
+    after that, so a read sent again (client_info.retries) gets its real answer.
+    Stateful: the proxy calls a plan under its lock.
     """
 
     def __init__(
@@ -159,16 +161,20 @@ class Chosen:
         self.gap = gap
         self.methods = frozenset(methods)
         self.seen: Counter[str] = Counter()
+        self.faulted: set[tuple[str, str]] = set()
 
     def __call__(self, index: int, method: str, path: str) -> str | None:
-        if method not in self.methods or not is_replayed(method, path):
+        if method not in self.methods or not is_replayed(method, path) or (method, path) in self.faulted:
             return None
         n = self.seen[method]
         self.seen[method] += 1
         if n < self.start or (n - self.start) % self.gap:
             return None
         slot = (n - self.start) // self.gap
-        return self.kinds[slot // self.per_kind] if slot < len(self.kinds) * self.per_kind else None
+        if slot >= len(self.kinds) * self.per_kind:
+            return None
+        self.faulted.add((method, path))
+        return self.kinds[slot // self.per_kind]
 
 
 @dataclass(frozen=True)

@@ -303,9 +303,15 @@ def test_plans():
     assert is_replayed("GET", "/v2/a/b/blobs/sha256:1") and is_replayed("PATCH", "/v2/a/blobs/uploads/u")
     assert not is_replayed("GET", "/v2/") and not is_replayed("POST", "/v2/drtp-preflight/blobs/uploads/")
     chosen = Chosen(kinds=("503", "close"), per_kind=2, start=1, gap=2, methods=("GET",))
-    picks = [chosen(i, "GET", "/v2/r/blobs/x") for i in range(12)]
+    picks = [chosen(i, "GET", f"/v2/r/blobs/{i}") for i in range(12)]
     assert picks == [None, "503", None, "503", None, "close", None, "close", None, None, None, None]
     assert Chosen()(0, "DELETE", "/v2/r/blobs/x") is None
+    once = Chosen(kinds=("close",), per_kind=5, start=0, gap=1)
+    assert [once(i, "GET", p) for i, p in enumerate(["/v2/r/blobs/a", "/v2/r/blobs/a", "/v2/r/blobs/b"])] == [
+        "close",
+        None,  # the same read again (a retry): its real answer
+        "close",
+    ]
     mixed = Mixed(rate=0.1, seed=3)
     draws = [mixed(i, "GET", "/v2/r/blobs/x") for i in range(5000)]
     assert draws == [Mixed(rate=0.1, seed=3)(i, "GET", "/v2/r/blobs/x") for i in range(5000)]  # seeded
