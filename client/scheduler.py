@@ -78,6 +78,7 @@ class NodeRun(RunBook):
         self.busy: dict[int, float] = {}  # worker id -> clock time its request started
         self.stalled: set[int] = set()  # workers whose request overran STALL_S (a stand-in took their slot)
         self.worker_ids = itertools.count()
+        self.watch_stop = threading.Event()
         for _ in range(self.slots):
             self._spawn()
         threading.Thread(target=self._watch, name="drtp-watch", daemon=True).start()
@@ -87,9 +88,14 @@ class NodeRun(RunBook):
         threading.Thread(target=self._work, args=(wid,), name=f"drtp-worker-{wid}", daemon=True).start()
 
     def _watch(self) -> None:
-        """Give each request that overran STALL_S a stand-in worker, at most ``slots`` at once."""
-        with self.cv:
-            while not self.stream_closed:
+        """Give each request that overran STALL_S a stand-in worker, at most ``slots`` at once.
+
+        It sleeps on its own event, not on ``cv``: a ``notify()`` meant for a worker must not wake it.
+        """
+        while not self.watch_stop.wait(STALL_S / 2):
+            with self.cv:
+                if self.stream_closed:
+                    return
                 now = self.clock()
                 for wid, started in self.busy.items():
                     if len(self.stalled) >= self.slots:
@@ -97,7 +103,6 @@ class NodeRun(RunBook):
                     if now - started > STALL_S and wid not in self.stalled:
                         self.stalled.add(wid)
                         self._spawn()
-                self.cv.wait(STALL_S / 2)
 
     # -- called by the HTTP handlers ----------------------------------------------------
 
@@ -178,4 +183,5 @@ class NodeRun(RunBook):
     def _maybe_finish(self) -> None:
         if self.finished and not self.stream_closed:
             self.stream_closed = True
+            self.watch_stop.set()
             self.results.put(None)  # end of the result stream

@@ -203,3 +203,101 @@ class Planner:
             self.pending[key] = left
         else:
             self.pending.pop(key, None)
+
+
+class Held(msgspec.Struct, gc=False):
+    """A trace record the master holds back, with what it was given when read."""
+
+    rec: TraceRecord
+    seq: int
+    at: float | None
+
+
+def _push_key(rec: TraceRecord) -> tuple | None:
+    """The object a record pushes (a layer, or a manifest tag), if it pushes one."""
+    if rec.method != "PUT":
+        return None
+    if rec.kind == "manifest":
+        return ("manifest", rec.repository, rec.reference)
+    return None if rec.reference.startswith("uploads") else ("blob", rec.reference)
+
+
+def _read_key(rec: TraceRecord) -> tuple | None:
+    """The object a record reads (a layer, or a manifest tag), if it reads one."""
+    if rec.method == "PUT" or (rec.kind == "blob" and rec.method in ("POST", "PATCH")):
+        return None
+    if rec.kind == "manifest":
+        return ("manifest", rec.repository, rec.reference)
+    return None if rec.reference.startswith("uploads") else ("blob", rec.reference)
+
+
+class HeldRecords:
+    """Records that wait for a request in flight, per trace client, so the rest of the trace goes on.
+
+    A record that must wait (:meth:`Planner.blocked_by`) is held, and so is every later record
+    of its trace client (their order is the trace's); other clients' records are dispatched
+    meanwhile.  A held record also holds back the later records of other clients that would
+    overtake it on the same object: a read of what it pushes, a push of the tag it reads.
+    A held record counts as such until it is planned (``planned``), also after ``release``.
+    """
+
+    def __init__(self, planner: Planner) -> None:
+        self.planner = planner
+        self.by_client: dict[str, list[Held]] = {}
+        self.pushes: dict[tuple, list[int]] = {}  # object -> seqs of held records pushing it, ascending
+        self.reads: dict[tuple, list[int]] = {}  # manifest tag -> seqs of held records reading it, ascending
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def _overtakes(self, rec: TraceRecord, seq: int) -> bool:
+        """Would ``rec`` overtake an earlier held record on the same object?"""
+        key = _read_key(rec)
+        if key is not None and (seqs := self.pushes.get(key)) and seqs[0] < seq:
+            return True
+        key = _push_key(rec)
+        return key is not None and key[0] == "manifest" and bool(seqs := self.reads.get(key)) and seqs[0] < seq
+
+    def hold(self, rec: TraceRecord, seq: int, at: float | None) -> bool:
+        """Hold ``rec`` when its client already waits or it depends on a request in flight or held."""
+        queue = self.by_client.get(rec.client)
+        if queue is None:
+            if not (self.count and self._overtakes(rec, seq)) and not self.planner.blocked_by(rec):
+                return False
+            queue = self.by_client[rec.client] = []
+        queue.append(Held(rec, seq, at))
+        if (key := _push_key(rec)) is not None:
+            self.pushes.setdefault(key, []).append(seq)
+        if (key := _read_key(rec)) is not None and key[0] == "manifest":
+            self.reads.setdefault(key, []).append(seq)
+        self.count += 1
+        return True
+
+    def release(self) -> list[Held]:
+        """The held records that may go now, in each client's trace order; call ``planned`` for each."""
+        out: list[Held] = []
+        for client in list(self.by_client):
+            queue = self.by_client[client]
+            n = 0
+            for held in queue:
+                if self._overtakes(held.rec, held.seq) or self.planner.blocked_by(held.rec):
+                    break
+                out.append(held)
+                n += 1
+            if n == len(queue):
+                del self.by_client[client]
+            elif n:
+                del queue[:n]
+        self.count -= len(out)
+        out.sort(key=lambda h: h.seq)
+        return out
+
+    def planned(self, held: Held) -> None:
+        """A released record is about to be planned: the planner counts it from now on."""
+        for table, key in ((self.pushes, _push_key(held.rec)), (self.reads, _read_key(held.rec))):
+            seqs = table.get(key) if key is not None else None
+            if seqs and held.seq in seqs:
+                seqs.remove(held.seq)
+                if not seqs:
+                    del table[key]

@@ -22,7 +22,7 @@ from pathlib import Path
 from drtp.config import Config, redacted
 from drtp.errors import DrtpError
 from drtp.master.nodes import NodeLink
-from drtp.master.plan import Planner, with_prefix
+from drtp.master.plan import HeldRecords, Planner, with_prefix
 from drtp.master.preflight import preflight_all
 from drtp.master.results import RunResults, format_table
 from drtp.master.routing import Router
@@ -65,6 +65,7 @@ class Replay:
         self.links = {a: NodeLink(a, self.token, self.events) for a in node_addresses(cfg)}
         self.router = Router(list(self.links), hashed=self.ci.route)
         self.planner = Planner(self.registries)
+        self.held = HeldRecords(self.planner)  # records waiting for a request in flight, per trace client
         self.inflight: dict[int, tuple[str, ReplayRequest]] = {}
         self.per_node: dict[str, int] = {a: 0 for a in self.links}
         self.buffers: dict[str, list[ReplayRequest]] = {a: [] for a in self.links}
@@ -156,8 +157,6 @@ class Replay:
 
     def _dispatch(self, timed: bool) -> None:
         cap = max(1, self.ci.inflight)
-        batch = max(1, self.ci.batch)
-        refill_at = max(0, cap - batch)
         speedup = self.ci.speedup
         first = None
         seq = 0
@@ -167,42 +166,70 @@ class Replay:
                     return
                 if self.events.queue:  # a lock-free peek: most records find nothing to drain
                     self._drain(timeout=0)
+                    if self.held and not self._release_held():
+                        return
                 if self.skip and rec.id in self.skip:
                     self.planner.replayed(rec)
                     seq += 1
                     if self.bar is not None:
                         self.bar.update(1)
                     continue
-                blocked = self.planner.blocked_by(rec)
-                if blocked:
-                    self._flush_all()
-                    while self.planner.blocked_by(rec) and self.router.alive:
-                        self._drain(timeout=1.0)
                 t = rec.time
                 if first is None:
                     first = t
                 at = self.offset + (t - first) / speedup if timed else None
-                node = self._route(rec)
-                if node is None:  # every node is dead: what was measured is kept, the summary still written
-                    return
-                if self.per_node[node] >= cap and node not in self.dead:
-                    # at the cap: refill a whole batch at once, not one request per result (a batch of
-                    # one per result cost each node a connection and a thread per request)
-                    self._flush_all()
-                    while self.per_node[node] > refill_at and node not in self.dead:
-                        self._drain(timeout=1.0)
-                if node in self.dead:
-                    node = self._route(rec)
-                    if node is None:
+                if self.held.hold(rec, seq, at):  # it waits for a request in flight; other clients go on
+                    seq += 1
+                    if len(self.held) >= cap and not self._wait_held(cap // 2):
                         return
-                req = self.planner.plan(rec, seq, at)
-                self.inflight[seq] = (node, req)
-                self.per_node[node] += 1
-                buf = self.buffers[node]
-                buf.append(req)
-                if len(buf) >= batch:
-                    self._flush(node)
+                    continue
+                if not self._send(rec, seq, at):
+                    return
                 seq += 1
+        self._wait_held(0)
+
+    def _send(self, rec, seq: int, at: float | None) -> bool:
+        """Plan ``rec`` and put it in its node's next batch; False when every node is dead."""
+        node = self._route(rec)
+        if node is None:  # every node is dead: what was measured is kept, the summary still written
+            return False
+        cap = max(1, self.ci.inflight)
+        batch = max(1, self.ci.batch)
+        if self.per_node[node] >= cap and node not in self.dead:
+            # at the cap: refill a whole batch at once, not one request per result (a batch of
+            # one per result cost each node a connection and a thread per request)
+            self._flush_all()
+            while self.per_node[node] > max(0, cap - batch) and node not in self.dead:
+                self._drain(timeout=1.0)
+        if node in self.dead:
+            node = self._route(rec)
+            if node is None:
+                return False
+        req = self.planner.plan(rec, seq, at)
+        self.inflight[seq] = (node, req)
+        self.per_node[node] += 1
+        buf = self.buffers[node]
+        buf.append(req)
+        if len(buf) >= batch:
+            self._flush(node)
+        return True
+
+    def _release_held(self) -> bool:
+        """Send the held records whose wait is over; False when every node is dead."""
+        for held in self.held.release():
+            self.held.planned(held)
+            if not self._send(held.rec, held.seq, held.at):
+                return False
+        return True
+
+    def _wait_held(self, until: int) -> bool:
+        """Wait for results until at most ``until`` records are held; False when every node is dead."""
+        while len(self.held) > until and self.router.alive:
+            self._flush_all()
+            self._drain(timeout=1.0)
+            if not self._release_held():
+                return False
+        return self.router.alive
 
     def _route(self, rec) -> str | None:
         op_key = (rec.client, rec.repository)

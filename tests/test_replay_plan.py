@@ -101,3 +101,29 @@ def test_a_blob_read_carries_the_objects_known_size():
     assert p.plan(rec("GET", "v2/a/x/blobs/L1"), 0, None).object_size == 1234
     assert p.plan(rec("HEAD", "v2/a/x/blobs/L1"), 1, None).object_size is None  # no body to count
     assert p.plan(rec("GET", "v2/a/x/blobs/L404", 404), 2, None).object_size is None  # unknown object
+
+
+def test_held_records_wait_per_client_and_keep_each_objects_order():
+    """A record waiting for a push in flight holds back only its client; held pushes are not overtaken."""
+    from drtp.master.plan import HeldRecords
+
+    p = Planner(["r:1"])
+    held = HeldRecords(p)
+    push = p.plan(rec("PUT", "v2/a/x/blobs/L1", 201, 10, client="c1"), 0, None)
+    read = rec("GET", "v2/a/x/blobs/L1", client="c2")
+    assert held.hold(read, 1, None)  # waits for the push in flight
+    after = rec("PUT", "v2/a/x/manifests/t", 201, 900, client="c2")  # c2's next record: held behind it
+    assert held.hold(after, 2, None)
+    other = rec("GET", "v2/a/x/manifests/t", client="c3")  # reads the tag c2's held push will write
+    assert held.hold(other, 3, None)
+    assert not held.hold(rec("GET", "v2/b/y/blobs/L7", client="c4"), 4, None)  # unrelated: goes now
+    assert held.release() == [] and len(held) == 3
+    p.done(push, ReplayResult(0, 201, True, 0.0, 0.01, 10, "sha256:new", size=10))
+    first = held.release()
+    assert [h.seq for h in first] == [1, 2]  # c2 in trace order; c3 still waits for c2's manifest push
+    for h in first:
+        held.planned(h)
+        req = p.plan(h.rec, h.seq, h.at)
+    assert held.release() == []
+    p.done(req, ReplayResult(2, 201, True, 0.0, 0.01))
+    assert [h.seq for h in held.release()] == [3] and len(held) == 0
