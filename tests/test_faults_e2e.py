@@ -143,9 +143,33 @@ def check_honest(run: Replayed, trace: Path, retried: frozenset[str] = frozenset
         again[method] += int(n) - 1
     assert +again == Counter(f.method for f in absorbed)
 
-    # the summary counts the same failures as the rows
+    # the summary counts the same failures as the rows, per class, trace and helper requests apart
     assert run.summary["failed"] == int((main.outcome != "ok").sum()) > 0
     assert run.summary["succeeded"] == int((main.outcome == "ok").sum())
+    assert run.summary["failures"] == dict(Counter(main.outcome[main.outcome != "ok"]))
+    helpers = rows[rows.auxiliary]
+    assert run.summary["auxiliary"]["requests"] == len(helpers)
+    assert run.summary["auxiliary"]["failures"] == dict(Counter(helpers.outcome[helpers.outcome != "ok"]))
+
+
+def check_analysis_agrees(run: Replayed, out: Path) -> None:
+    """``drtp analyze results`` on the faulted run gives summary.json's numbers, failures per class included."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "drtp.cli", "analyze", "results", str(run.run_dir), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = json.loads((out / "results.json").read_text())
+    analysis = saved[run.run_dir.name]
+    for key in ("requests", "succeeded", "failed", "failures", "lost", "bytes", "auxiliary", "duration_s"):
+        assert analysis[key] == run.summary[key], key
+    for q in ("p50", "p99", "max"):
+        assert analysis["latency_s"][q] == run.summary["latency_s"][q], q
+    assert analysis["per_method"] == run.summary["per_method"]
+    failures = pd.read_csv(out / "failures.csv", index_col=0)
+    assert failures[run.run_dir.name].to_dict() == run.summary["failures"]
 
 
 def _paths(rows: pd.DataFrame) -> list[str]:
@@ -186,6 +210,7 @@ def test_mixed_faults_on_a_tenth_of_the_requests(tmp_path, warmed, nodes, engine
     failed = int((~run.rows[~run.rows.auxiliary].ok).sum())
     assert 0 < failed <= TRACE_REQUESTS // 2
     assert run.returncode == 0, run.stderr[-3000:]
+    check_analysis_agrees(run, tmp_path / "analysis")
 
 
 def test_retries_send_reads_again_only_when_no_answer_byte_came(tmp_path, warmed, nodes):
