@@ -27,6 +27,7 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 import bench_analyze  # noqa: E402
+import bench_faults  # noqa: E402
 import bench_reader  # noqa: E402
 import bench_replay  # noqa: E402
 import bench_simulate  # noqa: E402
@@ -49,12 +50,13 @@ class Size:
     scale: tuple[int, int]  # the two sizes of the RSS rows
     analyze: int  # records for `drtp analyze trace`
     rates: tuple[float, ...] = (50, 200, 500)
+    faults: int = 300  # trace requests replayed clean and with ~10 % faults
 
 
 SIZES = {
-    "tiny": Size(3000, 1, 300, 1, 1, 5000, 1, (2000, 20000), 3000),
-    "small": Size(200_000, 2, 3000, 4, 5, 200_000, 2, (20_000, 200_000), 200_000),
-    "full": Size(1_000_000, 3, 8000, 8, 20, 1_000_000, 3, (100_000, 1_000_000), 1_000_000),
+    "tiny": Size(3000, 1, 300, 1, 1, 5000, 1, (2000, 20000), 3000, faults=300),
+    "small": Size(200_000, 2, 3000, 4, 5, 200_000, 2, (20_000, 200_000), 200_000, faults=1000),
+    "full": Size(1_000_000, 3, 8000, 8, 20, 1_000_000, 3, (100_000, 1_000_000), 1_000_000, faults=3000),
 }
 
 COLUMNS = ["row", "metric", "drtp", "baseline", "unit", "ratio", "better", "target", "met", "baseline_is", "note"]
@@ -298,7 +300,47 @@ def analyze_rows(size: Size, traces: Traces, work: Path) -> list[Row]:
     ]
 
 
-PARTS = ("ingest", "replay", "simulate", "scale", "analyze")
+def faults_rows(size: Size) -> list[Row]:
+    res = bench_faults.measure(size.faults)
+    f = res["faulted"]
+    injected = sum(r["injected"] for r in res["classes"])
+    writes = "yes" if f["writes_logged"] == f["writes_sent"] else "NO"
+    rows = [
+        Row(
+            "7 faults",
+            f"replay duration with ~10% faults ÷ clean, {res['requests']:,} requests",
+            f["duration_s"],
+            res["clean"]["duration_s"],
+            "s",
+            "lower",
+            "",
+            "—",
+            "the same trace through the same proxy without faults",
+            f"{injected} faults injected, {f['failed']} trace requests failed; client timeout "
+            f"{res['timeout_s']:g} s, delay faults hold {res['delay_s']:g} s; POST/PATCH/PUT logged = sent: {writes}",
+        )
+    ]
+    for r in res["classes"]:
+        if not r["injected"]:
+            continue  # a class drtp recorded that was never injected still fails the "honest" note above
+        rows.append(
+            Row(
+                "7 faults",
+                f"failed rows recorded as {r['class']} vs injected",
+                r["recorded"],
+                r["injected"],
+                "requests",
+                "higher",
+                "= injected",
+                yes_no(r["recorded"] == r["injected"]),
+                "faults of this class the proxy injected (each answer faulted once, each request sent once)",
+                f"honest overall (every class, writes, clean run without failures): {'yes' if res['honest'] else 'NO'}",
+            )
+        )
+    return rows
+
+
+PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults")
 
 
 def run_suite(size_name: str = "tiny", out_dir: Path | None = None, parts: tuple = PARTS, log=print) -> dict:
@@ -315,6 +357,7 @@ def run_suite(size_name: str = "tiny", out_dir: Path | None = None, parts: tuple
             "simulate": lambda: simulate_rows(size, traces),
             "scale": lambda: scale_rows(size, traces, work),
             "analyze": lambda: analyze_rows(size, traces, work),
+            "faults": lambda: faults_rows(size),
         }
         for part in parts:
             t0 = time.perf_counter()

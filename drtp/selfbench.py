@@ -17,7 +17,7 @@ from types import ModuleType
 from drtp.errors import DrtpError
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
-PARTS = ("ingest", "replay", "simulate", "scale", "analyze")
+PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults")
 
 
 def load_suite(bench_dir: Path = BENCH_DIR) -> ModuleType:

@@ -1,0 +1,38 @@
+"""What the registry received, read from its JSON log: the ground truth a replay's rows are checked against."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One request the registry answered."""
+
+    method: str
+    path: str  # the request target without the query string
+    status: int
+
+
+def logged_requests(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> list[Logged]:
+    """The requests logged after byte ``offset``, in log order.
+
+    ``settle_s``: the registry writes its log line just after the answer went
+    out, so a reader that has just seen the answer waits a moment first.
+    """
+    time.sleep(settle_s)
+    out = []
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        for line in f:
+            if not line.startswith(b"{"):
+                continue
+            entry = json.loads(line)
+            if not str(entry.get("msg", "")).startswith("response completed"):
+                continue
+            uri = entry["http.request.uri"]
+            out.append(Logged(entry["http.request.method"], uri.split("?", 1)[0], int(entry["http.response.status"])))
+    return out
