@@ -97,7 +97,7 @@ class ReplayResult(msgspec.Struct, gc=False, omit_defaults=True):
     """What happened to one request; ``start`` counts from the run's common start."""
 
     seq: int
-    status: int  # 0 when no complete header block came (timeout, refused…)
+    status: int  # 0 when no complete answer came (timeout, refused, reset, truncated…)
     ok: bool  # outcome == "ok"
     start: float
     latency: float  # seconds from the actual start to the end of the response
