@@ -101,13 +101,8 @@ class LoopRun(RunBook):
 
     def _watch(self) -> None:
         """Give each request that overran STALL_S a stand-in worker, at most ``slots`` at once."""
-        now = self.loop.time()
-        for wid, started in self.busy.items():
-            if len(self.stalled) >= self.slots:
-                break
-            if now - started > STALL_S and wid not in self.stalled:
-                self.stalled.add(wid)
-                self._spawn()
+        for _ in range(self._mark_stalled(self.loop.time())):
+            self._spawn()
         if not self.all_done.done():
             self.loop.call_later(STALL_S / 2, self._watch)
 

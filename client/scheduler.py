@@ -51,6 +51,20 @@ class RunBook:
         self.cancelled = False
         self.stream_closed = False
 
+    def _mark_stalled(self, now: float) -> int:
+        """Mark the requests that overran STALL_S (at most ``slots`` at once); how many stand-ins to start.
+
+        Engines keep ``busy`` (worker id -> start of its request), ``stalled`` and ``slots``.
+        """
+        n = 0
+        for wid, started in self.busy.items():
+            if len(self.stalled) >= self.slots:
+                break
+            if now - started > STALL_S and wid not in self.stalled:
+                self.stalled.add(wid)
+                n += 1
+        return n
+
     @property
     def finished(self) -> bool:
         return self.ended and self.queued == 0 and self.running == 0
@@ -96,13 +110,8 @@ class NodeRun(RunBook):
             with self.cv:
                 if self.stream_closed:
                     return
-                now = self.clock()
-                for wid, started in self.busy.items():
-                    if len(self.stalled) >= self.slots:
-                        break
-                    if now - started > STALL_S and wid not in self.stalled:
-                        self.stalled.add(wid)
-                        self._spawn()
+                for _ in range(self._mark_stalled(self.clock())):
+                    self._spawn()
 
     # -- called by the HTTP handlers ----------------------------------------------------
 
