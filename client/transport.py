@@ -133,6 +133,13 @@ def _cut(answer, nbytes: int) -> RequestError:
     return RequestError(TRUNCATED, f"the connection closed after {nbytes} of {length} body bytes", True)
 
 
+def connect_failed(e: OSError, what: str, connect_timeout: float) -> RequestError:
+    """The classified failure of opening a connection to ``what`` (host:port), both transports' one wording."""
+    if isinstance(e, TimeoutError):
+        return RequestError(TIMEOUT, f"connect timeout: no connection to {what} in {connect_timeout:g} s")
+    return RequestError(classify_exception(e), f"cannot connect to {what}: {e}")
+
+
 def _dropped(sock: socket.socket) -> bool:
     """An idle kept-alive socket that is readable was closed by the peer (or holds bytes nobody asked for)."""
     try:
@@ -182,12 +189,8 @@ class Connection:
         what = f"{self.host}:{self.port}"
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
-        except TimeoutError:
-            raise RequestError(
-                TIMEOUT, f"connect timeout: no connection to {what} in {self.connect_timeout:g} s"
-            ) from None
         except OSError as e:
-            raise RequestError(classify_exception(e), f"cannot connect to {what}: {e}") from None
+            raise connect_failed(e, what, self.connect_timeout) from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.scheme == "https":
@@ -348,12 +351,8 @@ class AsyncConnection(asyncio.BufferedProtocol):
         what = f"{self.host}:{self.port}"
         try:
             await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), self.connect_timeout)
-        except TimeoutError:
-            raise RequestError(
-                TIMEOUT, f"connect timeout: no connection to {what} in {self.connect_timeout:g} s"
-            ) from None
-        except OSError as e:
-            raise RequestError(classify_exception(e), f"cannot connect to {what}: {e}") from None
+        except OSError as e:  # TimeoutError included
+            raise connect_failed(e, what, self.connect_timeout) from None
 
     async def request(self, method: str, target: str, headers: dict[str, str] | None = None) -> Response:
         """Send one request, await its whole answer; raises RequestError like Connection.request."""

@@ -191,18 +191,19 @@ class Planner:
         self.reading[key] = self.reading.get(key, 0) + 1
 
     def _release_read(self, key: tuple) -> None:
-        left = self.reading.get(key, 0) - 1
-        if left > 0:
-            self.reading[key] = left
-        else:
-            self.reading.pop(key, None)
+        _decrement(self.reading, key)
 
     def _release(self, key: tuple) -> None:
-        left = self.pending.get(key, 0) - 1
-        if left > 0:
-            self.pending[key] = left
-        else:
-            self.pending.pop(key, None)
+        _decrement(self.pending, key)
+
+
+def _decrement(counts: dict[tuple, int], key: tuple) -> None:
+    """One fewer in flight for ``key``; at zero the key goes, so an empty table means nothing in flight."""
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 class Held(msgspec.Struct, gc=False):

@@ -78,6 +78,9 @@ class Replay:
         self.links = {a: NodeLink(a, self.token, self.events) for a in node_addresses(cfg)}
         self.router = Router(list(self.links), hashed=self.ci.route)
         self.planner = Planner(self.registries)
+        self.cap = max(1, self.ci.inflight)  # requests out at one node at most
+        self.batch = max(1, self.ci.batch)
+        self.refill_at = max(0, self.cap - self.batch)  # at the cap, wait until a whole batch fits again
         self.held = HeldRecords(self.planner)  # records waiting for a request in flight, per trace client
         self.inflight: dict[int, tuple[str, ReplayRequest]] = {}
         self.per_node: dict[str, int] = {a: 0 for a in self.links}
@@ -260,7 +263,7 @@ class Replay:
             raise write_failed(self.out_dir / "requests.csv", e) from None
 
     def _dispatch(self, timed: bool) -> None:
-        cap = max(1, self.ci.inflight)
+        cap = self.cap
         speedup = self.ci.speedup
         first = None
         seq = 0
@@ -297,13 +300,11 @@ class Replay:
         node = self._route(rec)
         if node is None:  # every node is dead: what was measured is kept, the summary still written
             return False
-        cap = max(1, self.ci.inflight)
-        batch = max(1, self.ci.batch)
-        if self.per_node[node] >= cap and node not in self.dead:
+        if self.per_node[node] >= self.cap and node not in self.dead:
             # at the cap: refill a whole batch at once, not one request per result (a batch of
             # one per result cost each node a connection and a thread per request)
             self._flush_all()
-            while self.per_node[node] > max(0, cap - batch) and node not in self.dead:
+            while self.per_node[node] > self.refill_at and node not in self.dead:
                 self._drain(timeout=1.0)
         if node in self.dead:
             node = self._route(rec)
@@ -314,7 +315,7 @@ class Replay:
         self.per_node[node] += 1
         buf = self.buffers[node]
         buf.append(req)
-        if len(buf) >= batch:
+        if len(buf) >= self.batch:
             self._flush(node)
         return True
 
