@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from unittest.mock import patch
 
 import pandas as pd
 import yaml
@@ -102,9 +103,7 @@ def measure(requests: int = 1000, rate: float = 0.1, seed: int = 11, timeout: fl
     """
     a = argparse.Namespace(timeout=timeout, delay=delay)
     token = os.urandom(16).hex()
-    old = os.environ.get("DRTP_TOKEN")
-    os.environ["DRTP_TOKEN"] = token
-    try:
+    with patch.dict(os.environ, {"DRTP_TOKEN": token}):  # the nodes and the config read it; restored after
         with tempfile.TemporaryDirectory(prefix="drtp-bench-faults-") as tmp:
             work = Path(tmp)
             trace = work / "trace.json"
@@ -121,11 +120,6 @@ def measure(requests: int = 1000, rate: float = 0.1, seed: int = 11, timeout: fl
                     faulted = one_run(work, "faulted", trace, reg, addrs, Mixed(rate=rate, seed=seed), a)
                 finally:
                     stop_nodes(nodes)
-    finally:
-        if old is None:
-            os.environ.pop("DRTP_TOKEN", None)
-        else:
-            os.environ["DRTP_TOKEN"] = old
     classes = [
         {"class": c, "injected": faulted["injected"][c], "recorded": faulted["recorded"][c]}
         for c in sorted(set(faulted["injected"]) | set(faulted["recorded"]))

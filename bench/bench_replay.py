@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest.mock import patch
 
 import yaml
 
@@ -308,9 +309,7 @@ def measure(
     if not shutil.which("wrk"):
         raise RuntimeError("wrk is not installed (apt-get install -y wrk)")
     token = os.urandom(16).hex()
-    old = os.environ.get("DRTP_TOKEN")
-    os.environ["DRTP_TOKEN"] = token
-    try:
+    with patch.dict(os.environ, {"DRTP_TOKEN": token}):  # the nodes and the config read it; restored after
         with tempfile.TemporaryDirectory(prefix="drtp-bench-") as tmp:
             work = Path(tmp)
             with LocalRegistry(work / "registry") as reg:
@@ -326,11 +325,6 @@ def measure(
                         late.append(row)
                 finally:
                     stop_nodes(nodes)
-    finally:
-        if old is None:
-            os.environ.pop("DRTP_TOKEN", None)
-        else:
-            os.environ["DRTP_TOKEN"] = old
     return {"stress": stress_rows, "asis": late}
 
 
