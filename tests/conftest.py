@@ -59,3 +59,15 @@ def real_runs(tmp_path_factory):
     from tests.real_runs import replay_runs
 
     return replay_runs(tmp_path_factory.mktemp("real-runs"))
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory):
+    """Two client nodes (``drtp client`` processes) shared by one test module."""
+    from tests.replay_support import Node
+
+    workdir = tmp_path_factory.mktemp("nodes")
+    started = [Node(workdir), Node(workdir)]
+    yield started
+    for n in started:
+        n.stop()

@@ -35,7 +35,7 @@ from tests.faultproxy import (
     is_replayed,
 )
 from tests.registry_log import logged_requests
-from tests.replay_support import Node, make_trace, write_config
+from tests.replay_support import make_trace, write_config
 
 pytestmark = pytest.mark.registry
 
@@ -57,15 +57,6 @@ class Replayed:
     returncode: int
     stderr: str
     run_dir: Path
-
-
-@pytest.fixture(scope="module")
-def nodes(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("nodes")
-    started = [Node(workdir), Node(workdir)]
-    yield started
-    for n in started:
-        n.stop()
 
 
 @pytest.fixture(scope="module")

@@ -16,18 +16,9 @@ from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
 from drtp.registry import LocalRegistry
 from drtp.trace import TraceReader
-from tests.replay_support import Node, log_tail, make_trace, method_kind_counts, write_config
+from tests.replay_support import log_tail, make_trace, method_kind_counts, write_config
 
 pytestmark = pytest.mark.registry
-
-
-@pytest.fixture(scope="module")
-def nodes(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("nodes")
-    started = [Node(workdir), Node(workdir)]
-    yield started
-    for n in started:
-        n.stop()
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,22 @@ def _rows(run_dir) -> pd.DataFrame:
     return df[~df.auxiliary]
 
 
+def run_with_file_limit(config, out, limit: int) -> subprocess.CompletedProcess:
+    """``drtp run`` as a process whose files may not grow past ``limit`` bytes."""
+
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, no signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "drtp.cli", "run", "-c", str(config), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit_file_size,
+        timeout=120,
+    )
+
+
 def _lines(err: str, text: str) -> list[str]:
     return [line for line in err.splitlines() if text in line]
 
@@ -93,18 +109,8 @@ def test_a_results_file_that_cannot_grow_cancels_the_run_and_exit_3(tmp_path, no
         run_warmup(cfg, quiet=True)
         log_offset = reg.log_path.stat().st_size
 
-        def limit_file_size():
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, no signal
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
         out = tmp_path / "run"
-        proc = subprocess.run(
-            [sys.executable, "-m", "drtp.cli", "run", "-c", str(tmp_path / "config.yaml"), "--out", str(out)],
-            capture_output=True,
-            text=True,
-            preexec_fn=limit_file_size,
-            timeout=120,
-        )
+        proc = run_with_file_limit(tmp_path / "config.yaml", out, limit)
         for n in nodes:  # the nodes were told to cancel: they said so, hold nothing queued, and still serve
             runs = NodeLink(n.address, TOKEN, None).check()["runs"]
             assert all(r["queued"] == 0 for r in runs.values()), runs
@@ -139,18 +145,8 @@ def test_when_even_summary_json_cannot_be_written_it_says_so(tmp_path, nodes):
 
         run_warmup(load_config(tmp_path / "config.yaml"), quiet=True)
 
-        def limit_file_size():
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
         out = tmp_path / "run"
-        proc = subprocess.run(
-            [sys.executable, "-m", "drtp.cli", "run", "-c", str(tmp_path / "config.yaml"), "--out", str(out)],
-            capture_output=True,
-            text=True,
-            preexec_fn=limit_file_size,
-            timeout=120,
-        )
+        proc = run_with_file_limit(tmp_path / "config.yaml", out, limit)
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     errors = _lines(proc.stderr, "drtp: error:")
