@@ -72,6 +72,7 @@ class RunSpec(msgspec.Struct, omit_defaults=True):
     engine: Literal["loop", "threads"] = "threads"  # client/loop_engine.py or client/scheduler.py
     connect_timeout: float = 5.0  # seconds to establish a connection (TCP and TLS)
     retries: int = 0  # GET/HEAD only, and only when no byte of the answer arrived; every attempt is counted
+    registries: list[str] = []  # base URLs (registry_base) this run may send to; a node refuses any other target
 
 
 class Batch(msgspec.Struct):

@@ -1,0 +1,50 @@
+"""The Distribution grammar of repository names and references.
+
+Every name and reference that ends up in a registry URL is checked against
+the grammar registries themselves enforce (distribution/reference): a name is
+lowercase path components joined by ``/``, a reference is a tag or a digest.
+A value outside it is never a registry request — at best the registry refuses
+it, at worst (``..``, CR/LF, ``?``) it addresses another endpoint or injects a
+header line — so the trace reader refuses such records and a client node
+refuses such requests before anything is sent.
+
+Trace references of layers are anonymized ids (hex strings), which the tag
+grammar covers; uploads are addressed as ``uploads/<uuid>`` or ``uploads/``.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_NAME = 255  # distribution/reference: NameTotalLengthMax
+
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+NAME = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
+TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}")
+UPLOAD = re.compile(r"uploads/[A-Za-z0-9_.=-]*")
+
+
+def name_error(name: str) -> str | None:
+    """None when ``name`` is a valid repository name; otherwise what is wrong with it."""
+    if not name:
+        return "empty repository name"
+    if len(name) > MAX_NAME:
+        return f"repository name longer than {MAX_NAME} characters"
+    if NAME.fullmatch(name) is None:
+        return f"repository name {name[:80]!r} is not a Distribution name (lowercase a-z0-9 parts split by . _ - /)"
+    return None
+
+
+def reference_error(reference: str) -> str | None:
+    """None when ``reference`` is a tag, a digest or an upload path; otherwise what is wrong with it."""
+    if TAG.fullmatch(reference) or DIGEST.fullmatch(reference) or UPLOAD.fullmatch(reference):
+        return None
+    return f"reference {reference[:80]!r} is neither a tag, a digest nor an upload"
+
+
+def digest_error(digest: str) -> str | None:
+    """None when ``digest`` is ``algorithm:hex``; otherwise what is wrong with it."""
+    if DIGEST.fullmatch(digest):
+        return None
+    return f"digest {digest[:80]!r} is not algorithm:hex"
