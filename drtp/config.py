@@ -20,6 +20,7 @@ import yaml
 
 from drtp.errors import ConfigError
 from drtp.failure_budget import parse_max_failed
+from drtp.node_auth import token_error
 
 SECRET_KEYS = ("token", "password")
 
@@ -276,6 +277,8 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
         parse_max_failed(cfg.client_info.max_failed)
     except ValueError as e:
         raise ConfigError(f"{source}: key 'client_info.max_failed': {e}") from None
+    if cfg.client_info.token is not None and (why := token_error(cfg.client_info.token)):
+        raise ConfigError(f"{source}: key 'client_info.token': {why}")
     cfg.base_dir = base_dir
     cfg.source = source
     return cfg

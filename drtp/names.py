@@ -22,7 +22,7 @@ _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 NAME = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}")
-UPLOAD = re.compile(r"uploads/[A-Za-z0-9_.=-]*")
+UPLOAD = re.compile(r"uploads/(?:[A-Za-z0-9_=-][A-Za-z0-9_.=-]*)?")  # no leading dot: never "." or ".."
 
 
 def name_error(name: str) -> str | None:

@@ -37,6 +37,17 @@ def failure_budget(args: argparse.Namespace, cfg) -> FailureBudget:
         raise DrtpError(f"{where}: {e}") from None
 
 
+TOKEN_FILE_HELP = "file holding the shared secret of the client nodes (overrides client_info.token and $DRTP_TOKEN)"
+
+
+def apply_token_file(args: argparse.Namespace, cfg) -> None:
+    """--token-file: the secret from that file replaces client_info.token (never on the command line itself)."""
+    if args.token_file is not None:
+        from drtp.node_auth import read_token_file
+
+        cfg.client_info.token = read_token_file(args.token_file)
+
+
 def say(message: str) -> None:
     """One line on stderr, where scripts look for why the exit code is not 0."""
     if message:
@@ -72,6 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted run")
     if cfg.registries and not cfg.registry:  # a registry list: one experiment, warmup + run per registry
         return cmd_experiment(args)
+    apply_token_file(args, cfg)
     budget = failure_budget(args, cfg)
     summary = run_replay(cfg, Path(args.out) if args.out else None, resume=args.resume)
     verdict = judge(summary, budget)
@@ -87,6 +99,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     if args.resume and not args.out:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted experiment")
+    apply_token_file(args, cfg)
     budget = failure_budget(args, cfg)
     status = run_experiment(cfg, Path(args.out) if args.out else None, resume=args.resume, budget=budget)
     return worst(s["exit_code"] for s in status.values())
@@ -166,6 +179,7 @@ def register(sub) -> None:
         "--resume", action="store_true", help="continue the interrupted run in --out DIR; completed requests are kept"
     )
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP)
+    p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -179,6 +193,7 @@ def register(sub) -> None:
     p.add_argument("--out", help="experiment directory (default: <results>/experiment-<date>-<time>)")
     p.add_argument("--resume", action="store_true", help="skip registries done in --out DIR, resume the others")
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP + ", for each registry's run")
+    p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     p.set_defaults(func=cmd_experiment)
 
     p = sub.add_parser(

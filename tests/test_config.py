@@ -95,17 +95,17 @@ def test_required_key_for_a_command(tmp_path):
 
 
 def test_env_secrets_are_expanded_and_never_printed(tmp_path, monkeypatch):
-    monkeypatch.setenv("DRTP_TEST_TOKEN", "s3cr3t-value")
+    monkeypatch.setenv("DRTP_TEST_TOKEN", "s3cr3t-value-0123456")
     path = write(tmp_path, "client_info: {token: '${DRTP_TEST_TOKEN}'}\nregistry: localhost:5000\n")
     cfg = load_config(path)
-    assert cfg.client_info.token == "s3cr3t-value"
+    assert cfg.client_info.token == "s3cr3t-value-0123456"
     assert cfg.registry == ["localhost:5000"]  # a single host:port is accepted as the original did
     assert "s3cr3t" not in str(redacted(cfg))
     out = subprocess.run(
         [sys.executable, "-m", "drtp.cli", "config", "-c", str(path)],
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, "DRTP_TEST_TOKEN": "s3cr3t-value"},
+        env={**__import__("os").environ, "DRTP_TEST_TOKEN": "s3cr3t-value-0123456"},
     )
     assert out.returncode == 0 and "***" in out.stdout and "s3cr3t" not in out.stdout + out.stderr
 
@@ -130,7 +130,7 @@ def test_shipped_example_configs_load_and_their_traces_read(monkeypatch):
 
     from drtp.trace import TraceReader
 
-    monkeypatch.setenv("DRTP_TOKEN", "example-secret")  # the replay examples take the secret from here
+    monkeypatch.setenv("DRTP_TOKEN", "example-secret-0123")  # the replay examples take the secret from here
     monkeypatch.setenv("USER", "tester")  # the Slurm example's work folder is per user
     monkeypatch.setenv("HARBOR_PASSWORD", "example-password")  # and experiment-example.yaml a password
     configs = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
