@@ -20,6 +20,7 @@ import json
 import logging
 import queue
 import re
+import sys
 import threading
 from collections import OrderedDict
 from socketserver import ThreadingMixIn
@@ -49,6 +50,14 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+
+    def handle_error(self, request, client_address) -> None:
+        """A connection that stalled past READ_TIMEOUT_S or vanished costs a log line, not a traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            log.info("dropped the connection from %s: %s", client_address[0], error or type(error).__name__)
+            return
+        super().handle_error(request, client_address)
 
 
 class _QuietHandler(WSGIRequestHandler):
