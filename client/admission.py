@@ -30,6 +30,11 @@ _BASE = re.compile(
 _OPS = {(m, k): op_for(m, k) for m in METHODS for k in KINDS}
 
 
+def _shown(registry: str) -> str:
+    """A registry as an error message may show it: never a ``user:password@`` part."""
+    return registry.rpartition("@")[2][:80]
+
+
 def _positive(value: float) -> bool:
     return math.isfinite(value) and value > 0
 
@@ -50,7 +55,7 @@ def spec_error(spec: RunSpec) -> str | None:
         return "the run names no registries (registries: the registries it may send to)"
     for entry in spec.registries:
         if not _BASE.fullmatch(registry_base(entry)):
-            return f"registry {entry[:80]!r} is not http(s)://host[:port]"
+            return f"registry {_shown(entry)!r} is not http(s)://host[:port] (no user, path or query)"
     return None
 
 
@@ -67,7 +72,7 @@ def request_error(req: ReplayRequest, targets: frozenset[str]) -> str | None:
     if op != req.op:
         return f"op {req.op!r} does not go with {req.method} of a {req.kind} (expected {op!r})"
     if registry_base(req.registry) not in targets:
-        return f"registry {req.registry[:80]!r} is not one of this run's registries"
+        return f"registry {_shown(req.registry)!r} is not one of this run's registries"
     why = name_error(req.repository) or reference_error(req.reference)
     if why is None and req.digest is not None:
         why = digest_error(req.digest)

@@ -29,8 +29,8 @@ def warn_if_token_in_argv(token: str | None, option: str = "--token") -> None:
 def cmd_client(args: argparse.Namespace) -> int:
     from drtp.client.server import NodeService
 
-    warn_if_token_in_argv(args.token)
-    token = resolve_token(args.token, "drtp client", args.token_file)
+    token = resolve_token(args.token, "drtp client", args.token_file)  # a bad one: only its error line
+    warn_if_token_in_argv(args.token if args.token_file is None else None)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

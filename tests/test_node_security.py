@@ -164,7 +164,9 @@ def _drtp(*args: str, env: dict | None = None, timeout: float = 60) -> subproces
 
 def test_token_file_errors_are_one_line_with_exit_2(tmp_path):
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text("registry: [127.0.0.1:1]\nclient_info: {client_list: [127.0.0.1:2]}\ntrace: {location: ., traces: [t.json]}\n")
+    cfg.write_text(
+        "registry: [127.0.0.1:1]\nclient_info: {client_list: [127.0.0.1:2]}\ntrace: {location: ., traces: [t.json]}\n"
+    )
     (tmp_path / "empty").write_text("")
     cases = [
         (["client", "--token-file", str(tmp_path / "missing")], "not found"),
@@ -482,3 +484,26 @@ def test_a_token_from_a_file_stays_out_of_ps_and_the_log(tmp_path):
         node.stop()
     text = node.log.read_text()
     assert "refused GET /health" in text and TOKEN not in text
+
+
+def test_refusals_never_show_a_password_in_a_registry_url():
+    assert "pw" not in spec_error(RunSpec("r", 0.0, registries=["http://user:pw@127.0.0.1:5000"]))
+    assert "pw" not in batch_error([request(0, registry="http://user:pw@127.0.0.1:5000")], TARGETS)
+
+
+def test_a_tls_registry_s_password_never_goes_to_a_plain_http_token_server():
+    from drtp.registry_auth import Authenticator, AuthError
+    from drtp.replay_types import RegistryAuth
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(1.0)
+    realm = f"http://127.0.0.1:{listener.getsockname()[1]}/token"
+    try:
+        auth = Authenticator(RegistryAuth("https://127.0.0.1:5443", "user", "the-password"))
+        with pytest.raises(AuthError, match="plain http") as e:
+            auth.fetch_token({"realm": realm, "service": "registry"})
+        assert "the-password" not in str(e.value)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    finally:
+        listener.close()
