@@ -134,7 +134,8 @@ class SignedOnly:
 def _refused(status: int, why: str):
     """Refuse the current request: a log line saying why and a short answer (the server closes the connection)."""
     req = bottle.request
-    log.warning("refused %s %s from %s: %s", req.method, req.path[:100], req.remote_addr, why)
+    path = repr(req.path[:100])[1:-1]  # a decoded %0d%0a must not start a forged log line
+    log.warning("refused %s %s from %s: %s", req.method, path, req.remote_addr, why)
     return _json(status, {"error": "unauthorized" if status == 401 else why})
 
 
