@@ -77,9 +77,14 @@ def _one_line(text: object) -> str:
 
 def parse_yaml(text: str, source: str) -> Any:
     """The data of one YAML document; a ConfigError ``source:line:col: …`` when it is not valid or too big."""
-    loader = BoundedLoader(text)
+    loader = None
     try:
+        loader = BoundedLoader(text)  # the reader checks the characters here already
         return loader.get_single_data()
+    except yaml.reader.ReaderError as e:
+        raise ConfigError(
+            f"{source}: not valid YAML: character #x{e.character:04x} at position {e.position} is not allowed"
+        ) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -93,7 +98,8 @@ def parse_yaml(text: str, source: str) -> Any:
     except RecursionError:  # the depth limit should come first; never a traceback all the same
         raise ConfigError(f"{source}: not valid YAML: nested too deep") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def read_text(path: Path) -> str:
