@@ -71,3 +71,11 @@ def nodes(tmp_path_factory):
     yield started
     for n in started:
         n.stop()
+
+
+def pytest_configure(config) -> None:
+    """The hostile-input corpus can be run alone: ``pytest -m hostile``."""
+    config.addinivalue_line(
+        "markers",
+        "hostile: every command against the hostile-input corpus (tests/hostile_cases.py)",
+    )
