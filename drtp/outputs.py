@@ -4,9 +4,9 @@ A command that generates, simulates or analyses for minutes and then finds
 that ``-o`` names a directory, or that ``--out`` sits on a read-only file
 system, has wasted the minutes and ends in a traceback.  These checks make
 the path (and its parents) and prove it can be written, so the one-line error
-comes first.  ``drtp run`` and ``drtp experiment`` check their run directory
-with :func:`~drtp.master.results_dir.prepare_results_dir` directly: a run
-directory that cannot be written is their exit code 3 ("could not run").
+comes first.  A path the user gave (or the default under ``results/``) that
+cannot be written is a bad input: exit 2, like any other.  A write that fails
+later, mid-run, is something else (drtp.master.results_dir: exit 3).
 """
 
 from __future__ import annotations
@@ -22,14 +22,38 @@ def _reason(e: OSError) -> str:
     return e.strerror or type(e).__name__
 
 
-def prepare_output_dir(path: Path, option: str) -> None:
-    """Make the directory ``path`` and prove a file can be written in it; DrtpError naming ``option``."""
-    from drtp.master.results_dir import ResultsWriteError, prepare_results_dir
+PROBE_NAME = ".drtp-write-probe"
 
+
+def prepare_output_dir(path: Path, option: str | None = None) -> bool:
+    """Make the directory ``path`` (and its parents) and prove a file can be written and synced in it.
+
+    True if the directory was made.  A real write, not a permission check: root
+    passes every permission check and still cannot write to a read-only file
+    system or under a regular file.  Errors name ``option`` when one is given.
+    """
+    label = f"{option}: results directory {path}" if option else f"results directory {path}"
+    if path.exists() and not path.is_dir():
+        raise DrtpError(f"{label} is not a directory")
+    made = not path.exists()
     try:
-        prepare_results_dir(path)
-    except ResultsWriteError as e:
-        raise DrtpError(f"{option}: {e}") from None
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DrtpError(f"{label} cannot be created ({_reason(e)})") from None
+    probe = path / f"{PROBE_NAME}-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"drtp\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
+        raise DrtpError(f"{label} is not writable ({_reason(e)})") from None
+    return made
 
 
 def check_output_file(path: Path, option: str) -> None:

@@ -26,10 +26,11 @@ from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
 from drtp.failure_budget import FailureBudget
-from drtp.master.results_dir import prepare_results_dir, write_failed
+from drtp.master.results_dir import write_failed
 from drtp.master.run import run_replay
 from drtp.master.verdict import judge
 from drtp.master.warmup import run_warmup
+from drtp.outputs import prepare_output_dir
 from drtp.registry_auth import config_auth
 
 
@@ -61,7 +62,7 @@ def run_experiment(
         raise ConfigError(f"{cfg.source}: registries: duplicate id(s) {', '.join(sorted(dup))}")
     config_auth(cfg)  # a mistake in any entry (http without insecure, missing password…) stops before any run
     out = out_dir or default_experiment_dir(cfg)
-    prepare_results_dir(out)
+    prepare_output_dir(out)
     status_path = out / "experiment.json"
     status: dict = json.loads(status_path.read_text()) if resume and status_path.exists() else {}
     for s in status.values():  # written before exit codes were recorded

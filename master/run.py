@@ -31,10 +31,11 @@ from drtp.master.nodes import NodeLink
 from drtp.master.plan import HeldRecords, Planner, with_prefix
 from drtp.master.preflight import preflight_all
 from drtp.master.results import RunResults, format_table
-from drtp.master.results_dir import ResultsWriteError, prepare_results_dir, remove_if_empty, write_failed
+from drtp.master.results_dir import ResultsWriteError, remove_if_empty, write_failed
 from drtp.master.routing import Router
 from drtp.master.warmup import load_map
 from drtp.node_auth import resolve_token
+from drtp.outputs import prepare_output_dir
 from drtp.progress import progress
 from drtp.registry_auth import config_auth, registry_names, repository_prefix
 from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec, registry_base
@@ -114,13 +115,16 @@ class Replay:
 
     def run(self) -> dict:
         # the results directory first: nothing may load the registry or the nodes for a run that cannot be kept
-        made = prepare_results_dir(self.out_dir)
+        made = prepare_output_dir(self.out_dir)
         try:
+            # the whole trace is read (and checked) first: a bad record is refused before the registry sees anything
+            total = sum(len(b) for b in self._batches())
+            if not total:
+                raise DrtpError(f"{', '.join(map(str, self.cfg.trace_paths()))}: no trace requests to replay")
             preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
             for link in self.links.values():
                 link.check()
             self._load_warmup()
-            total = sum(len(b) for b in self._batches())
         except DrtpError:
             if made:
                 remove_if_empty(self.out_dir)  # no empty run directory for a run that never started

@@ -119,19 +119,19 @@ def test_a_bad_max_failed_key_is_one_line_and_exit_2(tmp_path, capsys, bad):
 
 
 def test_unwritable_results_are_found_before_anything_starts(tmp_path, capsys):
-    """Exit 3, one line naming the directory, and before the preflight: the registry given does not exist,
-    so any later check would have named it instead."""
+    """A bad path is a bad input (exit 2), one line naming the directory, and before the preflight: the
+    registry given does not exist, so any later check would have named it instead."""
     cfg = _config(tmp_path)
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory\n")
     for out, why in ((a_file, "is not a directory"), (a_file / "run", "cannot be created (Not a directory)")):
-        assert main(["run", "-c", cfg, "--out", str(out)]) == 3
+        assert main(["run", "-c", cfg, "--out", str(out)]) == 2
         assert _one_error_line(capsys) == f"drtp: error: results directory {out} {why}"
-    assert main(["experiment", "-c", _config(tmp_path, experiment=True), "--out", str(a_file / "exp")]) == 3
+    assert main(["experiment", "-c", _config(tmp_path, experiment=True), "--out", str(a_file / "exp")]) == 2
     assert f"results directory {a_file / 'exp'} cannot be created" in _one_error_line(capsys)
 
 
-def test_a_read_only_results_directory_is_exit_3(tmp_path, capsys):
+def test_a_read_only_results_directory_is_exit_2(tmp_path, capsys):
     """Root passes every permission check: only a read-only file system really refuses it a write."""
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -140,9 +140,9 @@ def test_a_read_only_results_directory_is_exit_3(tmp_path, capsys):
         pytest.skip(f"cannot mount a read-only file system here: {mounted.stderr.decode().strip()}")
     try:
         cfg = _config(tmp_path)
-        assert main(["run", "-c", cfg, "--out", str(ro)]) == 3
+        assert main(["run", "-c", cfg, "--out", str(ro)]) == 2
         assert _one_error_line(capsys) == f"drtp: error: results directory {ro} is not writable (Read-only file system)"
-        assert main(["run", "-c", cfg, "--out", str(ro / "run-1")]) == 3
+        assert main(["run", "-c", cfg, "--out", str(ro / "run-1")]) == 2
         assert "(Read-only file system)" in _one_error_line(capsys)
     finally:
         subprocess.run(["umount", str(ro)], check=True)
