@@ -45,6 +45,13 @@ def default_experiment_dir(cfg: Config) -> Path:
     return cfg.path(cfg.results) / f"experiment-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
+def _write_status(path: Path, status: dict) -> None:
+    try:
+        path.write_text(json.dumps(status, indent=2, default=str))
+    except OSError as e:  # without its record the experiment cannot be resumed or judged: stop (exit 3)
+        raise write_failed(path, e) from None
+
+
 def run_experiment(
     cfg: Config,
     out_dir: Path | None = None,
@@ -98,16 +105,17 @@ def run_experiment(
                 print(f"drtp: registry {entry.id}: {verdict.message}", file=sys.stderr, flush=True)
         except DrtpError as e:
             status[entry.id] = {"ok": False, "exit_code": int(e.exit_code), "url": entry.url, "error": str(e)}
+            if e.exit_code == ExitCode.BAD_INPUT:
+                # the trace and config are the same for every registry: the next one would be refused alike
+                _write_status(status_path, status)
+                raise
         except Exception as e:  # noqa: BLE001 - unattended: a bug in one registry's part must not stop the rest
             error = f"{type(e).__name__}: {e}"[:500]
             status[entry.id] = {"ok": False, "exit_code": int(ExitCode.CANNOT_RUN), "url": entry.url, "error": error}
             (out / f"{entry.id}-error.txt").write_text(traceback.format_exc())
         if not status[entry.id]["ok"] and not quiet:
             print(f"registry {entry.id}: FAILED: {status[entry.id]['error']}", flush=True)
-        try:
-            status_path.write_text(json.dumps(status, indent=2, default=str))
-        except OSError as e:  # without its record the experiment cannot be resumed or judged: stop (exit 3)
-            raise write_failed(status_path, e) from None
+        _write_status(status_path, status)
     if not quiet:
         good = [i for i, s in status.items() if s["ok"]]
         print(f"experiment: {len(good)} of {len(status)} registries ok → {out}/ (experiment.json)")

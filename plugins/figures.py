@@ -90,7 +90,7 @@ def hits_per_prefetch(df: pd.DataFrame, path: Path) -> Path:
 def hit_ratio_timeline(df: pd.DataFrame, path: Path) -> Path:
     """Hit ratio per time bucket of one cache run, stacked by level."""
     levels = [c for c in df.columns if c.startswith("hits_")]
-    times = pd.to_datetime(df["start"])
+    times = pd.to_datetime(df["start"], format="ISO8601")  # a whole second has no fraction: no guessing
     fig, ax = plt.subplots(figsize=(9, 3.8))
     denom = df["requests"].clip(lower=1)
     ax.stackplot(times, *[df[c] / denom for c in levels], labels=[c[5:] for c in levels], alpha=0.8)
