@@ -30,7 +30,7 @@ import paramiko
 import yaml
 
 from drtp.config import Config, Deploy, SshHost, load_config
-from drtp.errors import DrtpError
+from drtp.errors import DrtpError, RunError
 from drtp.yamlfile import read_yaml_mapping
 
 PROJECT_DIRS = ("drtp", "master", "client", "plugins", "analysis", "slurm")
@@ -154,9 +154,9 @@ class Remote:
             who = f"{h.user}@{h.host}" if h.user else h.host
             raise DrtpError(f"ssh {who}:{h.port}: authentication failed (key, agent or password)") from None
         except paramiko.SSHException as e:
-            raise DrtpError(f"ssh {h.host}:{h.port}: {e}") from None
+            raise RunError(f"ssh {h.host}:{h.port}: {e}") from None
         except OSError as e:
-            raise DrtpError(f"ssh {h.host}:{h.port}: cannot connect ({e.strerror or e})") from None
+            raise RunError(f"ssh {h.host}:{h.port}: cannot connect ({e.strerror or e})") from None
         if self.deploy.known_hosts:
             c.save_host_keys(os.path.expanduser(self.deploy.known_hosts))
         return c
@@ -170,7 +170,7 @@ class Remote:
         try:
             return transport.open_channel("direct-tcpip", (target.host, target.port), ("127.0.0.1", 0))
         except paramiko.ChannelException as e:
-            raise DrtpError(f"jump host {j.host} cannot reach {target.host}:{target.port}: {e}") from None
+            raise RunError(f"jump host {j.host} cannot reach {target.host}:{target.port}: {e}") from None
 
     def close(self) -> None:
         self.sftp.close()
@@ -212,7 +212,7 @@ class Remote:
         output = b"".join(chunks).decode(errors="replace")
         if check and rc != 0:
             what = show or command.split()[0]
-            raise DrtpError(f"[{self.target.host}] {what} failed (exit {rc}): {output[-500:].strip()}")
+            raise RunError(f"[{self.target.host}] {what} failed (exit {rc}): {output[-500:].strip()}")
         return rc, output
 
     def put_tree(self, pairs: list[tuple[Path, str]], python: str) -> tuple[int, int, int]:
@@ -384,7 +384,7 @@ class Deployment:
         rc, _ = r.run(self._env_prefix() + cmd, stdin=self._stdin(), stream=True, check=False, show=cmd)
         results = f"{lay.exp}/results/{run_name}"
         if r.run(f"test -d {shlex.quote(results)}", check=False)[0] != 0:
-            raise DrtpError(f"drtp slurm submit on {r.name} failed (exit {rc}) and left no results")
+            raise RunError(f"drtp slurm submit on {r.name} failed (exit {rc}) and left no results")
         self.pull(r, results, run_name)
         return rc
 
@@ -427,7 +427,7 @@ class Deployment:
                     cr.close()
         results = f"{lay.exp}/results/{run_name}"
         if r.run(f"test -d {shlex.quote(results)}", check=False)[0] != 0:
-            raise DrtpError(f"the replay on {r.name} failed (exit {rc}) and left no results")
+            raise RunError(f"the replay on {r.name} failed (exit {rc}) and left no results")
         dest = self.pull(r, results, run_name)
         r.get_tree(f"{lay.exp}/logs", dest / "logs")
         return rc
