@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from drtp.outputs import replaced_on_success
 from drtp.records import TraceRecord, parse_uri
 
 _text = pa.dictionary(pa.int32(), pa.string())
@@ -53,7 +54,7 @@ def write_parquet(path: str | Path, batches: Iterable[list[TraceRecord]]) -> int
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
     pending: list[TraceRecord] = []
-    with pq.ParquetWriter(path, SCHEMA, compression="zstd") as writer:
+    with replaced_on_success(path) as tmp, pq.ParquetWriter(tmp, SCHEMA, compression="zstd") as writer:
         for batch in batches:
             pending.extend(batch)
             while len(pending) >= ROW_GROUP:

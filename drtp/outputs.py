@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from drtp.errors import DrtpError
@@ -80,3 +81,19 @@ def check_output_file(path: Path, option: str) -> None:
     if not existed:
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+@contextlib.contextmanager
+def replaced_on_success(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` that becomes ``path`` only when the block ends without an error.
+
+    A command that stops half-way (a bad record in the input, Ctrl-C, a full
+    disk) leaves neither a torn output nor a clobbered earlier one behind.
+    """
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 import msgspec
 
 from drtp.errors import DrtpError, TraceError
+from drtp.outputs import replaced_on_success
 from drtp.records import IBM_URI_LINES, URI_LINES, TraceRecord, parse_uri
 
 FORMATS = ("auto", "ibm", "jsonl", "registry-log", "parquet")
@@ -502,7 +503,7 @@ def write_ibm(path: str | Path, records: Iterable[dict | TraceRecord]) -> int:
     encode = msgspec.json.Encoder().encode
     n = 0
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "wb") as f:
+    with replaced_on_success(path) as tmp, opener(tmp, "wb") as f:
         f.write(b"[")
         for rec in records:
             f.write(b"\n" if n == 0 else b",\n")
