@@ -91,7 +91,11 @@ def test_limit_by_requests_and_seconds(small_trace):
     assert len(read_trace([small_trace], limit_type="requests", amount=12)) == 12
     # record i arrives at i s + i ms: 10.5 s after the first record covers records 0..10
     assert len(read_trace([small_trace], limit_type="seconds", amount=10.5)) == 11
-    assert len(read_trace([small_trace], limit_type="requests", amount=0)) == 0
+    for amount in (0, -10, 1.5, float("nan"), float("inf")):  # a limit that selects nothing, or nonsense
+        with pytest.raises(DrtpError, match="trace limit"):
+            TraceReader([small_trace], limit_type="requests", amount=amount)
+    with pytest.raises(DrtpError, match="trace limit"):
+        TraceReader([small_trace], limit_type="seconds", amount=float("nan"))
 
 
 @pytest.mark.parametrize(
@@ -160,7 +164,8 @@ def test_truncated_and_non_array_files(tmp_path):
         read_trace([tmp_path / "nope.json"])
     empty = tmp_path / "empty.json"
     empty.write_text("[]")
-    assert read_trace([empty]) == []
+    with pytest.raises(DrtpError, match="empty.json: no records"):  # nothing to read is an error
+        read_trace([empty])
 
 
 def test_out_of_order_beyond_window(tmp_path):
