@@ -15,10 +15,12 @@ import argparse
 import datetime as _dt
 import importlib
 import json
+import math
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from drtp import __version__
 from drtp.errors import DrtpError
@@ -36,6 +38,13 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse held to drtp's rule for bad input: one line on stderr naming the option, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -43,6 +52,14 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be ≥ 0: {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    """A whole number ≥ 1 (a number of records to read: 0 would read nothing)."""
+    value = _positive_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1: {text!r}")
     return value
 
 
@@ -62,6 +79,14 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_duration(text: str) -> float:
+    """A duration > 0 (a bin width, a session threshold: 0 would divide by zero or mean nothing)."""
+    value = _duration(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a duration > 0, e.g. 60 or 1min: {text!r}")
+    return value
 
 
 def _timestamp(text: str) -> _dt.datetime:
@@ -85,7 +110,7 @@ def add_trace_options(p: argparse.ArgumentParser, limits: bool = True) -> None:
     if not limits:
         return
     limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--requests", type=_positive_int, metavar="N", help="read only the first N records")
+    limit.add_argument("--requests", type=_count, metavar="N", help="read only the first N records")
     limit.add_argument("--seconds", type=_duration, metavar="S", help="read only the first S seconds of the trace")
 
 
@@ -178,12 +203,20 @@ def cmd_capture(args: argparse.Namespace) -> int:
         cap, records = capture_files([Path(p) for p in args.logs], anon, args.registry)
         write_ibm(out, records)
     s = cap.stats
+    if args.follow and not s.requests:
+        raise DrtpError(f"no registry requests in {args.logs[0]} while following it{_bad_lines_note(s)}")
+    if s.warning():
+        print(f"drtp: warning: {s.warning()}", file=sys.stderr)
     print(
         f"wrote {s.requests:,} records to {out} ({s.ignored:,} non-object requests left out, "
         f"{s.uploads:,} uploads; sizes from the log {s.sizes_from_log:,}, from the registry "
         f"{s.sizes_from_registry:,}, unresolved {s.unresolved_sizes:,})"
     )
     return 0
+
+
+def _bad_lines_note(stats) -> str:
+    return f" ({stats.warning()})" if stats.warning() else ""
 
 
 # -- convert ------------------------------------------------------------------
@@ -203,13 +236,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if fmt == "auto":
         fmt = detect_format(paths[0]) if paths[0].is_file() else "auto"
     if fmt == "registry-log":  # normalised like a capture, names kept
-        _, dicts = capture_files(paths, PlainNames())
+        cap, dicts = capture_files(paths, PlainNames())
         if out.suffix == ".parquet":
             decode = msgspec.json.Decoder(TraceRecord).decode
             encode = msgspec.json.encode
             n = write_parquet(out, ([decode(encode(d))] for d in dicts))
         else:
             n = write_ibm(out, dicts)
+        if cap.stats.warning():
+            print(f"drtp: warning: {cap.stats.warning()}", file=sys.stderr)
     else:
         reader = TraceReader(paths, fmt=args.format, skip_bad=args.skip_bad, sort_files=args.sort_files)
         if out.suffix == ".parquet":
@@ -224,6 +259,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 # -- sample -------------------------------------------------------------------
 
+_AMOUNTS = {
+    "requests": "a whole number of requests ≥ 1",
+    "duration": "a duration > 0, e.g. 1h",
+    "bytes": "a size > 0, e.g. 3.5GB",
+}
+MAX_WINDOW_S = 365 * 86400  # a sliding window longer than a year is no window
+
 
 def cmd_sample(args: argparse.Namespace) -> int:
     from drtp.sample import sample
@@ -236,6 +278,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
             amount = parse(args.amount)
         except ValueError as e:
             raise DrtpError(f"--amount: {e}") from None
+        whole = args.method != "requests" or float(amount).is_integer()
+        if not (0 < amount < math.inf and whole):
+            raise DrtpError(f"--amount {args.amount!r}: must be {_AMOUNTS.get(args.method, 'a number > 0')}")
+    if not 60 <= args.window <= MAX_WINDOW_S:
+        raise DrtpError(f"--window {args.window:g} s: must be between 1 minute and {MAX_WINDOW_S // 86400:g} days")
     summary = sample(
         [Path(f) for f in args.files],
         Path(args.output),
@@ -272,6 +319,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
         for p in plans:
             print(f"{p.name:<22} {p.provider:<26} {p.limits}")
         return 0
+    if not 0 < args.months <= 1200:  # also refuses nan and inf
+        raise DrtpError(f"--months {args.months:g}: must be a number of months > 0 (at most 1200)")
     inputs = [Path(x) for x in args.inputs]
     if inputs and all(p.is_dir() for p in inputs):
         volume, source = run_volume(inputs), "replay runs"
@@ -333,7 +382,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="drtp",
         description="drtp — the Docker Registry Trace Player: replay, simulate and analyse registry traces.",
     )

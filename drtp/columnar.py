@@ -131,7 +131,7 @@ def checked_batches(
             start += rows
     except (pa.ArrowException, OSError, ValueError, KeyError) as e:  # pyarrow's errors derive from these
         detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DrtpError(f"{path}: not a readable Parquet trace ({detail})") from None
+        raise DrtpError(f"{path}: not a drtp Parquet trace ({detail})") from None
 
 
 _KINDS_OF_TYPE = {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from drtp.errors import DrtpError
+
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?i?b?)?\s*$", re.IGNORECASE)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
@@ -32,3 +34,23 @@ def parse_duration(text: str | int | float) -> float:
     if not m:
         raise ValueError(f"not a duration: {text!r} (examples: 90, 250ms, 12h, 1d)")
     return float(m.group(1)) * _SECONDS[m.group(2) or ""]
+
+
+# Histograms over a trace's time (per-minute counts, concurrency bins) hold a few
+# numbers per bin: 5 M bins (9.5 years of minutes) cost a few hundred MB at most.
+MAX_BINS = 5_000_000
+
+
+def bin_count(span_s: float, width_s: float, what: str) -> int:
+    """How many bins of ``width_s`` seconds cover ``span_s`` seconds, refused beyond MAX_BINS.
+
+    ``what`` names the bins for the error (e.g. ``"--bin 1s bins"``), so the user
+    knows which width to raise or how much of the trace to cut.
+    """
+    n = int(span_s // width_s) + 1
+    if n > MAX_BINS:
+        raise DrtpError(
+            f"the trace spans {span_s / 86400:,.1f} days: {n:,} {what}, more than the {MAX_BINS:,} "
+            "drtp keeps in memory; use wider bins or a part of the trace (--seconds, drtp sample)"
+        )
+    return n
