@@ -448,7 +448,7 @@ def characterize(
     if len(df):
         span = float(df["time"].iloc[-1] - df["time"].iloc[0])
         bin_count(span, 60.0, "one-minute bins")
-        bin_count(span, bin_s, f"{bin_s:g}-second concurrency bins (--bin)")
+        bin_count(span, bin_s, f"{bin_s:g}-second concurrency bins", "raise --bin or ")
     summary = summarize_frame(df)
     return {
         "summary": summary,

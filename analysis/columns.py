@@ -276,7 +276,8 @@ def load_parquet(
             builder.add_arrow(batch)
     df = builder.frame()
     if df.empty:
-        raise DrtpError(f"{', '.join(map(str, paths))}: no records ({skipped:,} bad records skipped)")
+        note = f" ({skipped:,} bad records skipped)" if skipped else ""
+        raise DrtpError(f"{', '.join(map(str, paths))}: no records{note}")
     if not df["time"].is_monotonic_increasing:
         df = df.iloc[np.argsort(df["time"].to_numpy(), kind="stable")].reset_index(drop=True)
     if amount is not None and limit_type == "requests":

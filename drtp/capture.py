@@ -460,8 +460,8 @@ def _why_none(before: CaptureStats, after: CaptureStats) -> str:
     if after.bad_lines > before.bad_lines:
         first = after.first_bad if not before.first_bad else "see the warning"
         why.append(f"{after.bad_lines - before.bad_lines:,} bad line(s), the first: {first}")
-    if after.lines > before.lines:
-        why.append(f"{after.lines - before.lines:,} logged request(s), none for a manifest or blob")
+    if after.ignored > before.ignored:
+        why.append(f"{after.ignored - before.ignored:,} logged request(s) not for a manifest or blob")
     return f" ({'; '.join(why)})" if why else ""
 
 

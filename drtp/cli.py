@@ -57,7 +57,10 @@ def _positive_int(text: str) -> int:
 
 def _count(text: str) -> int:
     """A whole number ≥ 1 (a number of records to read: 0 would read nothing)."""
-    value = _positive_int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be ≥ 1: {text!r}")
     return value

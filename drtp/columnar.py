@@ -188,7 +188,7 @@ def _row_checks(batch: pa.RecordBatch, uris: list[str]) -> list[tuple[np.ndarray
             with np.errstate(invalid="ignore"):
                 add(
                     ~((v >= lo) & (v <= hi)),
-                    lambda i, v=v, lo=lo, hi=hi, label=label: f"{label} {v[i]!r} outside {lo}..{hi}",
+                    lambda i, v=v, lo=lo, hi=hi, label=label: f"{label} {v[i].item()!r} outside {lo}..{hi}",
                 )
     if "timestamp" in names:
         us = (

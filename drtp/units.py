@@ -41,16 +41,16 @@ def parse_duration(text: str | int | float) -> float:
 MAX_BINS = 5_000_000
 
 
-def bin_count(span_s: float, width_s: float, what: str) -> int:
+def bin_count(span_s: float, width_s: float, what: str, fix: str = "") -> int:
     """How many bins of ``width_s`` seconds cover ``span_s`` seconds, refused beyond MAX_BINS.
 
-    ``what`` names the bins for the error (e.g. ``"--bin 1s bins"``), so the user
-    knows which width to raise or how much of the trace to cut.
+    ``what`` names the bins for the error (e.g. ``"one-minute bins"``) and ``fix``
+    says what else the user can change besides cutting the trace.
     """
     n = int(span_s // width_s) + 1
     if n > MAX_BINS:
         raise DrtpError(
             f"the trace spans {span_s / 86400:,.1f} days: {n:,} {what}, more than the {MAX_BINS:,} "
-            "drtp keeps in memory; use wider bins or a part of the trace (--seconds, drtp sample)"
+            f"drtp keeps in memory; {fix}cut the trace (--seconds, drtp sample --method duration)"
         )
     return n
