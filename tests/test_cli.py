@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from drtp import __version__
 from tests.conftest import ibm_record, write_json
 
@@ -72,3 +74,47 @@ def test_bad_arguments_exit_non_zero(tmp_path):
     assert drtp("inspect", str(tmp_path / "missing.json")).returncode == 2
     assert drtp("generate", "-o", str(tmp_path / "x.json"), "--max-layer-size", "huge").returncode == 2
     assert drtp("nonsense").returncode == 2
+
+
+# -- trace commands: one line on stderr and exit 2 for bad inputs and options ---------------
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["inspect", "{trunc}"], "not a valid gzip file"),
+        (["inspect", "{dir}"], "is a directory"),
+        (["convert", "{empty}", "-o", "{out}.parquet"], "no records"),
+        (["cost", "{deep}"], "nested too deeply"),
+        (["analyze", "trace", "{good}", "--out", "{out}", "--bin", "0"], "--bin"),
+        (["analyze", "trace", "{good}", "--out", "{out}", "--bin", "-1"], "--bin"),
+        (["analyze", "trace", "{good}", "--out", "{out}", "--bin", "nan"], "--bin"),
+        (["analyze", "trace", "{far}", "--out", "{out}"], "outside 1970..2099"),
+        (["sample", "{good}", "-o", "{out}.json", "--method", "requests", "--amount", "-1"], "--amount"),
+        (["sample", "{good}", "-o", "{out}.json", "--method", "window", "--window", "0"], "--window"),
+        (["cost", "{good}", "--months", "nan"], "--months"),
+        (["inspect", "{good}", "--requests", "0"], "--requests"),
+    ],
+)
+def test_trace_commands_refuse_bad_input_in_one_line(tmp_path, args, named):
+    import gzip
+
+    good = write_json(tmp_path / "good.json", [ibm_record(i) for i in range(20)])
+    whole = gzip.compress(good.read_bytes())
+    (tmp_path / "t.json.gz").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "empty.json").write_text("[]")
+    (tmp_path / "deep.json").write_text("[" + '{"a":' * 100_000 + "1" + "}" * 100_000 + "]")
+    write_json(tmp_path / "far.json", [ibm_record(0, timestamp="9999-01-01T00:00:00.000Z")])
+    paths = {
+        "trunc": tmp_path / "t.json.gz",
+        "dir": tmp_path,
+        "empty": tmp_path / "empty.json",
+        "deep": tmp_path / "deep.json",
+        "good": good,
+        "far": tmp_path / "far.json",
+        "out": tmp_path / "out",
+    }
+    argv = [a.format(**paths) for a in args]
+    res = subprocess.run([sys.executable, "-m", "drtp.cli", *argv], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and named in res.stderr, res.stderr
