@@ -98,8 +98,9 @@ def read_parquet(
     dropped; without ``on_bad`` the first one raises a TraceError.
     """
     for start, batch, uris in checked_batches(path, list(FIELDS), batch_size, on_bad):
-        cols = [uris if f == "uri" else _pylist(batch.column(f)) for f in FIELDS]
-        yield start, [TraceRecord(*row) for row in zip(*cols, strict=True)]
+        if batch.num_rows:  # a batch whose every row was bad and skipped yields nothing
+            cols = [uris if f == "uri" else _pylist(batch.column(f)) for f in FIELDS]
+            yield start, [TraceRecord(*row) for row in zip(*cols, strict=True)]
 
 
 def checked_batches(
