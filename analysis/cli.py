@@ -45,8 +45,10 @@ def cmd_analyze_trace(args: argparse.Namespace) -> int:
 def cmd_analyze_results(args: argparse.Namespace) -> int:
     _headless()
     from drtp.analysis.results_analysis import analyze_results
+    from drtp.outputs import prepare_output_dir
 
     out = Path(args.out)
+    prepare_output_dir(out, "--out")
     analyze_results(args.runs, out, trace_files=args.trace)
     print(f"wrote {out}/results.json, runs.csv, latency.csv, figures and report.html")
     return 0

@@ -33,6 +33,8 @@ TIMES = ("intended_s", "start_s", "latency_s", "response_s")
 COUNTS = ("size", "bytes", "status", "expected_status", "attempts")
 TEXTS = ("client", "node", "trace_id", "repository", "reference", "digest", "error")
 TRACE_ROW = "ibm-trace-data"  # the thesis' name for the trace's own recorded latencies
+MAX_RUN_S = 366 * 86_400.0  # times in a run are seconds from its start: a year bounds any replay
+MAX_COUNT = 2**62  # sizes, byte counts and statuses go into int64 columns
 ON_TIME_S = 0.010  # drtp run's default (client_info.on_time_ms) when summary.json does not say
 # each time must parse to the very float the master counted: before pandas 3.1 only the round-trip
 # converter guarantees that (the default may be 1 ulp off); from 3.1 every converter does, and the option is deprecated
@@ -52,7 +54,45 @@ def load_requests(path: Path) -> pd.DataFrame:
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise DrtpError(f"{path}: missing column(s) {', '.join(missing)}")
+    check_numbers(df, path)
     return typed(df)
+
+
+def _first_bad(raw: pd.Series, bad: pd.Series, path: Path, col: str, what: str) -> None:
+    """Raise naming the first row of ``raw`` marked ``bad`` (rows count from 1 after the header)."""
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise DrtpError(f"{path}: row {row + 1}: column {col}: {what}, got {str(raw.iloc[row])[:40]!r}")
+
+
+def check_numbers(df: pd.DataFrame, path: Path) -> None:
+    """Times and counts that are numbers, finite and in range; an empty cell stays allowed.
+
+    Without this a cell of ``abc`` would silently read as missing, and ``inf``
+    or ``1e308`` would end as an overflow deep in the figures, or as a histogram
+    of 10^300 one-second bins.  One vectorised check per column.
+    """
+    for col in TIMES + COUNTS:
+        if col not in df.columns:
+            continue
+        raw = df[col]
+        num = pd.to_numeric(raw, errors="coerce")
+        given = raw.notna()
+        if raw.dtype == object:  # text cells: only these can be blank or not numbers (numeric columns are parsed)
+            given &= raw.astype(str).str.strip() != ""
+        _first_bad(raw, given & num.isna(), path, col, "not a number")
+        if col in TIMES:
+            low = 0.0 if col == "latency_s" else -MAX_RUN_S
+            _first_bad(
+                raw,
+                given & ~num.between(low, MAX_RUN_S),
+                path,
+                col,
+                f"not a time from {low:,.0f} to {MAX_RUN_S:,.0f} s",
+            )
+        else:
+            whole = num.between(0, MAX_COUNT) & (num.fillna(0) % 1 == 0)
+            _first_bad(raw, given & ~whole, path, col, "not a whole number ≥ 0")
 
 
 def typed(df: pd.DataFrame) -> pd.DataFrame:
@@ -122,13 +162,31 @@ def load_run(run_dir: Path) -> tuple[pd.DataFrame, dict]:
         raise DrtpError(f"{run_dir}: run directory not found")
     requests = load_requests(run_dir / "requests.csv")
     summary_path = run_dir / "summary.json"
-    summary: dict = {}
-    if summary_path.is_file():
-        try:
-            summary = json.loads(summary_path.read_text())
-        except json.JSONDecodeError as e:
-            raise DrtpError(f"{summary_path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    summary: dict = load_summary(summary_path) if summary_path.is_file() else {}
     return requests, summary
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows (the replayer never writes it)")
+
+
+def load_summary(path: Path) -> dict:
+    """A run's ``summary.json``: a JSON object of finite numbers, or a one-line error naming the file."""
+    try:
+        summary = json.loads(path.read_bytes(), parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise DrtpError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    except (ValueError, RecursionError) as e:  # NaN/Infinity, bad UTF-8, nesting deeper than Python's stack
+        reason = "nested too deep" if isinstance(e, RecursionError) else str(e).splitlines()[0]
+        raise DrtpError(f"{path}: not a run summary ({reason})") from None
+    except OSError as e:
+        raise DrtpError(f"{path}: cannot read ({e.strerror})") from None
+    if not isinstance(summary, dict):
+        raise DrtpError(f"{path}: not a run summary (a JSON object), got a JSON {type(summary).__name__}")
+    on_time = summary.get("on_time_s", ON_TIME_S)
+    if isinstance(on_time, bool) or not isinstance(on_time, (int, float)) or not 0 <= on_time <= MAX_RUN_S:
+        raise DrtpError(f"{path}: key 'on_time_s': expected a number of seconds ≥ 0, got {on_time!r}")
+    return summary
 
 
 def run_labels(run_dirs: list[Path]) -> list[str]:

@@ -1,7 +1,8 @@
 """The client node's HTTP service (Bottle on a threaded WSGI server).
 
 Endpoints (every one needs the master's HMAC signature, see drtp.node_auth;
-anything else gets 401 and a log line):
+anything else gets 401 and a log line; the check is one Bottle plugin,
+:class:`SignedOnly`, which reads a body only once its headers passed):
 
 * ``GET  /health`` — alive, version, runs;
 * ``POST /runs`` — a :class:`RunSpec`: start a run (its worker pool);
@@ -15,11 +16,13 @@ anything else gets 401 and a log line):
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import queue
+import re
+import sys
 import threading
+from collections import OrderedDict
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -27,14 +30,20 @@ import bottle
 import msgspec
 
 from drtp import __version__
+from drtp.client.admission import allowed_targets, batch_error, spec_error
 from drtp.client.loop_engine import LoopRun
 from drtp.client.scheduler import NodeRun
-from drtp.node_auth import verify
+from drtp.node_auth import MAX_BODY, Verifier
 from drtp.replay_types import batch_decoder, spec_decoder
 
 log = logging.getLogger("drtp.client")
-MAX_BODY = 64 << 20  # a batch is bounded by the master; refuse anything absurd
 KEEPALIVE_S = 1.0
+# Seconds a connection may send nothing while the node waits for its request line, headers or body:
+# a stalled or trickling client loses its thread after this.  (The result stream only writes, and the
+# master reads it continuously.)
+READ_TIMEOUT_S = 10.0
+REMEMBERED_RUNS = 4096  # ids of runs this node started, kept so that none is started twice
+_LENGTH = re.compile(r"[0-9]{1,12}")
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
@@ -42,8 +51,18 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
     allow_reuse_address = True
     request_queue_size = 128
 
+    def handle_error(self, request, client_address) -> None:
+        """A connection that stalled past READ_TIMEOUT_S or vanished costs a log line, not a traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            log.info("dropped the connection from %s: %s", client_address[0], error or type(error).__name__)
+            return
+        super().handle_error(request, client_address)
+
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = READ_TIMEOUT_S  # StreamRequestHandler sets it on the connection's socket
+
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's name
         log.debug("%s " + format, self.client_address[0], *args)
 
@@ -54,40 +73,90 @@ def _json(status: int, payload: dict) -> str:
     return json.dumps(payload)
 
 
+def _read_exactly(stream, length: int) -> bytes | None:
+    """``length`` bytes of the request body, or None when the client closed or stalled before sending them."""
+    parts, left = [], length
+    try:
+        while left > 0:
+            part = stream.read(min(left, 1 << 20))
+            if not part:
+                return None
+            parts.append(part)
+            left -= len(part)
+    except OSError:  # TimeoutError included: READ_TIMEOUT_S without a byte
+        return None
+    return b"".join(parts)
+
+
+class SignedOnly:
+    """Bottle plugin: every route answers only requests signed with the token, each accepted once.
+
+    In order: the signature headers (present, time finite and fresh, nonce
+    unused), the body's framing (a Content-Length within MAX_BODY; no chunked
+    bodies), then exactly that many bytes are read and the MAC over them is
+    checked, which uses the nonce up.  A request refused on its headers costs
+    no body bytes.  The route's callback gets the body as its first argument.
+    """
+
+    name = "drtp-signed"
+    api = 2
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+
+    def apply(self, callback, route):
+        verifier = self.verifier
+
+        def signed(**kw):
+            req = bottle.request
+            why = verifier.check_headers(req.headers)
+            if why:
+                return _refused(401, why)
+            if req.environ.get("HTTP_TRANSFER_ENCODING"):
+                return _refused(411, "a Transfer-Encoding body (only Content-Length bodies are read)")
+            length_text = req.environ.get("CONTENT_LENGTH") or "0"
+            if not _LENGTH.fullmatch(length_text):
+                return _refused(400, f"bad Content-Length {length_text[:20]!r}")
+            length = int(length_text)
+            if length > MAX_BODY:
+                return _refused(413, f"body of {length} bytes (at most {MAX_BODY})")
+            body = _read_exactly(req.environ["wsgi.input"], length) if length else b""
+            if body is None:
+                return _refused(400, f"body shorter than its Content-Length ({length})")
+            why = verifier.verify(req.method, req.path, body, req.headers)
+            if why:
+                return _refused(401, why)
+            return callback(body, **kw)
+
+        return signed
+
+
+def _refused(status: int, why: str):
+    """Refuse the current request: a log line saying why and a short answer (the server closes the connection)."""
+    req = bottle.request
+    path = repr(req.path[:100])[1:-1]  # a decoded %0d%0a must not start a forged log line
+    log.warning("refused %s %s from %s: %s", req.method, path, req.remote_addr, why)
+    return _json(status, {"error": "unauthorized" if status == 401 else why})
+
+
 class NodeService:
     """The Bottle app of one client node; ``serve()`` runs it until ``shutdown()``."""
 
     def __init__(self, token: str) -> None:
-        self.token = token
         self.runs: dict[str, NodeRun | LoopRun] = {}
+        self.targets: dict[str, frozenset[str]] = {}  # run -> the registry base URLs it may address
+        self.started: OrderedDict[str, None] = OrderedDict()  # ids of runs started here, newest last
         self.lock = threading.Lock()
         self.app = bottle.Bottle()
+        self.app.install(SignedOnly(Verifier(token)))
         self.server = None
         app = self.app
-        app.route("/health", "GET", self._guard(self.health))
-        app.route("/runs", "POST", self._guard(self.create_run))
-        app.route("/runs/<run>/batch", "POST", self._guard(self.batch))
-        app.route("/runs/<run>/end", "POST", self._guard(self.end))
-        app.route("/runs/<run>/cancel", "POST", self._guard(self.cancel))
-        app.route("/runs/<run>/results", "GET", self._guard(self.results))
-
-    # -- authentication ----------------------------------------------------------------
-
-    def _guard(self, handler):
-        @functools.wraps(handler)
-        def wrapped(**kw):
-            req = bottle.request
-            length = req.content_length
-            if length > MAX_BODY:
-                return _json(413, {"error": f"body over {MAX_BODY} bytes"})
-            body = req.body.read() if length > 0 else b""
-            why = verify(self.token, req.method, req.path, body, req.headers)
-            if why:
-                log.warning("refused %s %s from %s: %s", req.method, req.path, req.remote_addr, why)
-                return _json(401, {"error": "unauthorized"})
-            return handler(body, **kw)
-
-        return wrapped
+        app.route("/health", "GET", self.health)
+        app.route("/runs", "POST", self.create_run)
+        app.route("/runs/<run>/batch", "POST", self.batch)
+        app.route("/runs/<run>/end", "POST", self.end)
+        app.route("/runs/<run>/cancel", "POST", self.cancel)
+        app.route("/runs/<run>/results", "GET", self.results)
 
     # -- handlers ------------------------------------------------------------------------
 
@@ -102,11 +171,17 @@ class NodeService:
         except msgspec.DecodeError as e:
             log.warning("malformed run spec: %s", e)
             return _json(400, {"error": f"malformed run spec: {e}"})
-        if spec.threads < 1 or spec.threads > 1024:
-            return _json(400, {"error": "threads must be 1..1024"})
+        why = spec_error(spec)
+        if why:
+            log.warning("refused run spec: %s", why)
+            return _json(400, {"error": f"bad run spec: {why}"})
         with self.lock:
-            if spec.run in self.runs:
-                return _json(409, {"error": f"run {spec.run} exists"})
+            if spec.run in self.started:  # running, or finished: a run is never started twice
+                return _json(409, {"error": f"run {spec.run} exists or has run on this node"})
+            self.started[spec.run] = None
+            if len(self.started) > REMEMBERED_RUNS:
+                self.started.popitem(last=False)
+            self.targets[spec.run] = allowed_targets(spec)
             self.runs[spec.run] = LoopRun(spec) if spec.engine == "loop" else NodeRun(spec)
         log.info("run %s: %d at a time (%s engine)", spec.run, spec.threads, spec.engine)
         return _json(201, {"run": spec.run})
@@ -126,6 +201,10 @@ class NodeService:
             return _json(400, {"error": f"malformed batch: {e}"})
         if batch.run != run:
             return _json(400, {"error": "batch is for another run"})
+        why = batch_error(batch.requests, self.targets.get(run, frozenset()))
+        if why:
+            log.warning("refused a batch of run %s: %s", run, why)
+            return _json(400, {"error": f"refused batch: {why}"})
         try:
             node_run.submit(batch.requests)
         except RuntimeError as e:
@@ -179,6 +258,7 @@ class NodeService:
                 with self.lock:
                     if self.runs.get(run) is node_run and node_run.finished:
                         del self.runs[run]
+                        self.targets.pop(run, None)
 
         return stream()
 

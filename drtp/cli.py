@@ -25,6 +25,7 @@ from typing import NoReturn
 from drtp import __version__
 from drtp.errors import DrtpError
 from drtp.exit_codes import ExitCode
+from drtp.outputs import check_output_file, prepare_output_dir
 from drtp.trace import FORMATS
 
 # modules that add subcommands of their own (each has register(subparsers))
@@ -38,31 +39,46 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse held to drtp's rule for bad input: one line on stderr naming the option, exit code 2."""
+class DrtpArgumentParser(argparse.ArgumentParser):
+    """argparse, with a bad option reported as one line naming the command and the option (exit 2).
+
+    argparse prints the usage and then the error: two lines where drtp promises
+    one.  Sub-parsers are made with the parent's class, so every subcommand
+    (and sub-subcommand) reports this way.
+    """
 
     def error(self, message: str) -> NoReturn:
-        self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        message = message.removeprefix("argument ")
+        print(f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(ExitCode.BAD_INPUT)
 
 
-def _positive_int(text: str) -> int:
+# Option types: argparse names the option in front of the message these raise.
+
+
+def _integer(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0: {text!r}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be an integer ≥ {minimum}, got {text!r}")
     return value
 
 
-def _count(text: str) -> int:
-    """A whole number ≥ 1 (a number of records to read: 0 would read nothing)."""
+def _positive_int(text: str) -> int:
+    """An integer ≥ 1: counts of things to make or do (records, jobs, layers, threads)."""
+    return _integer(text, 1)
+
+
+def _positive_float(text: str) -> float:
+    """A finite number > 0 (months, seconds between polls…)."""
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1: {text!r}")
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
     return value
 
 
@@ -75,6 +91,19 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _positive_size(text: str) -> int:
+    """A size of at least one byte (a layer, a chunk)."""
+    size = _size(text)
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return size
+
+
+def _sizes(text: str) -> list[int]:
+    """Comma-separated sizes of at least one byte each: ``1MB,10MB``."""
+    return [_positive_size(part) for part in text.split(",")]
+
+
 def _duration(text: str) -> float:
     from drtp.units import parse_duration
 
@@ -85,11 +114,10 @@ def _duration(text: str) -> float:
 
 
 def _positive_duration(text: str) -> float:
-    """A duration > 0 (a bin width, a session threshold: 0 would divide by zero or mean nothing)."""
-    value = _duration(text)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a duration > 0, e.g. 60 or 1min: {text!r}")
-    return value
+    seconds = _duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be longer than 0 s, got {text!r}")
+    return seconds
 
 
 def _timestamp(text: str) -> _dt.datetime:
@@ -113,7 +141,7 @@ def add_trace_options(p: argparse.ArgumentParser, limits: bool = True) -> None:
     if not limits:
         return
     limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--requests", type=_count, metavar="N", help="read only the first N records")
+    limit.add_argument("--requests", type=_positive_int, metavar="N", help="read only the first N records")
     limit.add_argument("--seconds", type=_duration, metavar="S", help="read only the first S seconds of the trace")
 
 
@@ -138,6 +166,18 @@ def reader_from_args(args: argparse.Namespace):
 # -- generate -------------------------------------------------------------------
 
 
+def _check_generate_options(args: argparse.Namespace, given: dict) -> None:
+    """The generator's own ranges for the options given (named as the options, not the fields)."""
+    from drtp.generate import option_problem
+
+    checks = {"requests": args.requests, "span_s": args.span, **given}
+    for field, value in checks.items():
+        problem = option_problem(field, value) if value is not None else None
+        if problem:
+            option = {"requests": "-n/--requests", "span_s": "--span"}.get(field, "--" + field.replace("_", "-"))
+            raise DrtpError(f"{option}: {problem}")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from drtp.generate import GenerateOptions, generate
     from drtp.progress import progress
@@ -145,6 +185,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     given = {"clients": args.clients, "repositories": args.repositories, "max_layer_size": args.max_layer_size}
     given = {k: v for k, v in given.items() if v is not None}
+    _check_generate_options(args, given)
+    check_output_file(Path(args.output), "-o")
     if args.profile:
         from drtp.profiles import load_profile, options_for
 
@@ -153,6 +195,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         opts = GenerateOptions(
             requests=args.requests, seed=args.seed, span_s=args.span or 86_400.0, start=args.start, **given
         )
+    try:  # timestamps end in year 9999; twice the span leaves room for the generator's spill-over
+        opts.start + _dt.timedelta(seconds=2 * opts.span_s)
+    except OverflowError:
+        raise DrtpError(f"--start {args.start.isoformat()}: the trace would run past the year 9999") from None
     t0 = time.perf_counter()
     with progress(total=args.requests, desc="generate", unit="req") as bar:
         n = write_ibm(args.output, bar.wrap(generate(opts)))
@@ -311,6 +357,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
     from drtp.cost import cost_rows, load_pricing, plot_costs, run_volume, trace_volume
     from drtp.units import parse_size
 
+    if args.out:
+        prepare_output_dir(Path(args.out), "--out")
     plans = load_pricing([Path(p) for p in args.pricing] if args.pricing else None)
     if args.plans:
         wanted = set(args.plans.split(","))
@@ -322,21 +370,18 @@ def cmd_cost(args: argparse.Namespace) -> int:
         for p in plans:
             print(f"{p.name:<22} {p.provider:<26} {p.limits}")
         return 0
-    if not 0 < args.months <= 1200:  # also refuses nan and inf
-        raise DrtpError(f"--months {args.months:g}: must be a number of months > 0 (at most 1200)")
     inputs = [Path(x) for x in args.inputs]
     if inputs and all(p.is_dir() for p in inputs):
         volume, source = run_volume(inputs), "replay runs"
     elif inputs:
         volume, source = trace_volume(inputs), "trace"
     else:
-        try:
-            volume = {
-                "storage_gb": parse_size(args.storage or "0") / 1e9,
-                "egress_gb": parse_size(args.egress or "0") / 1e9,
-            }
-        except ValueError as e:
-            raise DrtpError(str(e)) from None
+        volume = {}
+        for option, key, text in (("--storage", "storage_gb", args.storage), ("--egress", "egress_gb", args.egress)):
+            try:
+                volume[key] = parse_size(text or "0") / 1e9
+            except ValueError as e:
+                raise DrtpError(f"{option}: {e}") from None
         source = "given"
     rows = cost_rows(plans, volume["storage_gb"], volume["egress_gb"], args.months)
     print(
@@ -351,7 +396,6 @@ def cmd_cost(args: argparse.Namespace) -> int:
         )
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         import pandas as pd
 
         pd.DataFrame(rows).to_csv(out / "cost.csv", index=False)
@@ -381,11 +425,13 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from drtp.demo import run_demo
 
+    prepare_output_dir(Path(args.out), "--out")
+
     return run_demo(Path(args.out), requests=args.requests, seed=args.seed)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = DrtpArgumentParser(
         prog="drtp",
         description="drtp — the Docker Registry Trace Player: replay, simulate and analyse registry traces.",
     )
@@ -401,7 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--requests", type=_positive_int, default=10_000, help="number of records (default 10000)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     p.add_argument(
-        "--span", type=_duration, help="approximate time span, e.g. 3600 or 1d (default 1d, or the profile's rate)"
+        "--span",
+        type=_positive_duration,
+        help="approximate time span, e.g. 3600 or 1d (default 1d, or the profile's rate)",
     )
     p.add_argument(
         "--start",
@@ -412,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="a workload profile: dal, lon, fra, syd, stg, prs, dev, or a profile .yaml")
     p.add_argument("--clients", type=_positive_int, help="number of distinct clients (default 200)")
     p.add_argument("--repositories", type=_positive_int, help="number of repositories (default 300)")
-    p.add_argument("--max-layer-size", type=_size, help="cap on layer sizes, e.g. 4MB (default 256MiB)")
+    p.add_argument("--max-layer-size", type=_positive_size, help="cap on layer sizes, e.g. 4MB (default 256MiB)")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser(
@@ -478,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="*", help="trace files or run directories (optional)")
     p.add_argument("--storage", help="storage volume when no inputs are given, e.g. 2TB")
     p.add_argument("--egress", help="egress volume per month when no inputs are given, e.g. 10TB")
-    p.add_argument("--months", type=float, default=1.0, help="months the storage is kept (default 1)")
+    p.add_argument("--months", type=_positive_float, default=1.0, help="months the storage is kept (default 1)")
     p.add_argument("--pricing", nargs="+", help="pricing YAML files or folders (default configs/pricing/)")
     p.add_argument("--plans", help="comma-separated plan names to include")
     p.add_argument("--list", action="store_true", help="list the plans and exit")
@@ -509,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except DrtpError as e:
-        print(f"drtp: error: {e}", file=sys.stderr)
+        print(f"drtp: error: {' '.join(str(e).splitlines())}", file=sys.stderr)  # one line, whatever it quotes
         return e.exit_code
     except KeyboardInterrupt:
         print("drtp: interrupted", file=sys.stderr)

@@ -12,16 +12,28 @@ from __future__ import annotations
 
 import os
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
-import yaml
 
 from drtp.errors import ConfigError
 from drtp.failure_budget import parse_max_failed
+from drtp.node_auth import token_error
+from drtp.yamlfile import read_yaml
+
+__all__ = ["Config", "ConfigError", "config_from_dict", "load_config", "read_yaml", "redacted"]
 
 SECRET_KEYS = ("token", "password")
+WEEK_S = 7 * 86_400.0
+
+# Numbers as the keys need them.  The bounds are what refuses NaN (it fails every comparison) and
+# infinity (above every upper bound); msgspec refuses a bool where an int or float is expected.
+Port = Annotated[int, msgspec.Meta(ge=1, le=65_535)]
+Threads = Annotated[int, msgspec.Meta(ge=1, le=1024)]  # a client node refuses more than 1024
+Timeout = Annotated[float, msgspec.Meta(gt=0, le=WEEK_S)]  # seconds: > 0 and finite
 
 
 class _Section(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -30,27 +42,28 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 class ClientInfo(_Section):
     client_list: list[str] = []  # host:port of client nodes
-    port: int = 8081
-    threads: int = 16
+    port: Port = 8081
+    threads: Threads = 16
     wait: bool = False  # True: replay "as is" (trace timing); False: as fast as possible
     route: bool = False  # True: consistent hash of the client address; False: round-robin
     token: str | None = None  # shared secret between master and client nodes
     # drtp's own keys
-    batch: Annotated[int, msgspec.Meta(ge=1)] = 200  # requests per batch sent to a node
-    inflight: Annotated[int, msgspec.Meta(ge=1)] = 2000  # requests out at a node at most (bounds memory)
-    timeout: float = 30.0  # read timeout: seconds without progress on an answer before it fails as a timeout
-    connect_timeout: float = 5.0  # seconds to open a connection to the registry (TCP and TLS)
+    batch: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200  # requests per batch sent to a node
+    inflight: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 2000  # requests out at a node at most (bounds memory)
+    timeout: Timeout = 30.0  # read timeout: seconds without progress on an answer before it fails as a timeout
+    connect_timeout: Timeout = 5.0  # seconds to open a connection to the registry (TCP and TLS)
     retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 0  # GET/HEAD re-sent when no answer byte came (opt-in)
     max_failed: int | str = 0  # failed trace requests tolerated for exit code 0: a count, or a percentage "1%"
-    speedup: Annotated[float, msgspec.Meta(gt=0)] = 1.0  # as-is mode: replay this many times faster
-    on_time_ms: float = 10.0  # as-is mode: a request started this late still counts as on time
+    speedup: Annotated[float, msgspec.Meta(gt=0, le=1e6)] = 1.0  # as-is mode: replay this many times faster
+    # as-is mode: a request started this late still counts as on time
+    on_time_ms: Annotated[float, msgspec.Meta(ge=0, le=WEEK_S * 1000)] = 10.0
     # how nodes execute: "auto" = one event loop in stress mode, the thread pool as-is (finer timed waits)
     engine: Literal["auto", "loop", "threads"] = "auto"
 
 
 class Limit(_Section):
     type: Literal["seconds", "requests"]
-    amount: float
+    amount: Annotated[float, msgspec.Meta(gt=0, le=1e15)]  # a limit of nothing would read nothing
 
 
 class TraceSection(_Section):
@@ -60,13 +73,14 @@ class TraceSection(_Section):
     output: str | None = None
     format: Literal["auto", "ibm", "jsonl", "registry-log", "parquet"] = "auto"
     skip_bad: bool = False
-    reorder_window: float = 60.0  # seconds of disorder tolerated while streaming
+    # seconds of disorder tolerated while streaming
+    reorder_window: Annotated[float, msgspec.Meta(ge=0, le=WEEK_S)] = 60.0
     sort_files: bool = False  # sort each file in memory (for unordered files)
 
 
 class Warmup(_Section):
     output: str = "warmup-map.json"
-    threads: int = 8
+    threads: Threads = 8
     random: bool = True
 
 
@@ -93,20 +107,20 @@ class Slurm(_Section):
 
     partition: str | None = None
     account: str | None = None
-    nodes: int = 1  # nodes of the client job
-    tasks_per_node: int = 1  # drtp client processes per node (each on its own port)
-    cpus_per_task: int = 1
+    nodes: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1  # nodes of the client job
+    tasks_per_node: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1  # drtp client processes per node (own ports)
+    cpus_per_task: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1
     time: str = "01:00:00"  # time limit of each job (sbatch --time)
     master_time: str | None = None  # the master job's limit (default: time)
-    master_cpus: int = 2
+    master_cpus: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 2
     extra: list[str] = []  # more sbatch options, e.g. "--mem=4G" (or whole "#SBATCH …" lines)
     setup: list[str] = []  # shell lines run first in each job: "module load python", "source venv/bin/activate"
     drtp: str = "drtp"  # how the jobs run drtp, e.g. "python -m drtp.cli"
-    client_port: int = 8081  # task i of the client job listens on client_port + i
+    client_port: Port = 8081  # task i of the client job listens on client_port + i
     bind: str = "0.0.0.0"  # address the client nodes listen on
     workdir: str = "slurm-jobs"  # shared folder that holds one folder per experiment
-    register_timeout: float = 300.0  # seconds the master waits for every client to come up
-    poll: float = 2.0  # seconds between status polls
+    register_timeout: Timeout = 300.0  # seconds the master waits for every client to come up
+    poll: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 2.0  # seconds between status polls
     each_registry: bool = False  # one run per registry in registry:, in turn, on the same client nodes
 
 
@@ -114,7 +128,7 @@ class SshHost(_Section):
     """One SSH endpoint: the deploy target, a jump host, or a client host."""
 
     host: str
-    port: int = 22
+    port: Port = 22
     user: str | None = None
     key_file: str | None = None  # default: the SSH agent and ~/.ssh keys
     password: str | None = None  # use ${ENV_VAR}; never written anywhere
@@ -124,7 +138,7 @@ class Deploy(_Section):
     """``deploy:``: where ``drtp deploy`` copies the project and runs the experiment (docs/cluster.md)."""
 
     host: str
-    port: int = 22
+    port: Port = 22
     user: str | None = None
     key_file: str | None = None
     password: str | None = None
@@ -212,39 +226,99 @@ def _expand(value: Any, where: str, path: str) -> Any:
     return value
 
 
-def _explain(e: msgspec.ValidationError) -> str:
-    """Turn msgspec's message into 'unknown key x.y' / 'key x.y: expected …'."""
+_TYPE_WORDS = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "array": "a list",
+    "object": "a mapping",
+    "null": "nothing",
+}
+_BACKTICKED = re.compile(r"`([^`]+)`")
+_MISSING = object()
+_PATH_PART = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def shown(value: Any, width: int = 60) -> str:
+    """A value as an error line shows it: its repr, cut short (a key may hold a whole file)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _words(match: re.Match) -> str:
+    """msgspec's `int | null` as 'an integer or nothing'."""
+    return " or ".join(_TYPE_WORDS.get(t.strip(), t.strip()) for t in match.group(1).split("|"))
+
+
+def _value_at(data: Any, at: str) -> Any:
+    """The value at msgspec's path (``a.b[2].c``) in the data given, or ``_MISSING``."""
+    for m in _PATH_PART.finditer("." + at if at else ""):
+        key, index = m.group(1), m.group(2)
+        if index is not None and isinstance(data, list) and int(index) < len(data):
+            data = data[int(index)]
+        elif key is not None and isinstance(data, dict) and key in data:
+            data = data[key]
+        else:
+            return _MISSING
+    return data
+
+
+def explain(e: msgspec.ValidationError, data: Any = _MISSING, prefix: str = "", root: type | None = None) -> str:
+    """Turn msgspec's message into 'unknown key x.y' / "key 'x.y': expected an integer ≥ 1, got 0".
+
+    ``data`` is what was validated (to show the value refused), ``prefix`` is
+    put before every key path (``simulate.args.``), ``root`` is the struct
+    validated against (to list a key's choices).
+    """
     msg = str(e)
+    key = re.fullmatch(r"Expected `str` - at `key` in `\$\.?(.*)`", msg)
+    if key:
+        return f"key '{_join(prefix, key.group(1)) or '(top level)'}': every key in it must be a name (a string)"
     m = re.match(r"(.*?)(?: - at `\$(.*)`)?$", msg)
     text, at = (m.group(1), (m.group(2) or "")) if m else (msg, "")
     at = at.lstrip(".")
-    at = re.sub(r"\[(\d+)\]", r"[\1]", at)
+    name = _join(prefix, at) or "(top level)"
     field = re.search(r"field `([^`]+)`", text)
     if text.startswith("Object contains unknown field") and field:
-        return f"unknown key '{_join(at, field.group(1))}'"
+        return f"unknown key '{_join(_join(prefix, at), field.group(1))}'"
     if text.startswith("Object missing required field") and field:
-        return f"missing key '{_join(at, field.group(1))}'"
+        return f"missing key '{_join(_join(prefix, at), field.group(1))}'"
     detail = text[0].lower() + text[1:] if text else "invalid value"
-    return f"key '{at or '(top level)'}': {detail}"
+    value = _value_at(data, at)
+    detail = re.sub(r", got `[^`]+`$", "", detail)
+    detail = _BACKTICKED.sub(_words, detail).replace(">=", "≥").replace("<=", "≤")
+    detail = re.sub(r"(\d)\.0\b", r"\1", detail)  # msgspec's bound 0.0 of a float key reads as 0
+    if detail.startswith("invalid enum value"):
+        allowed = _allowed_values(at, root or Config)
+        if allowed:
+            return f"key '{name}': {shown(value)} is not one of {', '.join(allowed)}"
+        return f"key '{name}': {detail}"
+    if value is not _MISSING and not isinstance(value, (dict, list)):
+        detail += f", got {shown(value)}"
+    return f"key '{name}': {detail}"
+
+
+def _allowed_values(at: str, root: type) -> list[str]:
+    """The choices of the Literal key at msgspec's path, for an error that says what would do."""
+    tp: Any = root
+    for m in _PATH_PART.finditer("." + at):
+        if m.group(2) is not None:
+            continue  # a list index: the element type was unwrapped below
+        hints = typing.get_type_hints(tp, include_extras=True) if isinstance(tp, type) else {}
+        tp = hints.get(m.group(1))
+        for _ in range(3):  # unwrap Optional / list / Annotated down to the key's own type
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if typing.get_origin(tp) in (typing.Union, types.UnionType, list, Annotated) and args:
+                tp = args[0]
+    return [str(a) for a in typing.get_args(tp)] if typing.get_origin(tp) is Literal else []
 
 
 def _join(at: str, key: str) -> str:
-    return f"{at}.{key}" if at else key
-
-
-def read_yaml(path: str | Path) -> Any:
-    """A YAML file's data; unreadable or invalid files raise a one-line ConfigError."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    """``a.b`` + ``c``; a prefix that ends in a dot (``simulate.args.``) takes the key as is."""
+    if not at or not key:
+        return key or at.rstrip(".")
+    return f"{at}{key}" if at.endswith(".") else f"{at}.{key}"
 
 
 def load_config(path: str | Path) -> Config:
@@ -266,7 +340,7 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
     try:
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as e:
-        raise ConfigError(f"{source}: {_explain(e)}") from None
+        raise ConfigError(f"{source}: {explain(e, data)}") from None
     if cfg.client_info.engine == "loop" and cfg.client_info.wait:
         raise ConfigError(
             f"{source}: key 'client_info.engine': loop replays as fast as possible; as-is (wait: true) "
@@ -276,9 +350,27 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
         parse_max_failed(cfg.client_info.max_failed)
     except ValueError as e:
         raise ConfigError(f"{source}: key 'client_info.max_failed': {e}") from None
+    if cfg.client_info.token is not None and (why := token_error(cfg.client_info.token)):
+        raise ConfigError(f"{source}: key 'client_info.token': {why}")
+    _check_combinations(cfg, source)
     cfg.base_dir = base_dir
     cfg.source = source
     return cfg
+
+
+def _check_combinations(cfg: Config, source: str) -> None:
+    """Rules that span keys or depend on another key's value (each key's own range is in its type)."""
+    limit = cfg.trace.limit if cfg.trace else None
+    if limit is not None and limit.type == "requests" and limit.amount != int(limit.amount):
+        raise ConfigError(
+            f"{source}: key 'trace.limit.amount': a number of requests must be whole, got {limit.amount!r}"
+        )
+    s = cfg.slurm
+    if s is not None and s.client_port + s.tasks_per_node - 1 > 65_535:
+        raise ConfigError(
+            f"{source}: key 'slurm.client_port': {s.client_port} + {s.tasks_per_node} tasks per node "
+            "runs past port 65535"
+        )
 
 
 def redacted(cfg: Config) -> dict:

@@ -8,12 +8,13 @@ from replay run directories (``requests.csv``), or is given directly.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drtp.config import read_yaml
 from drtp.errors import ConfigError, DrtpError
+from drtp.yamlfile import read_yaml_mapping
 
 PRICING_DIR = Path(__file__).resolve().parent.parent / "configs" / "pricing"
 GB = 1e9  # providers bill decimal gigabytes
@@ -59,22 +60,34 @@ def tiered(amount: float, tiers: Tiers) -> float:
     return cost
 
 
+def _number(value: Any) -> bool:
+    """A price or an amount of GB: a finite number ≥ 0 (a bool is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
+
+
+def _price(spec: dict, key: str, where: str) -> float:
+    value = spec.get(key, 0)
+    if not _number(value):
+        raise ConfigError(f"{where}.{key}': expected a number ≥ 0, got {value!r}")
+    return float(value)
+
+
 def _tiers(value: Any, where: str) -> Tiers:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if _number(value):
         return [(None, float(value))]
     ok = (
         isinstance(value, list)
         and value
         and all(
-            isinstance(t, list)
-            and len(t) == 2
-            and (t[0] is None or isinstance(t[0], (int, float)))
-            and isinstance(t[1], (int, float))
-            for t in value
+            isinstance(t, list) and len(t) == 2 and (t[0] is None or _number(t[0])) and _number(t[1]) for t in value
         )
+        and all(t[0] is not None for t in value[:-1])
     )
     if not ok or value[-1][0] is not None:
-        raise ConfigError(f"{where}: expected a price or tiers [[up_to_gb, price], …, [null, price]]")
+        raise ConfigError(f"{where}: expected a price or tiers [[up_to_gb, price], …, [null, price]] (numbers ≥ 0)")
+    uppers = [t[0] for t in value[:-1]]
+    if uppers != sorted(uppers):
+        raise ConfigError(f"{where}: tier bounds must increase, got {uppers}")
     return [(None if u is None else float(u), float(p)) for u, p in value]
 
 
@@ -91,31 +104,37 @@ def load_pricing(paths: list[Path] | None = None) -> list[Plan]:
             raise ConfigError(f"{p}: pricing file not found")
     plans = []
     for f in files:
-        data = read_yaml(f) or {}
+        data = read_yaml_mapping(f)
         unknown = set(data) - {"provider", "source", "plans"}
         if unknown:
             raise ConfigError(f"{f}: unknown key '{sorted(unknown)[0]}'")
-        for name, spec in (data.get("plans") or {}).items():
-            bad = set(spec or {}) - _PLAN_KEYS
-            if bad:
-                raise ConfigError(f"{f}: unknown key 'plans.{name}.{sorted(bad)[0]}'")
+        specs = data.get("plans") or {}
+        if not isinstance(specs, dict):
+            raise ConfigError(f"{f}: key 'plans': expected a mapping of plan names, got {type(specs).__name__}")
+        for name, spec in specs.items():
             spec = spec or {}
+            if not isinstance(spec, dict):
+                raise ConfigError(f"{f}: key 'plans.{name}': expected a mapping of keys, got {type(spec).__name__}")
+            bad = set(spec) - _PLAN_KEYS
+            if bad:
+                raise ConfigError(f"{f}: unknown key 'plans.{name}.{sorted(map(str, bad))[0]}'")
+            where = f"{f}: key 'plans.{name}"
             plans.append(
                 Plan(
                     provider=str(data.get("provider", f.stem)),
                     name=str(name),
-                    monthly_fee=float(spec.get("monthly_fee", 0)),
-                    included_storage_gb=float(spec.get("included_storage_gb", 0)),
-                    storage=_tiers(spec.get("storage_gb_month", 0), f"{f}: key 'plans.{name}.storage_gb_month'"),
-                    operations_per_gb=float(spec.get("operations_per_gb", 0)),
-                    price_per_10k_operations=float(spec.get("price_per_10k_operations", 0)),
-                    egress=_tiers(spec.get("egress_gb", 0), f"{f}: key 'plans.{name}.egress_gb'"),
-                    included_egress_gb=float(spec.get("included_egress_gb", 0)),
+                    monthly_fee=_price(spec, "monthly_fee", where),
+                    included_storage_gb=_price(spec, "included_storage_gb", where),
+                    storage=_tiers(spec.get("storage_gb_month", 0), f"{where}.storage_gb_month'"),
+                    operations_per_gb=_price(spec, "operations_per_gb", where),
+                    price_per_10k_operations=_price(spec, "price_per_10k_operations", where),
+                    egress=_tiers(spec.get("egress_gb", 0), f"{where}.egress_gb'"),
+                    included_egress_gb=_price(spec, "included_egress_gb", where),
                     limits=str(spec.get("limits", "")),
                 )
             )
     if not plans:
-        raise ConfigError("no pricing plans found")
+        raise ConfigError(f"no pricing plans found in {', '.join(map(str, paths or [PRICING_DIR]))}")
     return plans
 
 

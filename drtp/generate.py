@@ -282,6 +282,64 @@ class TraceGenerator:
         }
 
 
+_SHARE = (0.0, 1.0)
+_SKEW = (0.0, 10.0)
+_COUNT = (1, 1_000_000)  # populations are kept as lists: a million is already a large trace
+_BYTES = (1, 1 << 50)
+# the values each option may take (inclusive); an option whose default is an int takes whole numbers only
+OPTION_RANGES: dict[str, tuple[float, float]] = {
+    "requests": (1, 10**12),
+    "span_s": (1e-3, 100 * 365 * 86_400.0),
+    "clients": _COUNT,
+    "repositories": _COUNT,
+    "hosts": (1, 10_000),
+    "push_ratio": _SHARE,
+    "follow_rate": _SHARE,
+    "follow_after_push": _SHARE,
+    "follow_rank": _COUNT,
+    "layer_median": _BYTES,
+    "layer_sigma": _SKEW,
+    "max_layer_size": _BYTES,
+    "min_layer_size": _BYTES,
+    "manifest_median": (1, 1 << 20),
+    "manifest_sigma": _SKEW,
+    "head_check_rate": _SHARE,
+    "repo_skew": _SKEW,
+    "layer_skew": _SKEW,
+    "client_skew": _SKEW,
+    "old_image_rate": _SHARE,
+    "day_amplitude": _SHARE,
+    "weekend_factor": (1e-3, 1000.0),  # 0 would leave weekends without a single arrival
+    "idle_rate": _SHARE,
+    "idle_mean_s": (1e-3, 7 * 86_400.0),
+    "base_layers": (0, 1_000_000),  # 0: one per ten repositories
+    "image_layers": (1, 100),
+    "retag_rate": _SHARE,
+}
+
+
+def _plain(x: float) -> str:
+    """1000000 as '1,000,000', 0.001 as '0.001': bounds as a person reads them."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
+def option_problem(name: str, value: object) -> str | None:
+    """What is wrong with ``value`` for the GenerateOptions field ``name`` (None: nothing).
+
+    The generator divides by spans and means and takes logarithms of medians, so
+    a zero, a negative, NaN or infinity would end in a traceback or an endless
+    loop far from the option that caused it.
+    """
+    lo, hi = OPTION_RANGES[name]
+    whole = isinstance(getattr(GenerateOptions, name), int)
+    kind = "an integer" if whole else "a number"
+    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+        return f"expected {kind}, got {value!r}"
+    if not lo <= value <= hi:  # also refuses NaN, which fails every comparison
+        return f"expected {kind} from {_plain(lo)} to {_plain(hi)}, got {value!r}"
+    return None
+
+
 def generate(opts: GenerateOptions) -> Iterator[dict]:
     """IBM-format record dicts, sorted by timestamp, exactly ``opts.requests`` of them."""
     return TraceGenerator(opts).records()

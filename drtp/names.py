@@ -22,8 +22,7 @@ COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"  # one path component of a 
 NAME = re.compile(rf"{COMPONENT}(?:/{COMPONENT})*")
 TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}")
-# an upload id never starts with a dot, so ``uploads/..`` cannot climb out of the upload path
-UPLOAD = re.compile(r"uploads/(?:[A-Za-z0-9_=-][A-Za-z0-9_.=-]*)?")
+UPLOAD = re.compile(r"uploads/(?:[A-Za-z0-9_=-][A-Za-z0-9_.=-]*)?")  # no leading dot: never "." or ".."
 
 
 def name_error(name: str) -> str | None:

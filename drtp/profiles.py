@@ -11,12 +11,13 @@ their own.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
-from drtp.config import read_yaml
 from drtp.errors import ConfigError
-from drtp.generate import GenerateOptions
+from drtp.generate import GenerateOptions, option_problem
+from drtp.yamlfile import read_yaml_mapping
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "configs" / "profiles"
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(GenerateOptions)} - {"requests", "seed", "start", "span_s"}
@@ -28,7 +29,11 @@ def builtin_profiles() -> list[str]:
 
 def profile_path(name: str) -> Path:
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
+    if path.suffix in (".yaml", ".yml") or "/" in name:
+        if path.is_dir():
+            raise ConfigError(f"{path}: is a directory, not a profile .yaml")
+        if not path.exists():
+            raise ConfigError(f"{path}: profile file not found")
         return path
     candidate = PROFILE_DIR / f"{name}.yaml"
     if candidate.is_file():
@@ -36,33 +41,47 @@ def profile_path(name: str) -> Path:
     raise ConfigError(f"unknown profile {name!r} (built-in: {', '.join(builtin_profiles())}; or a path to a .yaml)")
 
 
+def _mapping(value: Any, path: Path, key: str) -> dict[str, Any]:
+    """A section of the profile that must be a mapping (absent: empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: key '{key}': expected a mapping of keys, got {type(value).__name__}")
+    return value
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def load_profile(name: str) -> dict[str, Any]:
     """The profile as a dict with 'generator', 'targets', 'requests_per_day', 'path'; validated."""
     path = profile_path(name)
-    data = read_yaml(path) or {}
+    data = read_yaml_mapping(path)
     unknown = set(data) - {"description", "published", "generator", "targets", "known_gaps"}
     if unknown:
-        raise ConfigError(f"{path}: unknown key '{sorted(unknown)[0]}'")
-    gen = dict(data.get("generator") or {})
+        raise ConfigError(f"{path}: unknown key '{sorted(map(str, unknown))[0]}'")
+    gen = dict(_mapping(data.get("generator"), path, "generator"))
     per_day = gen.pop("requests_per_day", None)
     for key, value in gen.items():
         if key not in _OPTION_FIELDS:
             raise ConfigError(f"{path}: unknown key 'generator.{key}'")
-        default = getattr(GenerateOptions, key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) != isinstance(default, bool):
-            raise ConfigError(f"{path}: key 'generator.{key}': expected a number, got {value!r}")
-    if per_day is not None and (not isinstance(per_day, (int, float)) or per_day <= 0):
-        raise ConfigError(f"{path}: key 'generator.requests_per_day': expected a positive number")
-    targets = data.get("targets") or {}
+        problem = option_problem(key, value)
+        if problem:
+            raise ConfigError(f"{path}: key 'generator.{key}': {problem}")
+    if per_day is not None and not (_finite(per_day) and 0 < per_day <= 1e12):
+        raise ConfigError(f"{path}: key 'generator.requests_per_day': expected a number > 0, got {per_day!r}")
+    targets = _mapping(data.get("targets"), path, "targets")
     for key, value in targets.items():
-        if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value)):
-            raise ConfigError(f"{path}: key 'targets.{key}': expected [value, tolerance]")
+        if not (isinstance(value, list) and len(value) == 2 and all(_finite(v) for v in value)):
+            raise ConfigError(f"{path}: key 'targets.{key}': expected [value, tolerance] (two numbers), got {value!r}")
+    description = data.get("description", "")
     return {
         "path": path,
         "generator": gen,
         "requests_per_day": per_day,
         "targets": targets,
-        "description": data.get("description", ""),
+        "description": description if isinstance(description, str) else str(description),
     }
 
 

@@ -158,6 +158,9 @@ class Authenticator:
     def fetch_token(self, params: dict[str, str]) -> str:
         """GET realm?service=…&scope=… (with basic credentials); AuthError if refused."""
         realm = urlsplit(params["realm"])
+        if self.basic and realm.scheme != "https" and registry_base(self.auth.registry).startswith("https://"):
+            # the registry is reached over TLS: its password must not cross the network in clear text
+            raise AuthError(f"token server {realm.netloc} is plain http: the credentials of {masked(self.auth)} stay")
         query = [(k, params[k]) for k in ("service", "scope") if params.get(k)]
         path = (realm.path or "/") + "?" + "&".join(filter(None, [realm.query, urlencode(query)]))
         if realm.scheme == "https":

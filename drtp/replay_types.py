@@ -22,6 +22,22 @@ Op = Literal[
 ]
 
 
+KINDS = ("manifest", "blob")
+
+
+def op_for(method: str, kind: str) -> Op:
+    """What a node does for a trace request of ``method`` on a ``kind``: the one mapping master and node share."""
+    if kind == "manifest":
+        return "manifest-put" if method == "PUT" else "get"
+    if method == "POST":
+        return "upload-open"
+    if method == "PATCH":
+        return "upload-chunk"
+    if method == "PUT":
+        return "upload-close"
+    return "get"  # GET/HEAD/DELETE of a blob (or of an upload's status)
+
+
 class Layer(msgspec.Struct, array_like=True, gc=False):
     digest: str
     size: int

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from drtp.errors import DrtpError
+from drtp.outputs import prepare_output_dir
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
 PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults")
@@ -36,8 +37,9 @@ def cmd_selfbench(args: argparse.Namespace) -> int:
     parts = tuple(args.only or PARTS)
     if "replay" in parts and not shutil.which("wrk"):
         raise DrtpError("wrk is not installed (apt-get install -y wrk); or leave out the replay rows with --only")
-    suite = load_suite()
     out = Path(args.out) if args.out else BENCH_DIR / "out"
+    prepare_output_dir(out, "--out")
+    suite = load_suite()
     doc = suite.run_suite(args.size, out, parts, log=print if not args.quiet else (lambda *a, **k: None))
     print(suite.format_table(doc))
     print(f"wrote {out / f'selfbench-{args.size}.csv'} and {out / f'selfbench-{args.size}.json'}")

@@ -572,7 +572,8 @@ def _merge(streams, window: _dt.timedelta, skip_bad: bool, stats: ReadStats):
             latest.pop(i, None)
         else:
             ordered = sorted(chunk, key=_by_time)
-            if ordered and ordered[0].timestamp < MIN_TIME or ordered[-1].timestamp >= MAX_TIME:  # sorted: two looks suffice
+            # sorted: its first and last records tell whether every timestamp is in range
+            if ordered and (ordered[0].timestamp < MIN_TIME or ordered[-1].timestamp >= MAX_TIME):
                 chunk = _in_range(path, base, chunk, skip_bad, stats)
                 ordered = sorted(chunk, key=_by_time)
             if ordered and emitted is not None and ordered[0].timestamp < emitted:

@@ -107,7 +107,9 @@ class Bench:
         self.concurrency = max(1, concurrency)
         self.chunk = chunk
         self.repository = repository
-        spec = RunSpec("bench", time.time(), self.concurrency, timeout, auth=[auth] if auth else [])
+        spec = RunSpec(
+            "bench", time.time(), self.concurrency, timeout, auth=[auth] if auth else [], registries=[self.base]
+        )
         self.clock = monotonic_clock(spec.start_epoch)
         self.ex = Executor(spec, self.clock)
         self.lock = threading.Lock()

@@ -11,8 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from drtp.cli import _positive_int, _positive_size, _sizes
 from drtp.errors import DrtpError
 from drtp.failure_budget import FailureBudget, parse_max_failed
+from drtp.outputs import check_output_file, prepare_output_dir
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 the run completed and its failed trace requests are within --max-failed; 1 completed with more "
@@ -35,6 +37,28 @@ def failure_budget(args: argparse.Namespace, cfg) -> FailureBudget:
         return parse_max_failed(value)
     except ValueError as e:
         raise DrtpError(f"{where}: {e}") from None
+
+
+TOKEN_FILE_HELP = "file holding the shared secret of the client nodes (overrides client_info.token and $DRTP_TOKEN)"
+
+
+def apply_token_file(args: argparse.Namespace, cfg) -> None:
+    """--token-file: the secret from that file replaces client_info.token (never on the command line itself)."""
+    if args.token_file is not None:
+        from drtp.node_auth import read_token_file
+
+        cfg.client_info.token = read_token_file(args.token_file)
+
+
+def read_ca_file(path: Path) -> str:
+    """The PEM text of ``--ca-file``; a missing, unreadable or binary file is a one-line error."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DrtpError(f"--ca-file {path}: cannot read ({getattr(e, 'strerror', None) or 'not PEM text'})") from None
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise DrtpError(f"--ca-file {path}: no PEM certificate in it (-----BEGIN CERTIFICATE-----)")
+    return text
 
 
 def say(message: str) -> None:
@@ -72,6 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted run")
     if cfg.registries and not cfg.registry:  # a registry list: one experiment, warmup + run per registry
         return cmd_experiment(args)
+    apply_token_file(args, cfg)
     budget = failure_budget(args, cfg)
     summary = run_replay(cfg, Path(args.out) if args.out else None, resume=args.resume)
     verdict = judge(summary, budget)
@@ -87,6 +112,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     if args.resume and not args.out:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted experiment")
+    apply_token_file(args, cfg)
     budget = failure_budget(args, cfg)
     status = run_experiment(cfg, Path(args.out) if args.out else None, resume=args.resume, budget=budget)
     return worst(s["exit_code"] for s in status.values())
@@ -100,7 +126,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from drtp.master.bench import Bench, append_dataset, print_summary
     from drtp.registry_auth import entry_auth
     from drtp.replay_types import RegistryAuth
-    from drtp.units import parse_size
 
     auth = None
     registry = args.registry
@@ -119,17 +144,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         password = os.environ.get("DRTP_REGISTRY_PASSWORD") if args.username else None
         if args.username and not password:
             raise DrtpError("--username needs the password in $DRTP_REGISTRY_PASSWORD")
-        ca = Path(args.ca_file).read_text() if args.ca_file else None
+        ca = read_ca_file(Path(args.ca_file)) if args.ca_file else None
         auth = RegistryAuth(registry, args.username, password, ca, args.insecure and registry.startswith("https"))
-    sizes = [parse_size(s) for s in args.size.split(",")]
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else results / f"bench-{args.mode}-{stamp}"
+    prepare_output_dir(out, "--out")
+    if args.append:
+        check_output_file(Path(args.append), "--append")
     from drtp.master.preflight import preflight
 
     preflight(registry, auth, args.registry, args.repository + "/")
     bench = Bench(
-        registry, auth, args.mode, sizes, layers=args.layers, iterations=args.iterations,
-        concurrency=args.concurrency, chunk=parse_size(args.chunk) if args.chunk else 0, repository=args.repository,
+        registry, auth, args.mode, args.size, layers=args.layers, iterations=args.iterations,
+        concurrency=args.concurrency, chunk=args.chunk or 0, repository=args.repository,
     )  # fmt: skip
     summary = bench.run(out)
     print_summary(summary)
@@ -166,6 +193,7 @@ def register(sub) -> None:
         "--resume", action="store_true", help="continue the interrupted run in --out DIR; completed requests are kept"
     )
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP)
+    p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -179,6 +207,7 @@ def register(sub) -> None:
     p.add_argument("--out", help="experiment directory (default: <results>/experiment-<date>-<time>)")
     p.add_argument("--resume", action="store_true", help="skip registries done in --out DIR, resume the others")
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP + ", for each registry's run")
+    p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     p.set_defaults(func=cmd_experiment)
 
     p = sub.add_parser(
@@ -194,11 +223,15 @@ def register(sub) -> None:
     p.add_argument("--username", help="with a URL: user (password from $DRTP_REGISTRY_PASSWORD)")
     p.add_argument("--ca-file", help="with a URL: CA bundle (PEM)")
     p.add_argument("--insecure", action="store_true", help="with a URL: allow http, or https without verification")
-    p.add_argument("--layers", type=int, default=3, help="layers per image (default 3)")
-    p.add_argument("--size", default="1MB", help="layer size(s), comma-separated, used in turn (default 1MB)")
-    p.add_argument("--iterations", type=int, default=1, help="images to push/pull (default 1)")
-    p.add_argument("--concurrency", type=int, default=1, help="images in parallel (default 1)")
-    p.add_argument("--chunk", help="chunked upload: PATCH pieces of this size (default: monolithic PUT)")
+    p.add_argument("--layers", type=_positive_int, default=3, help="layers per image (default 3)")
+    p.add_argument(
+        "--size", type=_sizes, default=[1_000_000], help="layer size(s), comma-separated, used in turn (default 1MB)"
+    )
+    p.add_argument("--iterations", type=_positive_int, default=1, help="images to push/pull (default 1)")
+    p.add_argument("--concurrency", type=_positive_int, default=1, help="images in parallel (default 1)")
+    p.add_argument(
+        "--chunk", type=_positive_size, help="chunked upload: PATCH pieces of this size (default: monolithic PUT)"
+    )
     p.add_argument("--repository", default="drtp-bench", help="repository prefix (default drtp-bench)")
     p.add_argument("--out", help="run directory (default: <results>/bench-<mode>-<date>-<time>)")
     p.add_argument("--append", help="also append the rows to this dataset CSV (with a 'run' column)")

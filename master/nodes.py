@@ -18,7 +18,7 @@ import msgspec
 import requests
 
 from drtp.errors import RunError
-from drtp.node_auth import sign
+from drtp.node_auth import MAX_BODY, sign
 from drtp.replay_types import Batch, ReplayRequest, RunSpec, result_decoder
 
 _END = object()
@@ -97,23 +97,36 @@ class NodeLink:
     # -- threads ------------------------------------------------------------------------------
 
     def _feed(self) -> None:
-        encode = msgspec.json.encode
         while not self.dead:
             item = self.outbox.get()
             if item is _CANCEL:
                 return
-            path = f"/runs/{self.run}/end" if item is _END else f"/runs/{self.run}/batch"
-            body = b"" if item is _END else encode(Batch(self.run, item))
-            try:
-                r = self.call("POST", path, body, timeout=30)
-            except requests.RequestException as e:
-                self._died(f"{type(e).__name__} while sending a batch")
-                return
-            if r.status_code not in (200, 202):
-                self._died(f"refused a batch: HTTP {r.status_code} {r.text[:200]}")
-                return
             if item is _END:
+                self._post(f"/runs/{self.run}/end", b"")
                 return
+            for body in self._bodies(item):
+                if not self._post(f"/runs/{self.run}/batch", body):
+                    return
+
+    def _bodies(self, requests_: list[ReplayRequest]) -> list[bytes]:
+        """The batch encoded, split in halves until each part fits the node's body bound (MAX_BODY)."""
+        body = msgspec.json.encode(Batch(self.run, requests_))
+        if len(body) <= MAX_BODY or len(requests_) == 1:
+            return [body]
+        half = len(requests_) // 2
+        return self._bodies(requests_[:half]) + self._bodies(requests_[half:])
+
+    def _post(self, path: str, body: bytes) -> bool:
+        """One control POST of the feeder; False (the node reported dead) when it failed or was refused."""
+        try:
+            r = self.call("POST", path, body, timeout=30)
+        except requests.RequestException as e:
+            self._died(f"{type(e).__name__} while sending a batch")
+            return False
+        if r.status_code not in (200, 202):
+            self._died(f"refused a batch: HTTP {r.status_code} {r.text[:200]}")
+            return False
+        return True
 
     def _read(self) -> None:
         path = f"/runs/{self.run}/results"

@@ -26,7 +26,7 @@ import msgspec
 
 from drtp.manifest import placeholder_digest
 from drtp.records import TraceRecord
-from drtp.replay_types import Layer, ReplayRequest, ReplayResult
+from drtp.replay_types import Layer, ReplayRequest, ReplayResult, op_for
 
 MAX_IMAGE_LAYERS = 32
 
@@ -55,16 +55,7 @@ def with_prefix(batches: Iterable[list[TraceRecord]], prefix: str) -> Iterator[l
 
 
 def op_of(rec: TraceRecord) -> str:
-    method, kind, _ref = rec.method, rec.kind, rec.reference
-    if kind == "manifest":
-        return "manifest-put" if method == "PUT" else "get"
-    if method == "POST":
-        return "upload-open"
-    if method == "PATCH":
-        return "upload-chunk"
-    if method == "PUT":
-        return "upload-close"
-    return "get"  # GET/HEAD/DELETE of a blob (or of an upload's status)
+    return op_for(rec.method, rec.kind)
 
 
 class Planner:

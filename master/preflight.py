@@ -54,7 +54,7 @@ def preflight(
     """
     name = name or registry
     base = registry_base(registry)
-    spec = RunSpec("preflight", time.time(), threads=1, timeout=15.0, auth=[auth] if auth else [])
+    spec = RunSpec("preflight", time.time(), threads=1, timeout=15.0, auth=[auth] if auth else [], registries=[base])
     ex = Executor(spec, time.perf_counter)
     repo = f"{repository}drtp-preflight"
     t0 = time.perf_counter()

@@ -37,7 +37,7 @@ from drtp.master.warmup import load_map
 from drtp.node_auth import resolve_token
 from drtp.progress import progress
 from drtp.registry_auth import config_auth, registry_names, repository_prefix
-from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec
+from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.trace import TraceReader
 
 START_LEAD_S = 1.0  # as-is mode: the common start is this far after the run is set up
@@ -149,6 +149,7 @@ class Replay:
             random=self.cfg.warmup.random,
             auth=self.auths,
             engine=engine,
+            registries=[registry_base(r) for r in self.registries],  # a node refuses any other target
         )
         try:
             for link in self.links.values():

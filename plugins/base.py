@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import msgspec
 import pandas as pd
 
+from drtp.config import explain
 from drtp.errors import ConfigError, DrtpError
 from drtp.plugins.compact import CompactTrace
 from drtp.units import parse_duration, parse_size
@@ -68,12 +69,23 @@ class SimPlugin(ABC):
 _PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
 
 
-def resolve_size(value: int | float | str, key: str, base: int | None = None, base_name: str = "ingress") -> int:
-    """Bytes from ``1048576``, ``"64MB"`` or ``"5%"`` (of ``base`` bytes); errors name the key."""
+def parse_percent(value: str, key: str) -> float:
+    """A percentage in (0, 100] from ``"5%"``: of a cache, 0 % is no cache and more than 100 % is not a share."""
+    m = _PERCENT.match(value)
+    if not m:
+        raise DrtpError(f"simulate.args.{key}: not a percentage: {value!r} (example: 5%)")
+    percent = float(m.group(1))
+    if not 0 < percent <= 100:
+        raise DrtpError(f"simulate.args.{key}: a percentage must be more than 0% and at most 100%, got {value!r}")
+    return percent
+
+
+def resolve_size(
+    value: int | float | str, key: str, base: int | None = None, base_name: str = "ingress", minimum: int = 0
+) -> int:
+    """Bytes from ``1048576``, ``"64MB"`` or ``"5%"`` (of ``base`` bytes), at least ``minimum``; errors name the key."""
     if isinstance(value, str) and "%" in value:
-        m = _PERCENT.match(value)
-        if not m:
-            raise DrtpError(f"simulate.args.{key}: not a percentage: {value!r} (example: 5%)")
+        percent = parse_percent(value, key)
         if base is None:
             raise DrtpError(f"simulate.args.{key}: a percentage is not allowed here")
         if base <= 0:
@@ -81,53 +93,54 @@ def resolve_size(value: int | float | str, key: str, base: int | None = None, ba
                 f"simulate.args.{key}: {value} of the trace's {base_name} is 0 bytes "
                 f"(the trace has no {'layer uploads' if base_name == 'ingress' else 'layer GETs'}); give bytes instead"
             )
-        return int(float(m.group(1)) / 100.0 * base)
+        size = int(percent / 100.0 * base)
+        if size < minimum:
+            raise DrtpError(
+                f"simulate.args.{key}: {value} of the trace's {base_name} ({base:,} bytes) is less than "
+                f"{minimum} byte; give a larger share or bytes"
+            )
+        return size
     try:
         size = parse_size(value)
     except ValueError as e:
         raise DrtpError(f"simulate.args.{key}: {e}") from None
-    if size < 0:
-        raise DrtpError(f"simulate.args.{key}: must be ≥ 0, not {value!r}")
+    if size < minimum:
+        raise DrtpError(f"simulate.args.{key}: must be at least {minimum} byte, got {value!r}")
     return size
 
 
-def check_size(value: int | float | str, key: str) -> None:
-    """Syntax check of a size or percentage (the base is known only with the trace)."""
-    resolve_size(value, key, base=1 if isinstance(value, str) and "%" in value else None)
+def check_size(value: int | float | str, key: str, minimum: int = 0) -> None:
+    """Check a size or percentage before the trace is read (the base of a percentage is known only with it)."""
+    if isinstance(value, str) and "%" in value:
+        parse_percent(value, key)
+    else:
+        resolve_size(value, key, minimum=minimum)
 
 
 def resolve_duration(value: int | float | str, key: str) -> float:
+    """Seconds from ``3600``, ``"1h"`` or ``"1d"`` (finite, ≥ 0); errors name the key."""
     try:
-        seconds = parse_duration(value)
+        return parse_duration(value)
     except ValueError as e:
         raise DrtpError(f"simulate.args.{key}: {e}") from None
-    if seconds < 0:
-        raise DrtpError(f"simulate.args.{key}: must be ≥ 0, not {value!r}")
-    return seconds
 
 
-def _explain(e: msgspec.ValidationError) -> str:
-    msg = str(e)
-    m = re.match(r"(.*?)(?: - at `\$\.?(.*)`)?$", msg)
-    text, at = (m.group(1), m.group(2) or "") if m else (msg, "")
-    fld = re.search(r"field `([^`]+)`", text)
-    if text.startswith("Object contains unknown field") and fld:
-        return f"unknown key 'simulate.args.{fld.group(1)}'"
-    if text.startswith("Object missing required field") and fld:
-        return f"missing key 'simulate.args.{fld.group(1)}'"
-    return f"key 'simulate.args.{at}': {text[0].lower() + text[1:]}"
-
-
-def parse_plugin_args(plugin: type[SimPlugin], raw: dict[str, Any]) -> PluginArgs:
-    """Validate ``simulate.args`` for a plugin; a ConfigError names the key and the allowed keys."""
+def parse_plugin_args(plugin: type[SimPlugin], raw: dict[str, Any], source: str = "") -> PluginArgs:
+    """Validate ``simulate.args`` for a plugin; a ConfigError names the config, the plugin and the key."""
+    where = f"{source}: " if source else ""
     if not isinstance(raw, dict):
-        raise ConfigError(f"simulate.args must be a mapping, not {type(raw).__name__}")
+        raise ConfigError(f"{where}simulate.args must be a mapping, not {type(raw).__name__}")
     try:
         args = msgspec.convert(raw, plugin.Args)
     except msgspec.ValidationError as e:
-        allowed = ", ".join(plugin.Args.__struct_fields__)
-        raise ConfigError(f"plugin '{plugin.name}': {_explain(e)} (allowed: {allowed})") from None
-    plugin.check(args)
+        explained = explain(e, raw, prefix="simulate.args.", root=plugin.Args)
+        if explained.startswith("unknown key"):
+            explained += f" (allowed: {', '.join(plugin.Args.__struct_fields__)})"
+        raise ConfigError(f"{where}plugin '{plugin.name}': {explained}") from None
+    try:
+        plugin.check(args)
+    except DrtpError as e:
+        raise ConfigError(f"{where}plugin '{plugin.name}': {e}") from None
     return args
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from typing import Literal
+from typing import Annotated, Literal
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -41,11 +42,11 @@ class LRUArgs(PluginArgs):
     capacity: int | float | str
     per_server: bool = False
     percent_of: Literal["ingress", "footprint"] = "ingress"
-    timeline_buckets: int = 100
+    timeline_buckets: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 100
 
 
 class TwoLevelArgs(LRUArgs):
-    ssd_multiplier: float = 10.0
+    ssd_multiplier: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 10.0  # the bounds refuse NaN and infinity
     threshold: int | str = "100MiB"
 
 
@@ -66,8 +67,6 @@ def _policy_factory(policy: str, args: LRUArgs):
     if key == "two-level":
         threshold = resolve_size(getattr(args, "threshold", "100MiB"), "threshold")
         mult = float(getattr(args, "ssd_multiplier", 10.0))
-        if mult < 0:
-            raise DrtpError(f"simulate.args.ssd_multiplier: must be ≥ 0, not {mult}")
         return lambda cap: TwoLevel(cap, int(cap * mult), threshold), TwoLevel.levels
     if key.startswith("libcachesim:"):
         name = policy.split(":", 1)[1]
@@ -78,9 +77,7 @@ def _policy_factory(policy: str, args: LRUArgs):
 
 
 def check_cache_args(args: LRUArgs, policy: str) -> None:
-    check_size(args.capacity, "capacity")
-    if args.timeline_buckets < 1:
-        raise DrtpError(f"simulate.args.timeline_buckets: must be ≥ 1, not {args.timeline_buckets}")
+    check_size(args.capacity, "capacity", minimum=1)
     if hasattr(args, "threshold"):
         check_size(args.threshold, "threshold")
     _policy_factory(policy, args)
@@ -94,7 +91,7 @@ def simulate_cache(trace: CompactTrace, args: LRUArgs, policy: str, plugin: str)
     ingress = trace.ingress_bytes()
     footprint = int(sizes_by_obj.sum())
     base = ingress if args.percent_of == "ingress" else footprint
-    capacity = resolve_size(args.capacity, "capacity", base, args.percent_of)
+    capacity = resolve_size(args.capacity, "capacity", base, args.percent_of, minimum=1)
 
     obj = trace.obj[gets]
     # dense ids over the objects this cache sees, so tables stay small

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from drtp.cli import _positive_int
+
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     if args.list:
@@ -19,6 +21,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from drtp.config import load_config
+    from drtp.outputs import prepare_output_dir
     from drtp.plugins.run import default_out_dir, format_summary, format_sweep, simulate
 
     cfg = load_config(args.config)
@@ -27,6 +30,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         raise ConfigError(f"{args.config}: missing key 'simulate' (required for this command)")
     out = Path(args.out) if args.out else default_out_dir(cfg, cfg.simulate.name)
+    prepare_output_dir(out, "--out" if args.out else f"{args.config}: key 'results'")
     summary = simulate(cfg, out, jobs=args.jobs)
     if "sweep" in summary:
         print(format_sweep(pd.read_csv(out / "sweep.csv")))
@@ -73,6 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-c", "--config", help="YAML config with trace: and simulate: sections")
     p.add_argument("--out", help="results directory (default <results>/simulate-<name>-<time>)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes for sweeps")
+    p.add_argument(
+        "--jobs", type=_positive_int, default=os.cpu_count() or 1, help="worker processes for sweeps (default: CPUs)"
+    )
     p.add_argument("--list", action="store_true", help="list the plugins and their arguments")
     p.set_defaults(func=cmd_simulate)

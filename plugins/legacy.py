@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +42,8 @@ def is_plugin_path(name: str) -> bool:
 
 def load_module(path: Path) -> ModuleType:
     """Import a plugin file; errors name the file."""
+    if path.is_dir():
+        raise ConfigError(f"simulate.name: {path} is a directory, not a plugin .py file")
     if not path.is_file():
         raise ConfigError(f"simulate.name: plugin file {path} not found")
     spec = importlib.util.spec_from_file_location(f"drtp_user_plugin_{path.stem}", path)
@@ -50,8 +53,12 @@ def load_module(path: Path) -> ModuleType:
     sys.path.insert(0, str(path.parent))  # the original ran plugins from their folder: allow sibling imports
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # a user's module: report, never a traceback
-        raise DrtpError(f"{path}: cannot load plugin: {type(e).__name__}: {e}") from None
+    except SyntaxError as e:  # the file as Python 3 cannot read it: name the line (Python 2 is the usual cause)
+        hint = " (a Python 2 file? plugins run under Python 3)" if _looks_like_python2(e) else ""
+        where = f"{path}:{e.lineno}" if e.lineno else str(path)
+        raise DrtpError(f"{where}: cannot load plugin: SyntaxError: {e.msg}{hint}") from None
+    except (Exception, SystemExit) as e:  # a user's module: report, never a traceback (nor a silent exit)
+        raise DrtpError(f"{_where(path, e)}: cannot load plugin: {type(e).__name__}: {e}") from None
     finally:
         sys.path.remove(str(path.parent))
     if not callable(getattr(module, "init", None)) and user_plugin_class(module) is None:
@@ -59,6 +66,18 @@ def load_module(path: Path) -> ModuleType:
             f"simulate.name: {path} has no init(requests) or init(requests, args) function and no Plugin class"
         )
     return module
+
+
+def _looks_like_python2(e: SyntaxError) -> bool:
+    """Python 3's own hints for the usual Python 2 lines: print statements, ``except X, e``, backticks…"""
+    return any(s in (e.msg or "") for s in ("Missing parentheses in call to", "multiple exception types", "print"))
+
+
+def _where(path: Path, e: BaseException) -> str:
+    """``path:line`` of the deepest line of the plugin file in the exception's traceback (else the path)."""
+    here = path.resolve()
+    lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == here]
+    return f"{path}:{lines[-1]}" if lines else str(path)
 
 
 def user_plugin_class(module: ModuleType) -> type[SimPlugin] | None:
@@ -100,8 +119,8 @@ def run_legacy(module: ModuleType, path: Path, records: Iterable[TraceRecord], a
     requests = legacy_requests(records)
     try:
         value = init(requests, args) if n_params >= 2 else init(requests)
-    except Exception as e:
-        raise DrtpError(f"{path}: plugin init() failed: {type(e).__name__}: {e}") from None
+    except (Exception, SystemExit) as e:
+        raise DrtpError(f"{_where(path, e)}: plugin init() failed: {type(e).__name__}: {e}") from None
     summary: dict[str, Any] = {"plugin": str(path), "requests": len(requests)}
     tables: dict[str, pd.DataFrame] = {}
     if isinstance(value, dict):

@@ -193,6 +193,31 @@ def next_access(ids: np.ndarray) -> np.ndarray:
     return out
 
 
+# libCacheSim aborts the whole process (no exception) on some out-of-range parameters: the limits
+# known to do so, beyond the general rule of param_problem
+_PARAM_LIMITS = {"n_queue": (1, 64), "n_bit_counter": (1, 16), "k": (1, 64), "n_samples": (1, 1 << 20)}
+
+
+def param_problem(key: str, value: object, default: object) -> str | None:
+    """What is wrong with a libCacheSim policy parameter (None: nothing), judged by its default's type.
+
+    Numbers must be finite and ≥ 0; a ratio below 1 by default (a share of the
+    cache) or a probability must lie in (0, 1].
+    """
+    if isinstance(default, bool) or isinstance(default, str):
+        return None if type(value) is type(default) else f"expected {type(default).__name__}, got {value!r}"
+    whole = isinstance(default, int)
+    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+        return f"expected {'an integer' if whole else 'a number'}, got {value!r}"
+    lo, hi = _PARAM_LIMITS.get(key, (0, 1e12))
+    share = ("ratio" in key and isinstance(default, float) and default < 1) or "prob" in key or key == "window_size"
+    if share and not 0 < value <= 1:
+        return f"expected a share in (0, 1], got {value!r}"
+    if not lo <= value <= hi:  # also refuses NaN and infinity
+        return f"expected a number from {lo:g} to {hi:g}, got {value!r}"
+    return None
+
+
 class LibCacheSim(CachePolicy):
     """Any eviction policy of libCacheSim (https://github.com/1a1a11a/libCacheSim), by name.
 
@@ -209,10 +234,13 @@ class LibCacheSim(CachePolicy):
         if cls is None:
             raise DrtpError(f"unknown libcachesim policy {policy!r} (choose from {', '.join(sorted(policies))})")
         allowed = policy_parameters(cls)
-        for key in params or {}:
+        for key, value in (params or {}).items():
             if key not in allowed:
                 choices = ", ".join(allowed) or "none"
                 raise DrtpError(f"libcachesim policy {cls.__name__}: unknown parameter {key!r} (allowed: {choices})")
+            problem = param_problem(key, value, allowed[key])
+            if problem:
+                raise DrtpError(f"libcachesim policy {cls.__name__}: parameter {key!r}: {problem}")
         self.cls = cls
         self.capacity = int(capacity)
         self.params = dict(params or {})

@@ -56,15 +56,15 @@ def simulate(cfg: Config, out: Path, jobs: int | None = None) -> dict[str, Any]:
         plugin = find_plugin(sim.name)
     keys = sweep_keys(sim.args)
     if not keys:
-        args = parse_plugin_args(plugin, sim.args)  # bad args fail before the trace is read
+        args = parse_plugin_args(plugin, sim.args, cfg.source)  # bad args fail before the trace is read
         trace = load_trace(cfg)
         t1 = time.perf_counter()
         result = plugin(args).run(trace)
         result.summary["load_s"] = round(t1 - t0, 3)
         return _write(result, out, cfg, time.perf_counter() - t0)
 
-    for point in grid(sim.args):  # every grid point's arguments are checked before the trace is read
-        parse_plugin_args(plugin, point)
+    for point in grid(sim.args, cfg.source):  # every grid point's arguments are checked before the trace is read
+        parse_plugin_args(plugin, point, cfg.source)
     trace = load_trace(cfg)
     t1 = time.perf_counter()
     table = run_sweep(plugin, sim.args, trace, jobs)

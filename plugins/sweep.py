@@ -10,6 +10,7 @@ never pickled), each returning its summary as one row of ``sweep.csv``.
 from __future__ import annotations
 
 import itertools
+import math
 import multiprocessing as mp
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -29,16 +30,23 @@ def sweep_keys(args: dict[str, Any]) -> list[str]:
     return [k for k, v in args.items() if isinstance(v, list)]
 
 
-def grid(args: dict[str, Any]) -> list[dict[str, Any]]:
+MAX_POINTS = 10_000  # a grid is run point by point: more than this is a typo, not an experiment
+
+
+def grid(args: dict[str, Any], source: str = "") -> list[dict[str, Any]]:
     """Every combination of the list-valued arguments (other arguments fixed), in order."""
+    from drtp.errors import ConfigError
+
+    where = f"{source}: " if source else ""
     keys = sweep_keys(args)
     if not keys:
         return [dict(args)]
     for k in keys:
         if not args[k]:
-            from drtp.errors import ConfigError
-
-            raise ConfigError(f"simulate.args.{k}: an empty list leaves nothing to sweep")
+            raise ConfigError(f"{where}simulate.args.{k}: an empty list leaves nothing to sweep")
+    if math.prod(len(args[k]) for k in keys) > MAX_POINTS:
+        sizes = " × ".join(f"{len(args[k])} {k}" for k in keys)
+        raise ConfigError(f"{where}simulate.args: a sweep of {sizes} is more than {MAX_POINTS:,} points")
     points = []
     for values in itertools.product(*(args[k] for k in keys)):
         point = dict(args)

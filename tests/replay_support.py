@@ -31,14 +31,19 @@ def make_trace(path: Path, requests: int = 300, seed: int = 7, span: float = 30.
 class Node:
     """``drtp client`` as a subprocess on a free loopback port."""
 
-    def __init__(self, workdir: Path, token: str = TOKEN) -> None:
+    def __init__(self, workdir: Path, token: str = TOKEN, token_file: Path | None = None) -> None:
+        """``token_file``: the node reads the secret from that file (``$DRTP_TOKEN`` is not set then)."""
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log = workdir / f"node-{self.port}.log"
         env = dict(os.environ, DRTP_TOKEN=token)
+        args = [sys.executable, "-m", "drtp.cli", "client", "--port", str(self.port)]
+        if token_file is not None:
+            env.pop("DRTP_TOKEN")
+            args += ["--token-file", str(token_file)]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "drtp.cli", "client", "--port", str(self.port)],
+                args,
                 stdout=log,
                 stderr=log,
                 stdin=subprocess.DEVNULL,

@@ -171,3 +171,58 @@ def test_lost_rows_are_failures_without_times(real_runs, tmp_path):
     assert r["lost"] == 5 and r["failures"] == {"http": real_runs.missing_tags, "lost": 5}
     assert r["failed"] == summary["failed"] + 5
     assert sum(r["curves"]["per_second"]) == summary["succeeded"] - 5
+
+
+@pytest.mark.parametrize(
+    ("summary", "message"),
+    [
+        ('{"on_time_s": NaN}', "summary.json: not a run summary (NaN is not a number JSON allows"),
+        ('{"requests": Infinity}', "summary.json: not a run summary (Infinity is not a number JSON allows"),
+        ('{"requests": ', "summary.json: invalid JSON (Expecting value at line 1)"),
+        ("[1, 2]", "summary.json: not a run summary (a JSON object), got a JSON list"),
+        ("[" * 100_000, "summary.json: not a run summary (nested too deep)"),
+        ('{"on_time_s": "soon"}', "summary.json: key 'on_time_s': expected a number of seconds ≥ 0, got 'soon'"),
+    ],
+)
+def test_a_bad_summary_is_one_line_naming_the_file(real_runs, tmp_path, summary, message):
+    run = copy_run(real_runs.stress, tmp_path / "run")
+    (run / "summary.json").write_text(summary)
+    with pytest.raises(DrtpError) as err:
+        rs.load_run(run)
+    assert message in str(err.value) and str(run / "summary.json") in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("cells", "message"),
+    [
+        ("GET,blob,abc,0.1,200", "row 2: column start_s: not a number, got 'abc'"),
+        ("GET,blob,1e308,0.1,200", "row 2: column start_s: not a time from -31,622,400 to 31,622,400 s"),
+        ("GET,blob,1,inf,200", "row 2: column latency_s: not a time from 0 to 31,622,400 s, got 'inf'"),
+        ("GET,blob,1,-0.5,200", "row 2: column latency_s: not a time from 0"),
+        ("GET,blob,1,0.1,99999999999999999999999", "row 2: column status: not a whole number ≥ 0"),
+        ("GET,blob,1,0.1,2.5", "row 2: column status: not a whole number ≥ 0, got '2.5'"),
+    ],
+)
+def test_a_bad_number_in_requests_csv_names_the_row_and_column(tmp_path, cells, message):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "requests.csv").write_text(f"method,kind,start_s,latency_s,status\nGET,blob,0,0.1,200\n{cells}\n")
+    with pytest.raises(DrtpError) as err:
+        rs.load_run(run)
+    assert message in str(err.value) and str(run / "requests.csv") in str(err.value)
+
+
+def test_analyze_results_of_a_bad_summary_through_the_cli(real_runs, tmp_path):
+    import subprocess
+    import sys
+
+    run = copy_run(real_runs.stress, tmp_path / "run")
+    (run / "summary.json").write_text('{"requests": NaN}')
+    out = subprocess.run(
+        [sys.executable, "-m", "drtp.cli", "analyze", "results", str(run), "--out", str(tmp_path / "a")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert f"{run / 'summary.json'}: not a run summary" in out.stderr

@@ -76,6 +76,100 @@ def test_bad_arguments_exit_non_zero(tmp_path):
     assert drtp("nonsense").returncode == 2
 
 
+# -- bad options and output paths: one stderr line, exit 2, before any work ---------------------------
+
+
+def _one_line_exit_2(out: subprocess.CompletedProcess) -> str:
+    assert out.returncode == 2, out
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    return out.stderr.strip()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["generate", "-o", "x.json", "-n", "0"], "drtp generate: -n/--requests: must be an integer ≥ 1, got '0'"),
+        (["generate", "-o", "x.json", "-n", "abc"], "drtp generate: -n/--requests: not an integer: 'abc'"),
+        (["generate", "-o", "x.json", "--span", "0"], "drtp generate: --span: must be longer than 0 s"),
+        (["generate", "-o", "x.json", "--span", "nan"], "drtp generate: --span: not a duration: 'nan'"),
+        (["generate", "-o", "x.json", "--clients", "0"], "drtp generate: --clients: must be an integer ≥ 1"),
+        (["generate", "-o", "x.json", "--clients", "99999999"], "--clients: expected an integer from 1 to 1,000,000"),
+        (["generate", "-o", "x.json", "--max-layer-size", "1.5"], "--max-layer-size: not a whole number of bytes"),
+        (["generate", "-o", "x.json", "--start", "9999-12-31"], "the trace would run past the year 9999"),
+        (["cost", "--months", "-1"], "drtp cost: --months: must be a number > 0, got '-1'"),
+        (["cost", "--months", "nan"], "drtp cost: --months: must be a number > 0, got 'nan'"),
+        (["cost", "--storage", "abc"], "--storage: not a size: 'abc'"),
+        (["demo", "--requests", "0"], "drtp demo: --requests: must be an integer ≥ 1"),
+        (["simulate", "--jobs", "0"], "drtp simulate: --jobs: must be an integer ≥ 1, got '0'"),
+        (["bench", "push", "--registry", "https://r", "--size", "abc"], "drtp bench: --size: not a size: 'abc'"),
+        (["bench", "push", "--registry", "https://r", "--size", "1MB,0"], "--size: must be at least 1 byte"),
+        (["bench", "push", "--registry", "https://r", "--concurrency", "0"], "drtp bench: --concurrency: must be"),
+        (["bench", "push", "--registry", "https://r", "--layers", "-1"], "drtp bench: --layers: must be"),
+        (["bench", "push", "--registry", "https://r", "--chunk", "0"], "drtp bench: --chunk: must be at least 1 byte"),
+        (["slurm", "wait", "--poll", "0"], "drtp slurm wait: --poll: must be a number > 0"),
+        (["analyze", "results"], "drtp analyze results: the following arguments are required"),
+        (["nosuch"], "drtp: COMMAND: invalid choice: 'nosuch'"),
+    ],
+)
+def test_bad_options_are_one_line_naming_command_and_option(tmp_path, args, message):
+    out = _one_line_exit_2(drtp(*args, cwd=tmp_path))
+    assert message in out
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    cases = [
+        (["generate", "-o", str(tmp_path), "-n", "10"], f"-o {tmp_path}: is a directory; give a file name"),
+        (["generate", "-o", str(a_file / "t.json"), "-n", "10"], f"{a_file} is not a directory"),
+        (["cost", "--storage", "1TB", "--out", str(a_file)], f"--out: results directory {a_file} is not a directory"),
+        (["demo", "--out", str(a_file / "d")], f"--out: results directory {a_file / 'd'} cannot be created"),
+        (["analyze", "results", str(tmp_path), "--out", str(a_file)], "--out: results directory"),
+        (["bench", "push", "--registry", "https://r", "--out", str(a_file)], "--out: results directory"),
+    ]
+    for args, message in cases:
+        assert message in _one_line_exit_2(drtp(*args, cwd=tmp_path)), args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing made, nothing half-written
+
+
+def test_a_read_only_output_directory_is_one_line(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only file system here: {mounted.stderr.decode().strip()}")
+    try:
+        out = _one_line_exit_2(drtp("generate", "-o", str(ro / "t.json"), "-n", "10"))
+        assert f"-o {ro / 't.json'}: cannot be written (Read-only file system)" in out
+        out = _one_line_exit_2(drtp("cost", "--storage", "1TB", "--out", str(ro)))
+        assert f"--out: results directory {ro} is not writable (Read-only file system)" in out
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("generator: {clients: 0}", "p.yaml: key 'generator.clients': expected an integer from 1 to 1,000,000, got 0"),
+        ("generator: {push_ratio: .nan}", "p.yaml: key 'generator.push_ratio': expected a number from 0 to 1"),
+        ("generator: {idle_mean_s: 0}", "p.yaml: key 'generator.idle_mean_s'"),
+        ("generator: [1]", "p.yaml: key 'generator': expected a mapping of keys, got list"),
+        ("- 1", "p.yaml: the top level must be a mapping of keys"),
+        ("targets: {a: [1, .nan]}", "p.yaml: key 'targets.a': expected [value, tolerance]"),
+        ("a: " + "[" * 100_000 + "]" * 100_000, "p.yaml:1:67: not valid YAML: nested deeper than 64 levels"),
+        ("a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+         "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+         "e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n", "more than 100,000 values once aliases are expanded"),
+    ],
+)  # fmt: skip
+def test_bad_profiles_are_one_line(tmp_path, text, message):
+    (tmp_path / "p.yaml").write_text(text)
+    out = _one_line_exit_2(drtp("generate", "-o", "x.json", "-n", "10", "--profile", "p.yaml", cwd=tmp_path))
+    assert message in out
+    assert "profile file not found" in _one_line_exit_2(drtp("generate", "-o", "x", "--profile", "no.yaml"))
+
+
 # -- trace commands: one line on stderr and exit 2 for bad inputs and options ---------------
 
 

@@ -69,7 +69,7 @@ def test_original_config_loads_unchanged(tmp_path):
     [
         ("trace: {location: ., traces: [a], bogus: 1}", "unknown key 'trace.bogus'"),
         ("verbos: true", "unknown key 'verbos'"),
-        ("client_info: {threads: many}", "key 'client_info.threads': expected `int`, got `str`"),
+        ("client_info: {threads: many}", "key 'client_info.threads': expected an integer, got 'many'"),
         ("trace: {traces: [a]}", "missing key 'trace.location'"),
         ("trace: {location: ., traces: [a], limit: {type: minutes, amount: 3}}", "key 'trace.limit.type'"),
         ("client_info: {client_list: [a, 3]}", "key 'client_info.client_list[1]'"),
@@ -77,7 +77,7 @@ def test_original_config_loads_unchanged(tmp_path):
         ("client_info: {engine: fast}", "key 'client_info.engine'"),
         ("client_info: {engine: loop, wait: true}", "key 'client_info.engine': loop replays as fast as possible"),
         ("- a\n- b", "must be a mapping"),
-        ("trace: {location: [unclosed", "not valid YAML at line"),
+        ("trace: {location: [unclosed", "config.yaml:1:28: not valid YAML: expected ',' or ']'"),
     ],
 )
 def test_bad_configs_name_the_key(tmp_path, text, message):
@@ -95,17 +95,17 @@ def test_required_key_for_a_command(tmp_path):
 
 
 def test_env_secrets_are_expanded_and_never_printed(tmp_path, monkeypatch):
-    monkeypatch.setenv("DRTP_TEST_TOKEN", "s3cr3t-value")
+    monkeypatch.setenv("DRTP_TEST_TOKEN", "s3cr3t-value-0123456")
     path = write(tmp_path, "client_info: {token: '${DRTP_TEST_TOKEN}'}\nregistry: localhost:5000\n")
     cfg = load_config(path)
-    assert cfg.client_info.token == "s3cr3t-value"
+    assert cfg.client_info.token == "s3cr3t-value-0123456"
     assert cfg.registry == ["localhost:5000"]  # a single host:port is accepted as the original did
     assert "s3cr3t" not in str(redacted(cfg))
     out = subprocess.run(
         [sys.executable, "-m", "drtp.cli", "config", "-c", str(path)],
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, "DRTP_TEST_TOKEN": "s3cr3t-value"},
+        env={**__import__("os").environ, "DRTP_TEST_TOKEN": "s3cr3t-value-0123456"},
     )
     assert out.returncode == 0 and "***" in out.stdout and "s3cr3t" not in out.stdout + out.stderr
 
@@ -130,7 +130,7 @@ def test_shipped_example_configs_load_and_their_traces_read(monkeypatch):
 
     from drtp.trace import TraceReader
 
-    monkeypatch.setenv("DRTP_TOKEN", "example-secret")  # the replay examples take the secret from here
+    monkeypatch.setenv("DRTP_TOKEN", "example-secret-0123")  # the replay examples take the secret from here
     monkeypatch.setenv("USER", "tester")  # the Slurm example's work folder is per user
     monkeypatch.setenv("HARBOR_PASSWORD", "example-password")  # and experiment-example.yaml a password
     configs = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
@@ -140,3 +140,94 @@ def test_shipped_example_configs_load_and_their_traces_read(monkeypatch):
         if cfg.trace is not None:
             reader = TraceReader(cfg.trace_paths(), **cfg.reader_options())
             assert sum(len(b) for b in reader.batches()) > 0, path
+
+
+# -- hostile input: bounded YAML, numbers in range, one line naming the key ---------------------------
+
+BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (BOMB, "not valid YAML: more than 100,000 values once aliases are expanded"),
+        ("a: &a [*a]", "config.yaml:1:8: not valid YAML: alias *a refers to a value that contains it"),
+        ("a: " + "[" * 100_000 + "]" * 100_000, "config.yaml:1:67: not valid YAML: nested deeper than 64 levels"),
+        ("a: 1\n b: 2\n", "config.yaml:2:3: not valid YAML: mapping values are not allowed here"),
+        ("x: " + "9" * 5000, "not valid YAML: Exceeds the limit"),
+        ("a: \x07", "not valid YAML: character #x0007 at position 3 is not allowed"),
+        ("42", "the config must be a mapping of keys, not int"),
+        ("{1: 2}", "key '(top level)': every key in it must be a name"),
+        ("client_info: {threads: 0}", "key 'client_info.threads': expected an integer ≥ 1, got 0"),
+        ("client_info: {threads: 5000}", "key 'client_info.threads': expected an integer ≤ 1024, got 5000"),
+        ("client_info: {threads: true}", "key 'client_info.threads': expected an integer, got True"),
+        ("client_info: {timeout: -1}", "key 'client_info.timeout': expected a number > 0, got -1"),
+        ("client_info: {timeout: 0}", "key 'client_info.timeout': expected a number > 0, got 0"),
+        ("client_info: {timeout: .nan}", "key 'client_info.timeout': expected a number > 0, got nan"),
+        ("client_info: {connect_timeout: .inf}", "key 'client_info.connect_timeout': expected a number ≤ 604800"),
+        ("client_info: {batch: 0}", "key 'client_info.batch': expected an integer ≥ 1, got 0"),
+        ("client_info: {inflight: -5}", "key 'client_info.inflight': expected an integer ≥ 1, got -5"),
+        ("client_info: {speedup: 0}", "key 'client_info.speedup': expected a number > 0, got 0"),
+        ("client_info: {retries: 11}", "key 'client_info.retries': expected an integer ≤ 10, got 11"),
+        ("client_info: {port: 70000}", "key 'client_info.port': expected an integer ≤ 65535, got 70000"),
+        ("client_info: {on_time_ms: -1}", "key 'client_info.on_time_ms': expected a number ≥ 0, got -1"),
+        ("warmup: {threads: 0}", "key 'warmup.threads': expected an integer ≥ 1, got 0"),
+        ("trace: {location: ., traces: [a], limit: {type: requests, amount: -10}}", "key 'trace.limit.amount'"),
+        ("trace: {location: ., traces: [a], limit: {type: requests, amount: 2.5}}", "must be whole, got 2.5"),
+        ("trace: {location: ., traces: [a], reorder_window: .nan}", "key 'trace.reorder_window'"),
+        ("trace: {location: ., traces: [a], format: xml}", "'xml' is not one of auto, ibm, jsonl, registry-log"),
+        ("slurm: {nodes: 0}", "key 'slurm.nodes': expected an integer ≥ 1, got 0"),
+        ("slurm: {poll: 0}", "key 'slurm.poll': expected a number > 0, got 0"),
+        ("slurm: {client_port: 65535, tasks_per_node: 2}", "key 'slurm.client_port': 65535 + 2 tasks per node"),
+        ("deploy: {host: h, port: 0}", "key 'deploy.port': expected an integer ≥ 1, got 0"),
+    ],
+)
+def test_hostile_configs_are_one_line_naming_file_and_key(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert message in str(err.value) and str(path) in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_directory_a_binary_file_and_a_bom(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory, not a YAML file"):
+        load_config(tmp_path)
+    binary = tmp_path / "b.yaml"
+    binary.write_bytes(b"\xff\xfe\x00junk")
+    with pytest.raises(ConfigError, match=r"b.yaml: not UTF-8 text \(byte 0\)"):
+        load_config(binary)
+    bom = tmp_path / "bom.yaml"
+    bom.write_bytes(b"\xef\xbb\xbfverbose: true\n")
+    assert load_config(bom).verbose is True
+
+
+def test_anchors_that_do_not_multiply_still_work(tmp_path):
+    cfg = load_config(write(tmp_path, "registry: &r [a:5000]\nclient_info: {client_list: *r}\n"))
+    assert cfg.registry == cfg.client_info.client_list == ["a:5000"]
+    path = write(tmp_path, "registries:\n  - &base {id: a, url: 'https://a'}\n  - {<<: *base, id: b}\n")
+    assert [r.id for r in load_config(path).registries] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("client_info: {threads: 0}", "key 'client_info.threads': expected an integer ≥ 1, got 0"),
+        ("a: " + "[" * 100_000 + "]" * 100_000, "nested deeper than 64 levels"),
+        (BOMB, "more than 100,000 values"),
+    ],
+)
+def test_hostile_configs_through_every_config_command(tmp_path, text, message):
+    """One stderr line and exit 2 from each command that reads a config, not a node's HTTP 400 or a hang."""
+    path = write(tmp_path, text)
+    for command in (["config"], ["run"], ["warmup"], ["experiment"], ["simulate"], ["slurm", "render"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "drtp.cli", *command, "-c", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 2, (command, out.stderr)
+        assert out.stderr.count("\n") == 1 and message in out.stderr, (command, out.stderr)

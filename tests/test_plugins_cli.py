@@ -181,3 +181,55 @@ def test_user_file_without_init_or_plugin(tmp_path, trace_file, capsys):
     cfg = write_config(tmp_path / "c.yaml", trace_file, "empty.py", None)
     assert main(["simulate", "-c", str(cfg), "--out", str(tmp_path / "o")]) == 2
     assert "has no init(requests) or init(requests, args) function" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "message"),
+    [
+        ("lru", {"capacity": "500%"}, "plugin 'lru': simulate.args.capacity: a percentage must be more than 0%"),
+        ("lru", {"capacity": "0%"}, "simulate.args.capacity: a percentage must be more than 0% and at most 100%"),
+        ("lru", {"capacity": 0}, "plugin 'lru': simulate.args.capacity: must be at least 1 byte, got 0"),
+        ("lru", {"capacity": 1.5}, "simulate.args.capacity: not a whole number of bytes: 1.5"),
+        ("lru", {"capacity": -5}, "simulate.args.capacity: not a size: -5"),
+        ("lru", {"capacity": float("nan")}, "simulate.args.capacity: not a size: nan"),
+        ("lru", {"capacity": True}, "key 'simulate.args.capacity': expected an integer or a number or a string"),
+        ("lru", {"capacity": ["5%", "500%"]}, "simulate.args.capacity: a percentage must be more than 0%"),
+        ("lru", {"capacity": "1e-9%"}, "simulate.args.capacity: not a percentage"),
+        ("lru", {"capacity": "0.00000000001%"}, "of the trace's ingress"),
+        ("lru", {"capacity": 5, "timeline_buckets": 0}, "key 'simulate.args.timeline_buckets': expected an integer"),
+        ("two-level", {"capacity": 5, "ssd_multiplier": float("nan")}, "key 'simulate.args.ssd_multiplier'"),
+        ("two-level", {"capacity": list(range(1, 101)), "ssd_multiplier": list(range(101))},
+         "simulate.args: a sweep of 100 capacity × 101 ssd_multiplier is more than 10,000 points"),
+        ("prefetch", {"lm_thresh": float("inf")}, "simulate.args.lm_thresh: not a duration: inf"),
+        ("prefetch", {"ml_thresh": "-1h"}, "simulate.args.ml_thresh: not a duration: '-1h'"),
+        ("libcachesim:MQ", {"capacity": 5, "params": {"n_queue": 0}}, "parameter 'n_queue': expected a number from 1"),
+        ("libcachesim:S3-FIFO", {"capacity": 5, "params": {"small_size_ratio": -1}}, "expected a share in (0, 1]"),
+    ],
+)  # fmt: skip
+def test_bad_plugin_arguments_name_config_plugin_and_key(tmp_path, trace_file, capsys, name, args, message):
+    cfg = write_config(tmp_path / "c.yaml", trace_file, name, args)
+    assert main(["simulate", "-c", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.count("\n") == 0, err
+    if "ingress" not in message:  # refused before the trace was read: nothing written
+        assert str(cfg) in err and not (tmp_path / "o" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ('def init(requests):\n    print "hello"\n', "p.py:2: cannot load plugin: SyntaxError: Missing parentheses"),
+        ("try:\n    pass\nexcept Exception, e:\n    pass\n", "p.py:3: cannot load plugin: SyntaxError"),
+        ("import no_such_module_here\n", "p.py:1: cannot load plugin: ModuleNotFoundError"),
+        ("import sys\nsys.exit(3)\n", "p.py:2: cannot load plugin: SystemExit: 3"),
+        ("def init(requests):\n    return 1 / 0\n", "p.py:2: plugin init() failed: ZeroDivisionError"),
+    ],
+)
+def test_broken_plugin_files_name_the_file_and_line(tmp_path, trace_file, capsys, source, message):
+    (tmp_path / "p.py").write_text(source)
+    cfg = write_config(tmp_path / "c.yaml", trace_file, "p.py", None)
+    assert main(["simulate", "-c", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.count("\n") == 0, err
+    if "Missing parentheses" in message:
+        assert "a Python 2 file?" in err

@@ -33,7 +33,7 @@ def node(tmp_path):
 
 def test_client_refuses_requests_without_the_secret(tmp_path, node):
     base = f"http://{node.address}"
-    spec = msgspec.json.encode(RunSpec("r1", time.time()))
+    spec = msgspec.json.encode(RunSpec("r1", time.time(), registries=["127.0.0.1:9"]))
     assert requests.get(f"{base}/health", timeout=5).status_code == 401
     assert requests.post(f"{base}/runs", data=spec, timeout=5).status_code == 401
     forged = sign("another-secret-000", "POST", "/runs", spec)
@@ -56,7 +56,12 @@ def test_client_refuses_requests_without_the_secret(tmp_path, node):
 
 def test_client_rejects_malformed_batches_and_keeps_serving(tmp_path, node):
     link = NodeLink(node.address, TOKEN, None)
-    assert link.call("POST", "/runs", msgspec.json.encode(RunSpec("r2", time.time()))).status_code == 201
+    assert (
+        link.call(
+            "POST", "/runs", msgspec.json.encode(RunSpec("r2", time.time(), registries=["127.0.0.1:9"]))
+        ).status_code
+        == 201
+    )
     for body in (b"not json", b'{"run": "r2"}', b'{"run": "r2", "requests": [{"seq": "x"}]}', b"[1,2,3]"):
         r = link.call("POST", "/runs/r2/batch", body)
         assert r.status_code == 400, body

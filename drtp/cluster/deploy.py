@@ -31,6 +31,7 @@ import yaml
 
 from drtp.config import Config, Deploy, SshHost, load_config
 from drtp.errors import DrtpError
+from drtp.yamlfile import read_yaml_mapping
 
 PROJECT_DIRS = ("drtp", "master", "client", "plugins", "analysis", "slurm")
 PROJECT_FILES = ("setup.py", "pyproject.toml", "README.md")
@@ -290,7 +291,7 @@ class Deployment:
         self.d: Deploy = cfg.require("deploy")
         self.name = name or f"deploy-{config_path.stem}"
         self.out = out
-        self.raw = yaml.safe_load(config_path.read_text()) or {}
+        self.raw = read_yaml_mapping(config_path)
         self.secrets = self._secret_env()
 
     def _secret_env(self) -> dict[str, str]:

@@ -34,6 +34,7 @@ import yaml
 from drtp.cluster import slurm
 from drtp.config import Config, load_config
 from drtp.errors import ConfigError, DrtpError
+from drtp.yamlfile import read_yaml_mapping
 
 STATE = "experiment.json"
 # keys of the config that hold paths, made absolute when the config is copied into the experiment
@@ -42,7 +43,7 @@ PATH_KEYS = (("trace", "location"), ("warmup", "output"), ("results",), ("slurm"
 
 def raw_config(path: Path) -> dict:
     """The config file as written (``${VAR}`` unexpanded, so secrets stay out), paths made absolute."""
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml_mapping(path)
     base = path.resolve().parent
     for keys in PATH_KEYS:
         holder = data
@@ -322,7 +323,7 @@ def resolve_clients(exp: Experiment, timeout: float, out=sys.stdout) -> list[str
                         f"client job {client_job} {info.state} before its clients came up; log: {info.log}"
                     ) from None
                 time.sleep(0.5)
-    data = yaml.safe_load((exp.dir / "config.yaml").read_text())
+    data = read_yaml_mapping(exp.dir / "config.yaml")
     data.setdefault("client_info", {})["client_list"] = addresses
     names = write_run_configs(exp.dir, data, each_registry=bool(cfg.slurm and cfg.slurm.each_registry))
     print(f"client nodes: {', '.join(addresses)}", file=out, flush=True)

@@ -1,0 +1,98 @@
+"""What a client node agrees to do: run specs and batches checked before anything is queued or sent.
+
+Whoever holds the shared secret commands the node, so the node still keeps
+each run to what it declared: the registries named in its :class:`RunSpec`
+(``registries``) and nothing else, the replay's own methods with the operation
+the master derives from them, and repository names, references and digests
+of the Distribution grammar (drtp.names) — no ``..``, no CR/LF, no query — so
+every request addresses a ``/v2/`` object or upload endpoint of a declared
+registry.  A batch is checked in one pass when it arrives; a bad request
+refuses the whole batch, naming it, and nothing of that batch is queued.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from drtp.names import digest_error, name_error, reference_error
+from drtp.records import METHODS
+from drtp.replay_types import KINDS, ReplayRequest, RunSpec, op_for, registry_base
+
+MAX_THREADS = 1024
+# A run id is part of the control URLs: short, and nothing a path or a log line could be bent by.
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# A registry base URL: scheme, host (name, IPv4 or [IPv6]) and port — no user, path, query or fragment.
+_BASE = re.compile(
+    r"https?://(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?"
+)
+# (method, kind) -> the only op the master derives for it
+_OPS = {(m, k): op_for(m, k) for m in METHODS for k in KINDS}
+
+
+def _shown(registry: str) -> str:
+    """A registry as an error message may show it: never a ``user:password@`` part."""
+    return registry.rpartition("@")[2][:80]
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def spec_error(spec: RunSpec) -> str | None:
+    """None when the node can start ``spec``; otherwise what is wrong with it (one line)."""
+    if not _RUN_ID.fullmatch(spec.run):
+        return f"run id {spec.run[:80]!r} is not 1-64 characters of A-Z a-z 0-9 _ . -"
+    if not 1 <= spec.threads <= MAX_THREADS:
+        return f"threads must be 1..{MAX_THREADS}"
+    if not _positive(spec.timeout) or not _positive(spec.connect_timeout):
+        return "timeout and connect_timeout must be finite and positive"
+    if spec.retries < 0:
+        return "retries must be 0 or more"
+    if not math.isfinite(spec.start_epoch):
+        return "start_epoch must be finite"
+    if not spec.registries:
+        return "the run names no registries (registries: the registries it may send to)"
+    for entry in spec.registries:
+        if not _BASE.fullmatch(registry_base(entry)):
+            return f"registry {_shown(entry)!r} is not http(s)://host[:port] (no user, path or query)"
+    return None
+
+
+def allowed_targets(spec: RunSpec) -> frozenset[str]:
+    """The base URLs a run's requests may address (checked by :func:`spec_error` first)."""
+    return frozenset(registry_base(r) for r in spec.registries)
+
+
+def request_error(req: ReplayRequest, targets: frozenset[str]) -> str | None:
+    """None when ``req`` is a replay request the run allows; otherwise what is wrong with it."""
+    op = _OPS.get((req.method, req.kind))
+    if op is None:
+        return f"method {req.method[:20]!r} on kind {req.kind[:20]!r} is not a replay request"
+    if op != req.op:
+        return f"op {req.op!r} does not go with {req.method} of a {req.kind} (expected {op!r})"
+    if registry_base(req.registry) not in targets:
+        return f"registry {_shown(req.registry)!r} is not one of this run's registries"
+    why = name_error(req.repository) or reference_error(req.reference)
+    if why is None and req.digest is not None:
+        why = digest_error(req.digest)
+    for layer in req.layers:
+        if why is not None:
+            break
+        why = digest_error(layer.digest)
+    if why is not None:
+        return why
+    if req.size < 0 or any(layer.size < 0 for layer in req.layers):
+        return "negative size"
+    if req.at is not None and not (math.isfinite(req.at) and req.at >= 0):
+        return f"start time {req.at!r} is not a finite offset"
+    return None
+
+
+def batch_error(requests: list[ReplayRequest], targets: frozenset[str]) -> str | None:
+    """None when every request of a batch is allowed; otherwise the first bad one: its seq and why."""
+    for req in requests:
+        why = request_error(req, targets)
+        if why is not None:
+            return f"request seq {req.seq}: {why}"
+    return None
