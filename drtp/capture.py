@@ -33,6 +33,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -451,7 +452,14 @@ def capture_files(paths: list[Path], anonymizer: Anonymizer, registry_url: str |
                 else:
                     yield _datetime(msgspec.json.encode(line.time)), rec
 
-    return cap, _counted(cap, _sorted_by_arrival(completed()))
+    records = _sorted_by_arrival(completed())
+    first = next(records, None)
+    if first is None:  # every request turned out unusable: an error, not an empty trace
+        raise DrtpError(
+            f"no registry requests in {', '.join(map(str, paths))} make trace records"
+            + (f" ({cap.stats.warning()})" if cap.stats.warning() else "")
+        )
+    return cap, _counted(cap, chain([first], records))
 
 
 def _why_none(before: CaptureStats, after: CaptureStats) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from drtp.capture import Anonymizer, capture_files, follow_file
+from drtp.capture import Anonymizer, PlainNames, capture_files, follow_file
 from drtp.errors import DrtpError
 from drtp.trace import TraceReader, write_ibm
 from tests.images import build_image, random_files
@@ -339,3 +339,12 @@ def test_capture_cli_reports_bad_lines_and_refuses_empty_logs(tmp_path):
             assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
     res = _cli("convert", "some-bad.log", "--format", "registry-log", "-o", "c.json", cwd=tmp_path)
     assert res.returncode == 0 and "left out 2 bad log line(s)" in res.stderr
+
+
+def test_a_log_whose_requests_all_become_unusable_is_an_error(tmp_path):
+    # found by the fuzz test: a GET of an upload URL with no digest anywhere makes no valid trace URI
+    # when names are kept (convert), so pass 2 writes nothing: that is an error, not an empty trace
+    log = tmp_path / "registry.log"
+    log.write_text(_line(**{"http.request.uri": "/v2/library/alpine/blobs/uploads/"}) + "\n")
+    with pytest.raises(DrtpError, match=r"no registry requests in .*registry.log make trace records \(left out 1"):
+        capture_files([log], PlainNames())
