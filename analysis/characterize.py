@@ -37,6 +37,8 @@ import numpy as np
 import pandas as pd
 
 from drtp.analysis.trace_summary import summarize_frame
+from drtp.errors import DrtpError
+from drtp.units import bin_count
 
 CDF_PROBS = np.linspace(0.0, 1.0, 201)
 NAMED = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
@@ -435,7 +437,18 @@ def characterize(
     push_window_s: float | None = None,
     bin_s: float = DEFAULT_BIN_S,
 ) -> dict:
-    """Every characterization number of one trace (one label)."""
+    """Every characterization number of one trace (one label).
+
+    The per-minute and per-bin histograms are sized by the trace's span, so
+    their bin counts are checked first (drtp.units.MAX_BINS): a trace spanning
+    decades is refused with a message instead of an allocation of gigabytes.
+    """
+    if not 0 < bin_s < float("inf"):
+        raise DrtpError(f"--bin {bin_s!r}: the concurrency bin width must be a duration > 0")
+    if len(df):
+        span = float(df["time"].iloc[-1] - df["time"].iloc[0])
+        bin_count(span, 60.0, "one-minute bins")
+        bin_count(span, bin_s, f"{bin_s:g}-second concurrency bins", "raise --bin or ")
     summary = summarize_frame(df)
     return {
         "summary": summary,

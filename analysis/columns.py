@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from drtp.errors import DrtpError
+from drtp.errors import DrtpError, TraceError
 from drtp.records import KINDS, METHODS, TraceRecord, parse_uri
 from drtp.trace import TraceReader
 
@@ -253,22 +253,31 @@ def load_parquet(
 ) -> pd.DataFrame:
     """Columns of Parquet traces, a row group at a time; files are merged by time and the
     ``requests``/``seconds`` limits applied like TraceReader applies them."""
-    import pyarrow.parquet as pq
+
+    from drtp.columnar import checked_batches
+    from drtp.trace import check_input_file
 
     for p in paths:
-        if not p.is_file():
-            raise DrtpError(f"{p}: trace file not found")
+        check_input_file(p)
     builder = ColumnBuilder(with_ids)
     wanted = ["timestamp", "duration", "method", "status", "size", "client", "host", "uri"] + (
         ["id"] if with_ids else []
     )
+    skipped = 0
     for p in paths:
-        try:
-            for batch in pq.ParquetFile(p).iter_batches(batch_size=1 << 16, columns=wanted):
-                builder.add_arrow(batch)
-        except (OSError, ValueError, KeyError) as e:  # pyarrow's errors derive from these
-            raise DrtpError(f"{p}: not a drtp Parquet trace ({str(e).splitlines()[0]})") from None
+
+        def bad(index: int, reason: str, p: Path = p) -> None:
+            nonlocal skipped
+            if not skip_bad:
+                raise TraceError(str(p), index, reason)
+            skipped += 1
+
+        for _, batch, _ in checked_batches(p, wanted, 1 << 16, bad):
+            builder.add_arrow(batch)
     df = builder.frame()
+    if df.empty:
+        note = f" ({skipped:,} bad records skipped)" if skipped else ""
+        raise DrtpError(f"{', '.join(map(str, paths))}: no records{note}")
     if not df["time"].is_monotonic_increasing:
         df = df.iloc[np.argsort(df["time"].to_numpy(), kind="stable")].reset_index(drop=True)
     if amount is not None and limit_type == "requests":

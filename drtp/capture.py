@@ -15,6 +15,11 @@ later ``GET`` of it, or the live registry.  What stays unknown is counted.
 The requests of one upload share one token: ``POST …/blobs/uploads/?upload=T``,
 ``PATCH …/blobs/uploads/T``, ``PUT …/blobs/<digest>?upload=T`` (the ``PUT``
 names the pushed layer, as the original trace player expects).
+
+A log is input like any trace: a request line whose time, duration, status,
+size, method or URI is garbage is left out and counted, and the first such
+line is named (``CaptureStats.first_bad``) for the command to report; a log
+that yields no request at all is an error, never an empty trace.
 """
 
 from __future__ import annotations
@@ -27,19 +32,31 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 
 from drtp.errors import DrtpError
-from drtp.records import format_timestamp, parse_uri
+from drtp.records import (
+    MAX_DURATION_S,
+    MAX_SIZE,
+    MAX_STATUS,
+    METHODS,
+    MIN_STATUS,
+    AwareDatetime,
+    format_timestamp,
+    is_object_uri,
+    parse_uri,
+    time_problem,
+    uri_error,
+)
+from drtp.trace import MAX_RECORD_BYTES, check_input_file, decode_log_line, line_chunks, parse_go_duration
 from drtp.trace import RegistryLogLine as LogLine
-from drtp.trace import line_chunks, parse_go_duration
 
-_decode_line = msgspec.json.Decoder(LogLine).decode
-_datetime = msgspec.json.Decoder(_dt.datetime).decode
+_datetime = msgspec.json.Decoder(AwareDatetime).decode
 
 
 class Anonymizer:
@@ -111,19 +128,47 @@ class CaptureStats:
     sizes_from_log: int = 0
     sizes_from_registry: int = 0
     unresolved_sizes: int = 0
-    bad_lines: int = 0
+    bad_lines: int = 0  # lines left out: not JSON, or a request with garbage in it
+    first_bad: str = ""  # "FILE line N: what is wrong" of the first of them
+
+    def bad(self, where: str, reason: str) -> None:
+        self.bad_lines += 1
+        if not self.first_bad:
+            self.first_bad = f"{where}: {reason}"
+
+    def warning(self) -> str | None:
+        """One line about the lines left out, or None when there were none."""
+        if not self.bad_lines:
+            return None
+        return f"left out {self.bad_lines:,} bad log line(s); the first: {self.first_bad}"
 
 
-def _state(query: dict[str, list[str]]) -> dict | None:
-    """The registry's upload state (base64url: 32-byte HMAC, then JSON with Offset, StartedAt)."""
+def _state(query: dict[str, list[str]]) -> tuple[int, str] | None:
+    """(Offset, StartedAt) of the registry's upload state (base64url: 32-byte HMAC, then JSON);
+    None when there is none or it does not hold them as a byte offset and a time text."""
     raw = query.get("_state", [""])[0]
     if not raw:
         return None
     try:
         data = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
-        return json.loads(data[32:])  # after the HMAC-SHA256 signature
-    except (ValueError, json.JSONDecodeError):
+        state = json.loads(data[32:])  # after the HMAC-SHA256 signature
+    except (ValueError, RecursionError):  # ValueError covers bad base64, JSON and UTF-8
         return None
+    if not isinstance(state, dict):
+        return None
+    offset, started = state.get("Offset", 0), state.get("StartedAt", "")
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_SIZE:
+        return None
+    return offset, started if isinstance(started, str) else ""
+
+
+def _time_or_none(text: str) -> _dt.datetime | None:
+    """An aware time in range from the log's text, or None."""
+    try:
+        ts = _datetime(msgspec.json.encode(text))
+    except msgspec.ValidationError:
+        return None
+    return ts if time_problem(ts) is None else None
 
 
 class Capture:
@@ -141,22 +186,55 @@ class Capture:
 
     # -- parsing -------------------------------------------------------------------
 
-    def parse(self, raw: bytes) -> LogLine | None:
-        try:
-            line = _decode_line(raw)
-        except msgspec.DecodeError:
-            self.stats.bad_lines += 1
+    def parse(self, raw: bytes, where: str = "") -> LogLine | None:
+        """The log line when it is an object request with sane values; None (counted) otherwise.
+
+        ``where`` (``FILE line N``) names the line in the report of bad lines.
+        """
+        line = decode_log_line(raw)
+        if isinstance(line, str):
+            self.stats.bad(where, line)
             return None
         if not line.msg.startswith("response completed"):
             return None
         self.stats.lines += 1
-        if parse_uri(line.uri) is None:
+        if not is_object_uri(line.uri):
             self.stats.ignored += 1
+            return None
+        problem = self.problem(line)
+        if problem is not None:
+            self.stats.bad(where, problem)
             return None
         return line
 
     @staticmethod
+    def problem(line: LogLine) -> str | None:
+        """What makes a request line unusable (garbage time, duration, status…); None when it is fine."""
+        problem = uri_error(line.uri)
+        if problem is not None:
+            return problem
+        if line.method not in METHODS:
+            return f"unknown method {line.method[:20]!r}"
+        if not MIN_STATUS <= line.status <= MAX_STATUS:
+            return f"status {line.status} outside {MIN_STATUS}..{MAX_STATUS}"
+        if not 0 <= line.written <= MAX_SIZE:
+            return f"written {line.written} outside 0..{MAX_SIZE}"
+        try:
+            duration = parse_go_duration(line.duration)
+        except ValueError as e:
+            return str(e)
+        if not duration <= MAX_DURATION_S:
+            return f"duration {line.duration[:40]!r} longer than {MAX_DURATION_S:g} s"
+        done = _time_or_none(line.time)
+        if done is None:
+            return f"time {line.time[:40]!r} is not an ISO time with a zone between 1970 and 2099"
+        if time_problem(done - _dt.timedelta(seconds=duration)) is not None:
+            return f"time {line.time[:40]!r} minus the duration is before 1970"
+        return None
+
+    @staticmethod
     def times(line: LogLine) -> tuple[_dt.datetime, float]:
+        """(arrival, duration) of a line :meth:`parse` accepted."""
         done = _datetime(msgspec.json.encode(line.time))
         duration = parse_go_duration(line.duration)
         return done - _dt.timedelta(seconds=duration), duration
@@ -184,11 +262,11 @@ class Capture:
         up = self.uploads.setdefault(uuid, _Upload(repo=parts.repository))
         state = _state(query)
         if state is not None:
-            up.offsets[line.request_id] = int(state.get("Offset", 0))
-            started = state.get("StartedAt", "")
+            up.offsets[line.request_id], started = state
             precise = "." in started
-            if started and (up.started is None or (precise and not up.precise)):
-                up.started, up.precise = _datetime(msgspec.json.encode(started)), precise
+            when = _time_or_none(started) if started else None
+            if when is not None and (up.started is None or (precise and not up.precise)):
+                up.started, up.precise = when, precise
         if line.method == "PUT":
             up.digest = query.get("digest", [""])[0]
             up.final_offset = up.offsets.get(line.request_id, 0)
@@ -220,7 +298,9 @@ class Capture:
 
     # -- pass 2: write records ----------------------------------------------------------
 
-    def record(self, line: LogLine) -> dict:
+    def record(self, line: LogLine) -> dict | None:
+        """The trace record of a parsed line; None when the URI it gets is outside the grammar
+        (a mount source or pushed digest of the query that is not a name or a digest)."""
         parts = parse_uri(line.uri)
         arrival, duration = self.times(line)
         repo = self.anon.name(parts.repository)
@@ -257,6 +337,8 @@ class Capture:
                     digest = up.digest or query.get("digest", [""])[0]
                     uri = f"v2/{repo}/blobs/{self.anon.reference(digest)}?upload={token}"
                     written = max(0, self.blob_size(parts.repository, digest) - up.final_offset)
+        if uri_error(uri) is not None:
+            return None
         return {
             "host": self.anon.token("host", line.host),
             "http.request.duration": round(duration, 9),
@@ -318,13 +400,15 @@ class Capture:
         return int(r.headers["Content-Length"])
 
 
-def _lines(path: Path, capture: Capture) -> Iterator[LogLine]:
-    for _, body in line_chunks(path, 1 << 20):
-        for raw in body.split(b"\n"):
+def _lines(path: Path, capture: Capture) -> Iterator[tuple[str, LogLine]]:
+    """(``FILE line N``, line) of the object requests of a log, the bad lines counted on the way."""
+    for first, body in line_chunks(path, 1 << 20):
+        for i, raw in enumerate(body.split(b"\n")):
             if raw.strip():
-                line = capture.parse(raw)
+                where = f"{path} line {first + i + 1}"
+                line = capture.parse(raw, where)
                 if line is not None:
-                    yield line
+                    yield where, line
 
 
 def _sorted_by_arrival(records: Iterator[tuple[_dt.datetime, dict]], window_s: float = 300.0) -> Iterator[dict]:
@@ -342,24 +426,51 @@ def _sorted_by_arrival(records: Iterator[tuple[_dt.datetime, dict]], window_s: f
 def capture_files(paths: list[Path], anonymizer: Anonymizer, registry_url: str | None = None):
     """Capture finished log files; returns (Capture, iterator of IBM record dicts in time order).
 
-    The first pass learns sizes and uploads, the second writes records.
+    The first pass learns sizes and uploads (and refuses a log without requests),
+    the second writes records.
     """
     for p in paths:
-        if not p.is_file():
-            raise DrtpError(f"{p}: log file not found")
+        check_input_file(p, "log file")
     cap = Capture(anonymizer, registry_url)
     for p in paths:
-        for line in _lines(p, cap):
+        found = 0
+        seen = replace(cap.stats)
+        for _, line in _lines(p, cap):
             cap.observe(line)
+            found += 1
+        if not found:
+            raise DrtpError(f"no registry requests in {p}{_why_none(seen, cap.stats)}")
     cap.match_posts()
     cap.stats = CaptureStats()
 
     def completed() -> Iterator[tuple[_dt.datetime, dict]]:
         for p in paths:
-            for line in _lines(p, cap):
-                yield _datetime(msgspec.json.encode(line.time)), cap.record(line)
+            for where, line in _lines(p, cap):
+                rec = cap.record(line)
+                if rec is None:
+                    cap.stats.bad(where, f"URI {line.uri[:100]!r} does not make a valid trace URI")
+                else:
+                    yield _datetime(msgspec.json.encode(line.time)), rec
 
-    return cap, _counted(cap, _sorted_by_arrival(completed()))
+    records = _sorted_by_arrival(completed())
+    first = next(records, None)
+    if first is None:  # every request turned out unusable: an error, not an empty trace
+        raise DrtpError(
+            f"no registry requests in {', '.join(map(str, paths))} make trace records"
+            + (f" ({cap.stats.warning()})" if cap.stats.warning() else "")
+        )
+    return cap, _counted(cap, chain([first], records))
+
+
+def _why_none(before: CaptureStats, after: CaptureStats) -> str:
+    """What a log without requests held instead, from the counts before and after reading it."""
+    why = []
+    if after.bad_lines > before.bad_lines:
+        first = after.first_bad if not before.first_bad else "see the warning"
+        why.append(f"{after.bad_lines - before.bad_lines:,} bad line(s), the first: {first}")
+    if after.ignored > before.ignored:
+        why.append(f"{after.ignored - before.ignored:,} logged request(s) not for a manifest or blob")
+    return f" ({'; '.join(why)})" if why else ""
 
 
 def _counted(cap: Capture, records: Iterator[dict]) -> Iterator[dict]:
@@ -373,30 +484,39 @@ def follow_file(
 ) -> tuple[Capture, Iterator[dict]]:
     """Follow a growing log: a request is written ``delay`` seconds after it is logged, once the
     rest of its upload has been seen (sizes then come from the log, or from the live registry)."""
-    if not path.is_file():
-        raise DrtpError(f"{path}: log file not found")
+    check_input_file(path, "log file")
     cap = Capture(anonymizer, registry_url)
 
     def completed() -> Iterator[tuple[_dt.datetime, dict]]:
         started = time.monotonic()
-        pending: list[tuple[float, LogLine]] = []
+        pending: list[tuple[float, str, LogLine]] = []
         buf = b""
+        number = 0
         with open(path, "rb") as f:
             while True:
                 chunk = f.read(1 << 20)
                 *lines, buf = (buf + chunk).split(b"\n")
+                if len(buf) > MAX_RECORD_BYTES:  # a line that never ends is not a log line
+                    cap.stats.bad(f"{path} line {number + len(lines) + 1}", "line longer than 8 MiB")
+                    buf = b""
                 now = time.monotonic()
                 for raw in lines:
-                    line = cap.parse(raw) if raw.strip() else None
+                    number += 1
+                    where = f"{path} line {number}"
+                    line = cap.parse(raw, where) if raw.strip() else None
                     if line is not None:
                         cap.observe(line)
-                        pending.append((now, line))
+                        pending.append((now, where, line))
                 finished = stop_after is not None and now - started >= stop_after
-                ready = len(pending) if finished else sum(1 for seen, _ in pending if now - seen >= delay)
+                ready = len(pending) if finished else sum(1 for seen, _, _ in pending if now - seen >= delay)
                 if ready:
                     cap.match_posts()
-                    for _, line in pending[:ready]:
-                        yield _datetime(msgspec.json.encode(line.time)), cap.record(line)
+                    for _, where, line in pending[:ready]:
+                        rec = cap.record(line)
+                        if rec is None:
+                            cap.stats.bad(where, f"URI {line.uri[:100]!r} does not make a valid trace URI")
+                        else:
+                            yield _datetime(msgspec.json.encode(line.time)), rec
                     del pending[:ready]
                 if finished:
                     return

@@ -252,12 +252,20 @@ def cmd_capture(args: argparse.Namespace) -> int:
         cap, records = capture_files([Path(p) for p in args.logs], anon, args.registry)
         write_ibm(out, records)
     s = cap.stats
+    if args.follow and not s.requests:
+        raise DrtpError(f"no registry requests in {args.logs[0]} while following it{_bad_lines_note(s)}")
+    if s.warning():
+        print(f"drtp: warning: {s.warning()}", file=sys.stderr)
     print(
         f"wrote {s.requests:,} records to {out} ({s.ignored:,} non-object requests left out, "
         f"{s.uploads:,} uploads; sizes from the log {s.sizes_from_log:,}, from the registry "
         f"{s.sizes_from_registry:,}, unresolved {s.unresolved_sizes:,})"
     )
     return 0
+
+
+def _bad_lines_note(stats) -> str:
+    return f" ({stats.warning()})" if stats.warning() else ""
 
 
 # -- convert ------------------------------------------------------------------
@@ -277,13 +285,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if fmt == "auto":
         fmt = detect_format(paths[0]) if paths[0].is_file() else "auto"
     if fmt == "registry-log":  # normalised like a capture, names kept
-        _, dicts = capture_files(paths, PlainNames())
+        cap, dicts = capture_files(paths, PlainNames())
         if out.suffix == ".parquet":
             decode = msgspec.json.Decoder(TraceRecord).decode
             encode = msgspec.json.encode
             n = write_parquet(out, ([decode(encode(d))] for d in dicts))
         else:
             n = write_ibm(out, dicts)
+        if cap.stats.warning():
+            print(f"drtp: warning: {cap.stats.warning()}", file=sys.stderr)
     else:
         reader = TraceReader(paths, fmt=args.format, skip_bad=args.skip_bad, sort_files=args.sort_files)
         if out.suffix == ".parquet":
@@ -298,6 +308,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 # -- sample -------------------------------------------------------------------
 
+_AMOUNTS = {
+    "requests": "a whole number of requests ≥ 1",
+    "duration": "a duration > 0, e.g. 1h",
+    "bytes": "a size > 0, e.g. 3.5GB",
+}
+MAX_WINDOW_S = 365 * 86400  # a sliding window longer than a year is no window
+
 
 def cmd_sample(args: argparse.Namespace) -> int:
     from drtp.sample import sample
@@ -310,6 +327,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
             amount = parse(args.amount)
         except ValueError as e:
             raise DrtpError(f"--amount: {e}") from None
+        whole = args.method != "requests" or float(amount).is_integer()
+        if not (0 < amount < math.inf and whole):
+            raise DrtpError(f"--amount {args.amount!r}: must be {_AMOUNTS.get(args.method, 'a number > 0')}")
+    if not 60 <= args.window <= MAX_WINDOW_S:
+        raise DrtpError(f"--window {args.window:g} s: must be between 1 minute and {MAX_WINDOW_S // 86400:g} days")
     summary = sample(
         [Path(f) for f in args.files],
         Path(args.output),

@@ -4,19 +4,39 @@ A converted trace holds the record fields plus the parsed URI parts
 (``repository``, ``kind``, ``reference``), sorted by time, in row groups of
 64 k records, so it is written and read as a stream.  ``useragent`` is not
 kept (drtp's records do not carry it).
+
+A Parquet file is input like any trace: its types and every row are checked
+against the same ranges and grammar as decoded records (vectorised per row
+group, the URIs by one regex per batch), and whatever pyarrow cannot read is
+one DrtpError naming the file.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from drtp.errors import DrtpError, TraceError
 from drtp.outputs import replaced_on_success
-from drtp.records import TraceRecord, parse_uri
+from drtp.records import (
+    MAX_DURATION_S,
+    MAX_SIZE,
+    MAX_STATUS,
+    MAX_TIME,
+    METHODS,
+    MIN_STATUS,
+    MIN_TIME,
+    TraceRecord,
+    parse_uri,
+    uri_error,
+    uris_valid,
+)
 
 _text = pa.dictionary(pa.int32(), pa.string())
 SCHEMA = pa.schema(
@@ -67,11 +87,130 @@ def write_parquet(path: str | Path, batches: Iterable[list[TraceRecord]]) -> int
     return n
 
 
-def read_parquet(path: Path, batch_size: int = ROW_GROUP) -> Iterator[list[TraceRecord]]:
-    """Batches of TraceRecords from a Parquet trace, in file order."""
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=list(FIELDS)):
-        cols = [_pylist(batch.column(f)) for f in FIELDS]
-        yield [TraceRecord(*row) for row in zip(*cols, strict=True)]
+OnBad = Callable[[int, str], None]
+
+
+def read_parquet(
+    path: Path, batch_size: int = ROW_GROUP, on_bad: OnBad | None = None
+) -> Iterator[tuple[int, list[TraceRecord]]]:
+    """(index of the batch's first row, its records) of a Parquet trace, in file order.
+
+    Rows outside the ranges of a record go to ``on_bad(index, reason)`` and are
+    dropped; without ``on_bad`` the first one raises a TraceError.
+    """
+    for start, batch, uris in checked_batches(path, list(FIELDS), batch_size, on_bad):
+        if batch.num_rows:  # a batch whose every row was bad and skipped yields nothing
+            cols = [uris if f == "uri" else _pylist(batch.column(f)) for f in FIELDS]
+            yield start, [TraceRecord(*row) for row in zip(*cols, strict=True)]
+
+
+def checked_batches(
+    path: Path, columns: list[str], batch_size: int = ROW_GROUP, on_bad: OnBad | None = None
+) -> Iterator[tuple[int, pa.RecordBatch, list[str]]]:
+    """(first row's index, batch, its URIs) of a Parquet trace, each row checked like a decoded record."""
+    if on_bad is None:
+
+        def on_bad(index: int, reason: str) -> None:
+            raise TraceError(str(path), index, reason)
+
+    try:
+        pf = pq.ParquetFile(path)
+        problem = _schema_problem(pf.schema_arrow, columns)
+        if problem:
+            raise DrtpError(f"{path}: not a drtp Parquet trace ({problem})")
+        start = 0
+        for batch in pf.iter_batches(batch_size=batch_size, columns=columns):
+            rows = batch.num_rows
+            uris = batch.column("uri").to_pylist() if "uri" in columns else []
+            checks = _row_checks(batch, uris)
+            if checks:
+                bad = np.logical_or.reduce([mask for mask, _ in checks])
+                for i in np.flatnonzero(bad).tolist():
+                    on_bad(start + i, next(why(i) for mask, why in checks if mask[i]))
+                batch = batch.filter(pa.array(~bad))
+                uris = [u for u, b in zip(uris, bad.tolist(), strict=True) if not b] if uris else uris
+            yield start, batch, uris
+            start += rows
+    except (pa.ArrowException, OSError, ValueError, KeyError) as e:  # pyarrow's errors derive from these
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DrtpError(f"{path}: not a drtp Parquet trace ({detail})") from None
+
+
+_KINDS_OF_TYPE = {
+    "size": ("an integer", pa.types.is_integer),
+    "status": ("an integer", pa.types.is_integer),
+    "duration": ("a number", lambda t: pa.types.is_floating(t) or pa.types.is_integer(t)),
+    "timestamp": ("a timestamp", pa.types.is_timestamp),
+}
+
+
+def _schema_problem(schema: pa.Schema, columns: list[str]) -> str | None:
+    """What is wrong with the file's columns for a trace (missing, or of another type); None when fine."""
+    for name in columns:
+        if name not in schema.names:
+            return f"no column {name!r}"
+        kind = schema.field(name).type
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        what, fits = _KINDS_OF_TYPE.get(name, ("text", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)))
+        if not fits(kind):
+            return f"column {name!r} is {kind}, not {what}"
+    return None
+
+
+_MIN_US = int(MIN_TIME.timestamp() * 1_000_000)
+_MAX_US = int(MAX_TIME.timestamp() * 1_000_000)
+
+
+def _row_checks(batch: pa.RecordBatch, uris: list[str]) -> list[tuple[np.ndarray, Callable[[int], str]]]:
+    """(rows that fail, why row i fails) for each check that some row of the batch fails.
+
+    Whole columns are compared at once; only a failing check names its rows.
+    """
+    checks: list[tuple[np.ndarray, Callable[[int], str]]] = []
+    names = batch.schema.names
+
+    def add(mask: np.ndarray, why: Callable[[int], str]) -> None:
+        if mask.any():
+            checks.append((mask, why))
+
+    for name in names:
+        column = batch.column(name)
+        if column.null_count:
+            add(pc.is_null(column).to_numpy(zero_copy_only=False), lambda i, name=name: f"{name} is missing (null)")
+
+    def numbers(name: str) -> np.ndarray:
+        return batch.column(name).to_numpy(zero_copy_only=False)
+
+    ranges = (("size", 0, MAX_SIZE, "size (http.response.written)"), ("duration", 0, MAX_DURATION_S, "duration"))
+    ranges += (("status", MIN_STATUS, MAX_STATUS, "status"),)
+    for name, lo, hi, label in ranges:
+        if name in names:
+            v = numbers(name)
+            with np.errstate(invalid="ignore"):
+                add(
+                    ~((v >= lo) & (v <= hi)),
+                    lambda i, v=v, lo=lo, hi=hi, label=label: f"{label} {v[i].item()!r} outside {lo}..{hi}",
+                )
+    if "timestamp" in names:
+        us = (
+            batch.column("timestamp").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        )
+        with np.errstate(invalid="ignore"):
+            add(
+                ~((us >= _MIN_US) & (us < _MAX_US)),
+                lambda i: f"timestamp outside {MIN_TIME.year}..{MAX_TIME.year - 1}",
+            )
+    if "method" in names:
+        column = batch.column("method")
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        known = pc.is_in(column, value_set=pa.array(METHODS)).to_numpy(zero_copy_only=False)
+        add(~known, lambda i: f"unknown method {column[i].as_py()!r}")
+    if uris and not uris_valid(uris):
+        problems = [uri_error(u) if isinstance(u, str) else "uri is missing (null)" for u in uris]
+        add(np.array([p is not None for p in problems]), lambda i: problems[i])
+    return checks
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)

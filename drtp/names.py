@@ -18,8 +18,8 @@ import re
 
 MAX_NAME = 255  # distribution/reference: NameTotalLengthMax
 
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-NAME = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
+COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"  # one path component of a name
+NAME = re.compile(rf"{COMPONENT}(?:/{COMPONENT})*")
 TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}")
 UPLOAD = re.compile(r"uploads/(?:[A-Za-z0-9_=-][A-Za-z0-9_.=-]*)?")  # no leading dot: never "." or ".."

@@ -3,10 +3,11 @@
 A :class:`TraceRecord` is decoded straight from the IBM anonymized JSON by
 msgspec (typed decoding in C, see REFERENCE §7): field names map to the
 trace's dotted keys, the method is checked against the registry API's verbs,
-sizes and durations must be non-negative and the timestamp must carry a time
-zone.  The URI is split into (repository, kind, reference) on demand, through
-a small cache, because popular objects repeat and the split is the costliest
-per-record step.
+sizes, durations and statuses must lie in their ranges (below) and the
+timestamp must carry a time zone.  The URI is split into (repository, kind,
+reference) on demand, through a small cache, because popular objects repeat
+and the split is the costliest per-record step; names and references must
+follow the Distribution grammar (drtp.names).
 """
 
 from __future__ import annotations
@@ -18,12 +19,24 @@ from typing import Annotated, Literal, NamedTuple
 
 import msgspec
 
+from drtp import names
+
 Method = Literal["GET", "HEAD", "PUT", "PATCH", "POST", "DELETE"]
 METHODS: tuple[str, ...] = ("GET", "HEAD", "PUT", "PATCH", "POST", "DELETE")
 KINDS: tuple[str, ...] = ("manifest", "blob")
 
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+# The ranges a record's numbers must lie in.  They are wide enough for any real
+# registry and tight enough that a typo or a hostile value (a 10^30-byte layer,
+# a year-9999 timestamp) cannot make a consumer allocate, hash or wait without end.
+MAX_SIZE = 1 << 40  # bytes: 1 TiB, far above any image layer
+MAX_DURATION_S = 86_400.0  # one day: no HTTP request of a trace takes longer
+MIN_STATUS, MAX_STATUS = 100, 599
+MIN_TIME = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+MAX_TIME = _dt.datetime(2100, 1, 1, tzinfo=_dt.timezone.utc)
+
+Size = Annotated[int, msgspec.Meta(ge=0, le=MAX_SIZE)]
+Duration = Annotated[float, msgspec.Meta(ge=0, le=MAX_DURATION_S)]
+Status = Annotated[int, msgspec.Meta(ge=MIN_STATUS, le=MAX_STATUS)]
 AwareDatetime = Annotated[_dt.datetime, msgspec.Meta(tz=True)]
 
 
@@ -35,12 +48,12 @@ class TraceRecord(msgspec.Struct, gc=False, omit_defaults=True):
     """
 
     host: str = msgspec.field(name="host")
-    duration: NonNegFloat = msgspec.field(name="http.request.duration")
+    duration: Duration = msgspec.field(name="http.request.duration")
     method: Method = msgspec.field(name="http.request.method")
     client: str = msgspec.field(name="http.request.remoteaddr")
     uri: str = msgspec.field(name="http.request.uri")
-    status: int = msgspec.field(name="http.response.status")
-    size: NonNegInt = msgspec.field(name="http.response.written")
+    status: Status = msgspec.field(name="http.response.status")
+    size: Size = msgspec.field(name="http.response.written")
     id: str = msgspec.field(name="id")
     timestamp: AwareDatetime = msgspec.field(name="timestamp")
 
@@ -98,37 +111,115 @@ class Uri(NamedTuple):
 
 @lru_cache(maxsize=1 << 16)
 def parse_uri(uri: str) -> Uri | None:
-    """Split ``v2/<name>/{manifests|blobs}/<ref>`` (leading ``/`` and query allowed).
+    """Split ``v2/<name>/{manifests|blobs}/<ref>`` (one leading ``/`` and a query allowed).
 
     Blob upload URLs ``v2/<name>/blobs/uploads/[<uuid>]`` are blobs whose
     reference is ``uploads/<uuid>``. Returns None for any other shape
-    (``/v2/``, ``_catalog``, ``tags/list``…).
+    (``/v2/``, ``_catalog``, ``tags/list``…) and for names, references or
+    queries outside the grammar (:func:`uri_error` says why).
     """
-    parts = uri.partition("?")[0].lstrip("/").split("/")
+    parts = _split(uri)
+    return parts if isinstance(parts, Uri) else None
+
+
+def uri_error(uri: str) -> str | None:
+    """None when ``uri`` is a valid object URI; otherwise what is wrong with it (the slow path's words)."""
+    parts = _split(uri)
+    if parts is None:
+        return f"unknown URI shape {uri[:100]!r} (expected v2/<name>/manifests/<ref> or v2/<name>/blobs/<ref>)"
+    return parts if isinstance(parts, str) else None
+
+
+def is_object_uri(uri: str) -> bool:
+    """True when ``uri`` has the shape of an object URI, valid or not (registry logs also hold pings, catalogs)."""
+    return _split(uri) is not None
+
+
+# Query characters: RFC 3986 query characters without '?', '#', spaces or controls. The
+# query is informational (upload tokens, mount sources); it is never sent on.
+_QUERY = re.compile(r"[A-Za-z0-9._~%!$&'()*+,;=:@/-]*")
+
+
+def _split(uri: str) -> Uri | str | None:
+    """The URI's parts; a reason when it has an object URI's shape but breaks the grammar; None otherwise."""
+    path, mark, query = uri.partition("?")
+    parts = (path[1:] if path.startswith("/") else path).split("/")
     if len(parts) >= 5 and parts[-3] == "blobs" and parts[-2] == "uploads":
         name, kind, ref = parts[1:-3], "blob", "uploads/" + parts[-1]
     elif len(parts) >= 4 and parts[-2] in ("manifests", "blobs") and parts[-1]:
         name, kind, ref = parts[1:-2], "manifest" if parts[-2] == "manifests" else "blob", parts[-1]
     else:
         return None
-    if parts[0] != "v2" or not all(name):
+    if parts[0] != "v2" or not name:
         return None
-    return Uri("/".join(name), kind, ref)
+    repository = "/".join(name)
+    problem = names.name_error(repository) or names.reference_error(ref)
+    if problem is None and mark and _QUERY.fullmatch(query) is None:
+        problem = f"query {query[:80]!r} holds characters outside a URL query"
+    if problem is not None:
+        return f"URI {uri[:100]!r}: {problem}"
+    return Uri(repository, kind, ref)
 
 
-# A fast whole-chunk pre-check, never more lenient than parse_uri: when it
-# matches, every URI in the chunk parses; when it fails, parse_uri decides.
-# The common case, IBM traces' two-part names (user/repo), checked first because it is twice as fast.
+# Fast whole-chunk pre-checks, never more lenient than parse_uri: the URIs of a
+# chunk are joined one per line and matched at once; when a pattern matches,
+# every URI in the chunk parses; when both fail, parse_uri decides record by
+# record.  The pieces are drtp.names' grammar, written with possessive
+# quantifiers (the same languages, without backtracking):
+_C = r"[a-z0-9]++(?:(?:[._]|__|-++)[a-z0-9]++)*+"  # a name component (names.COMPONENT)
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}+"  # names.TAG
+_REF = rf"(?:{_TAG}|[A-Za-z][A-Za-z0-9]*+(?:[-_+.][A-Za-z][A-Za-z0-9]*+)*+:[0-9a-fA-F]{{32,}}+)"  # or names.DIGEST
+_UP = r"uploads/(?:[A-Za-z0-9_=-][A-Za-z0-9_.=-]*+)?"  # names.UPLOAD
+_TAIL = rf"(?:manifests/{_REF}|blobs/(?:{_UP}|{_REF}))(?:\?{_QUERY.pattern}+)?\n"
+# The common case first, twice as fast: IBM traces' two-part names (user/repo) of plain
+# lowercase letters and digits, up to 127 each (so within names.MAX_NAME), and tags.
 IBM_URI_LINES = re.compile(
-    r"(?:v2/[^\n/?]++/[^\n/?]++/(?:blobs/(?:uploads/[^\n/?]*+|[^\n/?]++)|manifests/[^\n/?]++)(?:\?[^\n]*+)?\n)*+"
+    rf"(?:v2/[a-z0-9]{{1,127}}+/[a-z0-9]{{1,127}}+/(?:blobs/(?:{_UP}|{_TAG})|manifests/{_TAG})"
+    rf"(?:\?{_QUERY.pattern}+)?\n)*+"
 )
-_SEG = r"[^\n/?]++/"  # a non-empty path segment and its slash, never given back
-_NAMELESS = r"(?!(?:manifests/|blobs/(?:uploads/)?)[^\n/?]*+(?:\?|\n))"
-URI_LINES = re.compile(
-    rf"(?:/?v2/{_NAMELESS}(?:{_SEG})++"
-    r"(?:(?<=/manifests/|..../blobs/)[^\n/?]++|(?<=/blobs/uploads/)[^\n/?]*+)"
-    r"(?:\?[^\n]*+)?\n)*+"
-)
+# Any number of parts; a line of at most 258 characters keeps the name within names.MAX_NAME.
+URI_LINES = re.compile(rf"(?:(?=[^\n]{{1,258}}+\n)/?v2/{_C}(?:/{_C})*/{_TAIL})*+")
+
+
+def uris_valid(uris: list[str]) -> bool:
+    """True when every URI of the list is valid, checked at once (both patterns accept only what
+    parse_uri accepts); False means some may not be, and :func:`uri_error` decides one by one.
+
+    The URIs are matched one per line, so a URI that itself holds a line break
+    would pass as two valid lines: the count of line breaks rules that out.
+    """
+    text = "\n".join(uris) + "\n"
+    if text.count("\n") != len(uris):
+        return False
+    return IBM_URI_LINES.fullmatch(text) is not None or URI_LINES.fullmatch(text) is not None
+
+
+def record_problem(rec: TraceRecord) -> str | None:
+    """What is wrong with a record that was built, not decoded (Parquet rows); None when it is valid.
+
+    Decoded records get the same checks from their field types and the reader.
+    """
+    if rec.method not in METHODS:
+        return f"unknown method {rec.method!r}"
+    if not isinstance(rec.size, int) or not 0 <= rec.size <= MAX_SIZE:
+        return f"size (http.response.written) {rec.size!r} outside 0..{MAX_SIZE}"
+    if not isinstance(rec.duration, (int, float)) or not 0 <= rec.duration <= MAX_DURATION_S:
+        return f"duration {rec.duration!r} outside 0..{MAX_DURATION_S:g} s"
+    if not isinstance(rec.status, int) or not MIN_STATUS <= rec.status <= MAX_STATUS:
+        return f"status {rec.status!r} outside {MIN_STATUS}..{MAX_STATUS}"
+    for name in ("host", "client", "uri", "id"):
+        if not isinstance(getattr(rec, name), str):
+            return f"{name} is not a string"
+    return time_problem(rec.timestamp) or uri_error(rec.uri)
+
+
+def time_problem(ts: _dt.datetime) -> str | None:
+    """None when ``ts`` is an aware time between MIN_TIME and MAX_TIME; otherwise what is wrong."""
+    if not isinstance(ts, _dt.datetime) or ts.tzinfo is None:
+        return f"timestamp {ts!r} has no time zone"
+    if not MIN_TIME <= ts < MAX_TIME:
+        return f"timestamp {ts.isoformat()} outside {MIN_TIME.year}..{MAX_TIME.year - 1}"
+    return None
 
 
 def format_timestamp(ts: _dt.datetime) -> str:

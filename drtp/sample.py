@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
 
 from drtp.errors import DrtpError
 from drtp.trace import TraceReader, write_ibm
+from drtp.units import bin_count
 
 METHODS = ("day", "window", "requests", "duration", "bytes")
 INGRESS = ("PUT", "PATCH")
@@ -41,33 +43,34 @@ class MinuteCounts:
 
 
 def count_minutes(reader: TraceReader) -> MinuteCounts:
+    """Per-minute totals of the whole trace, a batch at a time.
+
+    Each batch is counted over its own minutes only and added into the totals,
+    which grow with the trace's span (bounded by drtp.units.MAX_BINS).
+    """
     start = None
-    req: list[np.ndarray] = []
-    eg: list[np.ndarray] = []
-    ing: list[np.ndarray] = []
+    totals = np.zeros((3, 0))  # requests, egress, ingress per minute
     for batch in reader.batches():
         if start is None:
             # minutes are counted from the top of the first record's minute
             start = batch[0].timestamp.replace(second=0, microsecond=0)
         minute = np.fromiter(((r.timestamp - start).total_seconds() // 60 for r in batch), np.int64, len(batch))
-        size = np.fromiter((r.size for r in batch), np.int64, len(batch))
+        size = np.fromiter((r.size for r in batch), np.float64, len(batch))
         get = np.fromiter((r.method == "GET" for r in batch), bool, len(batch))
         put = np.fromiter((r.method in INGRESS for r in batch), bool, len(batch))
-        n = int(minute[-1]) + 1
-        req.append(np.bincount(minute, minlength=n))
-        eg.append(np.bincount(minute, weights=size * get, minlength=n))
-        ing.append(np.bincount(minute, weights=size * put, minlength=n))
+        lo, n = int(minute[0]), int(minute[-1]) + 1  # a batch is in time order
+        if n > totals.shape[1]:
+            bin_count((n - 1) * 60.0, 60.0, "one-minute bins")
+            totals = np.concatenate([totals, np.zeros((3, max(n, 2 * totals.shape[1]) - totals.shape[1]))], axis=1)
+        rel = minute - lo
+        totals[0, lo:n] += np.bincount(rel, minlength=n - lo)
+        totals[1, lo:n] += np.bincount(rel, weights=size * get, minlength=n - lo)
+        totals[2, lo:n] += np.bincount(rel, weights=size * put, minlength=n - lo)
+        length = n
     if start is None:
         raise DrtpError("the trace is empty: nothing to sample")
-    length = max(len(a) for a in req)
-
-    def total(parts: list[np.ndarray]) -> np.ndarray:
-        out = np.zeros(length)
-        for a in parts:
-            out[: len(a)] += a
-        return out
-
-    return MinuteCounts(start, total(req), total(eg), total(ing))
+    req, egress, ingress = totals[:, :length]
+    return MinuteCounts(start, req.copy(), egress.copy(), ingress.copy())
 
 
 def choose_day(m: MinuteCounts, tolerance: float = 0.10) -> tuple[_dt.datetime, _dt.datetime, dict]:
@@ -154,8 +157,8 @@ def sample(
         lo, hi, why = choose_day(counts) if method == "day" else choose_window(counts, window_minutes)
         keep = _between(lo, hi)
     else:
-        if amount is None or amount < 0:
-            raise DrtpError(f"sampling by {method} needs --amount (a non-negative number)")
+        if amount is None or not 0 < amount < float("inf"):
+            raise DrtpError(f"sampling by {method} needs --amount (a number > 0)")
         keep = _cut(method, amount, start)
         lo, hi = start, None
         why = {
@@ -176,7 +179,12 @@ def sample(
             if keep.done:
                 return
 
-    write_ibm(output, chosen())
+    records = chosen()
+    first = next(records, None)
+    if first is None:  # nothing chosen: say so rather than write an empty trace
+        where = f" at or after {start.isoformat()}" if start else ""
+        raise DrtpError(f"nothing to sample: no record{where} in {', '.join(map(str, paths))}")
+    write_ibm(output, chain([first], records))
     return {
         "method": method,
         "output": str(output),

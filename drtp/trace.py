@@ -11,6 +11,12 @@ slightly unordered logs).
 Only when a chunk fails to decode does the reader fall back to decoding record
 by record, to name the exact file and record index of the problem, and to
 skip it when asked (``skip_bad``).
+
+Every problem of the input is a one-line :class:`~drtp.errors.DrtpError`
+naming the file and, where there is one, the record: a file that cannot be
+read or decompressed, JSON nested too deeply, a record longer than
+:data:`MAX_RECORD_BYTES`, a value outside its range (drtp.records), and a file
+that holds no records at all.  A UTF-8 byte order mark is read past.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ import bisect
 import datetime as _dt
 import gzip
 import json
+import math
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
@@ -30,10 +38,21 @@ import msgspec
 
 from drtp.errors import DrtpError, TraceError
 from drtp.outputs import replaced_on_success
-from drtp.records import IBM_URI_LINES, URI_LINES, TraceRecord, parse_uri
+from drtp.records import (
+    MAX_TIME,
+    MIN_TIME,
+    TraceRecord,
+    is_object_uri,
+    time_problem,
+    uri_error,
+    uris_valid,
+)
 
 FORMATS = ("auto", "ibm", "jsonl", "registry-log", "parquet")
 CHUNK_BYTES = 1 << 20
+MAX_RECORD_BYTES = 8 << 20  # no record or log line is this long: past it the input is not a trace
+_BOM = b"\xef\xbb\xbf"
+_DEEP = "JSON nested too deeply"
 _by_time = attrgetter("timestamp")
 _RECORD_GAP = re.compile(rb"\}\s*,\s*\{")
 
@@ -77,12 +96,20 @@ class TraceReader:
         if not self.paths:
             raise DrtpError("no trace files given")
         for p in self.paths:
-            if not p.is_file():
-                raise DrtpError(f"{p}: trace file not found")
+            check_input_file(p)
         if fmt not in FORMATS:
             raise DrtpError(f"unknown trace format {fmt!r} (choose from {', '.join(FORMATS)})")
         if limit_type not in (None, "requests", "seconds"):
             raise DrtpError(f"trace.limit.type must be 'requests' or 'seconds', not {limit_type!r}")
+        if amount is not None and not _limit_ok(limit_type, amount):
+            raise DrtpError(
+                f"trace limit of {amount!r} {limit_type}: must be a whole number ≥ 1 of requests "
+                "or a finite number ≥ 0 of seconds"
+            )
+        if not (isinstance(reorder_window, (int, float)) and 0 <= reorder_window <= 86_400 * 365):
+            raise DrtpError(f"trace reorder window {reorder_window!r}: must be between 0 and a year (seconds)")
+        if not (isinstance(chunk_bytes, int) and chunk_bytes > 0):
+            raise DrtpError(f"trace chunk size {chunk_bytes!r}: must be a positive number of bytes")
         self.fmt = fmt
         self.limit_type = limit_type if amount is not None else None
         self.amount = amount
@@ -118,6 +145,10 @@ class TraceReader:
                 yield batch
             if done:
                 return
+        if not self.stats.records:  # every file held records, yet all were skipped or out of range
+            raise DrtpError(
+                f"{', '.join(map(str, self.paths))}: no records ({self.stats.skipped:,} bad records skipped)"
+            )
 
     # -- per file -------------------------------------------------------------
 
@@ -129,16 +160,25 @@ class TraceReader:
             "registry-log": _read_registry_log,
             "parquet": _read_parquet,
         }[fmt]
-        chunks = reader(path, self.chunk_bytes, self.skip_bad, self.stats)
+        chunks = _nonempty(path, fmt, reader(path, self.chunk_bytes, self.skip_bad, self.stats), self.stats)
         if not self.sort_files:
             yield from chunks
             return
         # an unordered file: hold this one file (not the trace) in memory and sort it
-        records = [rec for _, _, chunk in chunks for rec in chunk]
+        records = [rec for _, base, chunk in chunks for rec in _in_range(path, base, chunk, self.skip_bad, self.stats)]
         records.sort(key=_by_time)
         step = 1 << 16
         for start in range(0, len(records), step):
             yield path, start, records[start : start + step]
+
+
+def _limit_ok(limit_type: str | None, amount: float) -> bool:
+    """A limit that selects something: at least one request, or a finite span of seconds (0: one instant)."""
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+        return False
+    if limit_type == "requests":
+        return amount >= 1 and float(amount).is_integer() and amount < math.inf
+    return 0 <= amount < math.inf
 
 
 def read_trace(paths: Iterable[str | Path], **kwargs) -> list[TraceRecord]:
@@ -146,9 +186,45 @@ def read_trace(paths: Iterable[str | Path], **kwargs) -> list[TraceRecord]:
     return list(TraceReader(paths, **kwargs))
 
 
+def check_input_file(path: Path, what: str = "trace file") -> None:
+    """Refuse a path that is not a readable regular file, saying which it is (missing, a directory…)."""
+    if path.is_dir():
+        raise DrtpError(f"{path}: is a directory, not a {what}")
+    if not path.exists():
+        raise DrtpError(f"{path}: {what} not found")
+    if not path.is_file():
+        raise DrtpError(f"{path}: not a regular file (a {what} is read twice or in chunks; copy it to a file)")
+
+
 def open_binary(path: Path):
     """Open a trace file for reading bytes; ``.gz`` files are decompressed."""
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def read_blocks(path: Path, size: int) -> Iterator[bytes]:
+    """The file's bytes ``size`` at a time, decompressed, without a UTF-8 byte order mark.
+
+    Whatever stops the read (a truncated or corrupt gzip stream, a permission, an
+    I/O error) becomes one DrtpError naming the file.
+    """
+    try:
+        with open_binary(path) as f:
+            data = f.read(max(size, len(_BOM)))
+            if data.startswith(_BOM):
+                data = data[len(_BOM) :]
+            while data:
+                yield data
+                data = f.read(size)
+    except (OSError, EOFError, zlib.error) as e:
+        raise DrtpError(f"{path}: {_read_problem(path, e)}") from None
+
+
+def _read_problem(path: Path, e: BaseException) -> str:
+    """A read error in the user's words: which kind of file is broken, and how."""
+    detail = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    if path.suffix == ".gz" and not isinstance(e, PermissionError):
+        return f"not a valid gzip file ({detail})"
+    return f"cannot read ({detail})"
 
 
 def detect_format(path: Path) -> str:
@@ -156,8 +232,7 @@ def detect_format(path: Path) -> str:
     ``registry-log`` for a Distribution registry's JSON log, ``parquet`` for a columnar cache."""
     if path.suffix == ".parquet":
         return "parquet"
-    with open_binary(path) as f:
-        head = f.read(64 << 10)
+    head = next(read_blocks(path, 64 << 10), b"")
     text = head.lstrip()
     if text.startswith(b"["):
         return "ibm"
@@ -167,8 +242,28 @@ def detect_format(path: Path) -> str:
             return "registry-log"
         return "jsonl"
     if not text:
-        return "ibm"  # an empty file is an empty trace
+        return "ibm"  # an empty file: the reader says it holds no records
     raise DrtpError(f"{path}: not a trace (expected a JSON array or JSON lines)")
+
+
+def _nonempty(path: Path, fmt: str, chunks, stats: ReadStats):
+    """The file's chunks; a file that yields no record at all is an error, not an empty trace."""
+    skipped, ignored = stats.skipped, stats.ignored
+    n = 0
+    for chunk in chunks:
+        n += len(chunk[2])
+        yield chunk
+    if n:
+        return
+    why = []
+    if stats.skipped > skipped:
+        why.append(f"{stats.skipped - skipped:,} bad records skipped")
+    if stats.ignored > ignored:
+        why.append(f"{stats.ignored - ignored:,} requests that are not object requests")
+    detail = f" ({'; '.join(why)})" if why else ""
+    if fmt == "registry-log":
+        raise DrtpError(f"no registry requests in {path}{detail}")
+    raise DrtpError(f"{path}: no records{detail}")
 
 
 # -- IBM JSON arrays ------------------------------------------------------------
@@ -178,9 +273,8 @@ _one_decoder = msgspec.json.Decoder(TraceRecord)
 
 
 def _check_uris(records: list[TraceRecord]) -> bool:
-    """True when every URI has a known shape (both patterns accept only what parse_uri accepts)."""
-    text = "\n".join([r.uri for r in records]) + "\n"
-    return IBM_URI_LINES.fullmatch(text) is not None or URI_LINES.fullmatch(text) is not None
+    """True when every URI of the chunk is valid (a whole-chunk check; False: look one by one)."""
+    return uris_valid([r.uri for r in records])
 
 
 _LEAD = re.compile(rb"[\s,]*")
@@ -196,58 +290,66 @@ def _read_array(path, chunk_bytes, skip_bad, stats):
     index = 0
     leftover = b""
     started = False
-    with open_binary(path) as f:
-        while True:
-            data = f.read(chunk_bytes)
-            eof = not data
-            buf = leftover + data if leftover else data
-            if not started:
-                buf = buf.lstrip()
-                if not buf and not eof:
-                    continue
-                if eof and not buf:
-                    return
-                if not buf.startswith(b"["):
-                    raise TraceError(str(path), 0, "not a JSON array of records")
-                buf = buf[1:]
-                started = True
-            if eof:
-                buf = buf.rstrip()
-                if not buf.endswith(b"]"):
-                    raise TraceError(str(path), index, "truncated JSON: the array is not closed with ']'")
-                cut, leftover = len(buf) - 1, b""
-            else:
-                cut = buf.rfind(b"}") + 1
-                leftover = buf[cut:]
-            lead = _LEAD.match(buf, 0, cut).end()
-            body = memoryview(buf)[lead:cut].toreadonly()
-            if body:
-                try:
-                    records = _chunk_decoder.decode(b"".join((b"[", body, b"]")))
-                    if not _check_uris(records):
-                        raise ValueError
-                    next_index = index + len(records)
-                except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
-                    records, rest, next_index = _array_slow(path, bytes(body), index, eof, skip_bad, stats)
-                    leftover = rest + leftover
-                    if len(leftover) > max(8 * chunk_bytes, 1 << 20):
-                        # no record is this long: the JSON is broken here, not cut by the chunk
-                        more, _, next_index = _array_slow(path, leftover, next_index, True, skip_bad, stats)
-                        records += more
-                        leftover = b""
-                if records:
-                    yield path, index, records
-                index = next_index
-            if eof:
+    limit = max(MAX_RECORD_BYTES, 8 * chunk_bytes)
+    blocks = read_blocks(path, chunk_bytes)
+    while True:
+        data = next(blocks, b"")
+        eof = not data
+        buf = leftover + data if leftover else data
+        if not started:
+            buf = buf.lstrip()
+            if not buf and not eof:
+                continue
+            if eof and not buf:
                 return
+            if not buf.startswith(b"["):
+                raise TraceError(str(path), 0, "not a JSON array of records")
+            buf = buf[1:]
+            started = True
+        if eof:
+            buf = buf.rstrip()
+            if not buf.endswith(b"]"):
+                raise TraceError(str(path), index, "truncated JSON: the array is not closed with ']'")
+            cut, leftover = len(buf) - 1, b""
+        else:
+            cut = buf.rfind(b"}") + 1
+            leftover = buf[cut:]
+            if len(leftover) > limit:  # no record is this long: not an array of records
+                raise TraceError(str(path), index, f"no record ends within {limit >> 20} MiB")
+        lead = _LEAD.match(buf, 0, cut).end()
+        body = memoryview(buf)[lead:cut].toreadonly()
+        if body:
+            try:
+                records = _chunk_decoder.decode(b"".join((b"[", body, b"]")))
+                if not _check_uris(records):
+                    raise ValueError
+                next_index = index + len(records)
+            except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+                records, rest, next_index = _array_slow(path, bytes(body), index, eof, skip_bad, stats)
+                leftover = rest + leftover
+                if len(leftover) > limit:
+                    # no record is this long: the JSON is broken here, not cut by the chunk
+                    more, _, next_index = _array_slow(path, leftover, next_index, True, skip_bad, stats)
+                    records += more
+                    leftover = b""
+            if records:
+                yield path, index, records
+            index = next_index
+        if eof:
+            return
 
 
 def _array_slow(path, body: bytes, index: int, final: bool, skip_bad: bool, stats: ReadStats):
-    """Decode record by record; returns (records, bytes not yet complete, next record index)."""
-    text = body.decode("utf-8", errors="replace")
+    """Decode record by record; returns (records, bytes not yet complete, next record index).
+
+    The text keeps undecodable bytes as surrogates, so each record is checked
+    on its own original bytes (invalid UTF-8 is refused, not replaced).
+    """
+    text = body.decode("utf-8", errors="surrogateescape")
     scanner = json.JSONDecoder()
     records: list[TraceRecord] = []
     pos, n = 0, len(text)
+    anchor = (0, 0)  # a (character, byte) offset pair of the text, to map one to the other in steps
     while True:
         while pos < n and text[pos] in " \t\r\n,":
             pos += 1
@@ -255,17 +357,23 @@ def _array_slow(path, body: bytes, index: int, final: bool, skip_bad: bool, stat
             return records, b"", index
         try:
             _, end = scanner.raw_decode(text, pos)
-        except json.JSONDecodeError as e:
-            if not final:  # the chunk may end inside this record: read on
-                return records, text[pos:].encode(), index
-            _bad(path, index, f"invalid JSON ({e.msg})", skip_bad, stats)
+        except (json.JSONDecodeError, RecursionError) as e:
+            if not final and not isinstance(e, RecursionError):  # the chunk may end inside this record
+                return records, text[pos:].encode("utf-8", errors="surrogateescape"), index
+            reason = _DEEP if isinstance(e, RecursionError) else f"invalid JSON ({e.msg})"
+            _bad(path, index, reason, skip_bad, stats)
             index += 1
-            nxt = _RECORD_GAP.search(body, len(text[:pos].encode()))  # resynchronise (skip_bad only)
+            # resynchronise at the next "},{" (skip_bad only); offsets are mapped from the last
+            # anchor on, so a chunk of many bad records stays linear
+            at = anchor[1] + len(text[anchor[0] : pos].encode("utf-8", errors="surrogateescape"))
+            nxt = _RECORD_GAP.search(body, at)
             if nxt is None:
                 return records, b"", index
-            pos = len(body[: nxt.start() + 1].decode("utf-8", errors="replace"))
+            pos += len(body[at : nxt.start() + 1].decode("utf-8", errors="surrogateescape"))
+            anchor = (pos, nxt.start() + 1)
             continue
-        record = _validate(path, index, text[pos:end].encode(), _one_decoder, skip_bad, stats)
+        raw = text[pos:end].encode("utf-8", errors="surrogateescape")
+        record = _validate(path, index, raw, _one_decoder, skip_bad, stats)
         if record is not None:
             records.append(record)
         index += 1
@@ -279,8 +387,14 @@ def _validate(path, index, raw: bytes, decoder, skip_bad, stats):
         return _bad(path, index, _explain(e), skip_bad, stats)
     except msgspec.DecodeError as e:
         return _bad(path, index, f"invalid JSON ({e})", skip_bad, stats)
-    if isinstance(record, TraceRecord) and parse_uri(record.uri) is None:
-        return _bad(path, index, f"unknown URI shape {record.uri!r}", skip_bad, stats)
+    except UnicodeDecodeError as e:
+        return _bad(path, index, f"invalid UTF-8 ({e.reason} at byte {e.start})", skip_bad, stats)
+    except RecursionError:
+        return _bad(path, index, _DEEP, skip_bad, stats)
+    if isinstance(record, TraceRecord):
+        problem = uri_error(record.uri)
+        if problem is not None:
+            return _bad(path, index, problem, skip_bad, stats)
     return record
 
 
@@ -301,24 +415,29 @@ def _bad(path, index: int, reason: str, skip_bad: bool, stats: ReadStats) -> Non
 
 
 def line_chunks(path, chunk_bytes) -> Iterator[tuple[int, bytes]]:
-    """(number of the chunk's first line, whole lines) for a JSON-lines file."""
+    """(number of the chunk's first line, whole lines) for a JSON-lines file.
+
+    A line longer than MAX_RECORD_BYTES is an error: no record or log line is
+    that long, and holding it would grow without bound.
+    """
     line = 0
     leftover = b""
-    with open_binary(path) as f:
-        while True:
-            data = f.read(chunk_bytes)
-            buf = leftover + data
-            if not data:
-                if buf.strip():
-                    yield line, buf
-                return
-            cut = buf.rfind(b"\n")
-            if cut < 0:
-                leftover = buf
-                continue
-            body, leftover = buf[: cut + 1], buf[cut + 1 :]
-            yield line, body
-            line += body.count(b"\n")
+    limit = max(MAX_RECORD_BYTES, 8 * chunk_bytes)
+    for data in chain(read_blocks(path, chunk_bytes), (b"",)):
+        buf = leftover + data
+        if not data:
+            if buf.strip():
+                yield line, buf
+            return
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            if len(buf) > limit:
+                raise TraceError(str(path), line, f"line longer than {limit >> 20} MiB: not JSON lines")
+            leftover = buf
+            continue
+        body, leftover = buf[: cut + 1], buf[cut + 1 :]
+        yield line, body
+        line += body.count(b"\n")
 
 
 def _read_lines(path, chunk_bytes, skip_bad, stats):
@@ -328,7 +447,7 @@ def _read_lines(path, chunk_bytes, skip_bad, stats):
             records = _one_decoder.decode_lines(body)
             if len(records) != body.count(b"\n") + (not body.endswith(b"\n")) or not _check_uris(records):
                 raise ValueError  # blank lines shift indices: take the exact path
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
             records = []
             for i, raw in enumerate(body.split(b"\n")):
                 if raw.strip():
@@ -340,13 +459,14 @@ def _read_lines(path, chunk_bytes, skip_bad, stats):
 
 
 def _read_parquet(path, chunk_bytes, skip_bad, stats):
-    """Chunks of a Parquet trace written by ``drtp convert`` (already validated)."""
+    """Chunks of a Parquet trace (``drtp convert``); rows are checked like decoded records."""
     from drtp.columnar import read_parquet
 
-    index = 0
-    for records in read_parquet(path):
-        yield path, index, records
-        index += len(records)
+    def bad(index: int, reason: str) -> None:
+        _bad(path, index, reason, skip_bad, stats)
+
+    for start, records in read_parquet(path, on_bad=bad):
+        yield path, start, records
 
 
 # -- Distribution registry JSON logs ---------------------------------------------
@@ -381,6 +501,16 @@ def parse_go_duration(text: str) -> float:
     return sum(float(n) * _GO_UNITS[u] for n, u in parts)
 
 
+def decode_log_line(raw: bytes) -> RegistryLogLine | str:
+    """A registry log line, or what is wrong with it (not JSON, too deep, not UTF-8, wrong types)."""
+    try:
+        return _log_decoder.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        return f"invalid log line ({e})"
+    except RecursionError:
+        return f"invalid log line ({_DEEP})"
+
+
 def _read_registry_log(path, chunk_bytes, skip_bad, stats):
     """Chunks of requests from a registry's JSON log; index = line number - 1."""
     convert = msgspec.json.Decoder(TraceRecord)
@@ -390,14 +520,13 @@ def _read_registry_log(path, chunk_bytes, skip_bad, stats):
             if not raw.strip():
                 continue
             index = first_line + i
-            try:
-                line = _log_decoder.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError) as e:
-                _bad(path, index, f"invalid log line ({e})", skip_bad, stats)
+            line = decode_log_line(raw)
+            if isinstance(line, str):
+                _bad(path, index, line, skip_bad, stats)
                 continue
             if not line.msg.startswith("response completed"):
                 continue
-            if parse_uri(line.uri) is None:
+            if not is_object_uri(line.uri):
                 stats.ignored += 1  # /v2/ pings, _catalog, tags/list
                 continue
             try:
@@ -444,7 +573,11 @@ def _merge(streams, window: _dt.timedelta, skip_bad: bool, stats: ReadStats):
             latest.pop(i, None)
         else:
             ordered = sorted(chunk, key=_by_time)
-            if emitted is not None and ordered[0].timestamp < emitted:
+            # sorted: its first and last records tell whether every timestamp is in range
+            if ordered and (ordered[0].timestamp < MIN_TIME or ordered[-1].timestamp >= MAX_TIME):
+                chunk = _in_range(path, base, chunk, skip_bad, stats)
+                ordered = sorted(chunk, key=_by_time)
+            if ordered and emitted is not None and ordered[0].timestamp < emitted:
                 ordered = _drop_late(path, base, chunk, emitted, skip_bad, stats)
             if ordered:
                 top = ordered[-1].timestamp
@@ -468,6 +601,20 @@ def _merge(streams, window: _dt.timedelta, skip_bad: bool, stats: ReadStats):
             yield batch
     if pending:
         yield pending
+
+
+def _in_range(path, base, chunk, skip_bad, stats) -> list[TraceRecord]:
+    """The records of a chunk whose timestamps lie in the range every consumer can handle."""
+    if chunk and MIN_TIME <= min(map(_by_time, chunk)) and max(map(_by_time, chunk)) < MAX_TIME:
+        return chunk
+    kept = []
+    for offset, rec in enumerate(chunk):
+        problem = time_problem(rec.timestamp)
+        if problem is None:
+            kept.append(rec)
+        else:
+            _bad(path, base + offset, problem, skip_bad, stats)
+    return kept
 
 
 def _drop_late(path, base, chunk, emitted, skip_bad, stats):

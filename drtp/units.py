@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 
+from drtp.errors import DrtpError
+
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?i?b?)?\s*$", re.IGNORECASE)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 MAX_SIZE = 2**63 - 1  # sizes go into int64 columns and arrays
@@ -67,3 +69,23 @@ def parse_duration(text: str | int | float) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"not a duration: {text!r} (a duration is a finite number of seconds ≥ 0)")
     return seconds
+
+
+# Histograms over a trace's time (per-minute counts, concurrency bins) hold a few
+# numbers per bin: 5 M bins (9.5 years of minutes) cost a few hundred MB at most.
+MAX_BINS = 5_000_000
+
+
+def bin_count(span_s: float, width_s: float, what: str, fix: str = "") -> int:
+    """How many bins of ``width_s`` seconds cover ``span_s`` seconds, refused beyond MAX_BINS.
+
+    ``what`` names the bins for the error (e.g. ``"one-minute bins"``) and ``fix``
+    says what else the user can change besides cutting the trace.
+    """
+    n = int(span_s // width_s) + 1
+    if n > MAX_BINS:
+        raise DrtpError(
+            f"the trace spans {span_s / 86400:,.1f} days: {n:,} {what}, more than the {MAX_BINS:,} "
+            f"drtp keeps in memory; {fix}cut the trace (--seconds, drtp sample --method duration)"
+        )
+    return n

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from drtp.capture import Anonymizer, capture_files, follow_file
+from drtp.capture import Anonymizer, PlainNames, capture_files, follow_file
+from drtp.errors import DrtpError
 from drtp.trace import TraceReader, write_ibm
 from tests.images import build_image, random_files
 
-pytestmark = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")
+needs_skopeo = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")
 
 REPO = "acme-team/webapp"
 
@@ -56,6 +57,7 @@ def logged(log: Path) -> list[dict]:
     ]
 
 
+@needs_skopeo
 def test_capture_matches_what_skopeo_did(traffic, tmp_path):
     # the live registry answers for the re-tagged manifest, which the log never shows pulled
     cap, records = capture_files([traffic["log"]], Anonymizer("salt-one"), registry_url=f"http://{traffic['host']}")
@@ -93,6 +95,7 @@ def test_capture_matches_what_skopeo_did(traffic, tmp_path):
     assert sum(gets.values()) >= 6 and all(size > 0 for _, size in gets)
 
 
+@needs_skopeo
 def test_nothing_of_the_original_names_survives(traffic, tmp_path):
     cap, records = capture_files([traffic["log"]], Anonymizer("salt-one"))
     out = tmp_path / "captured.json"
@@ -108,6 +111,7 @@ def test_nothing_of_the_original_names_survives(traffic, tmp_path):
         assert secret not in text, secret
 
 
+@needs_skopeo
 def test_same_salt_same_tokens_other_salt_unlinkable(traffic, tmp_path):
     def tokens(salt: str) -> tuple[list[str], set[str]]:
         _, records = capture_files([traffic["log"]], Anonymizer(salt))
@@ -122,6 +126,7 @@ def test_same_salt_same_tokens_other_salt_unlinkable(traffic, tmp_path):
     assert a and c and not (a & c)
 
 
+@needs_skopeo
 def test_follow_mode_writes_the_same_records(traffic):
     _, records = capture_files([traffic["log"]], Anonymizer("s"))
     whole = sorted(json.dumps(r, sort_keys=True) for r in records)
@@ -129,6 +134,7 @@ def test_follow_mode_writes_the_same_records(traffic):
     assert sorted(json.dumps(r, sort_keys=True) for r in followed) == whole
 
 
+@needs_skopeo
 def test_capture_cli(traffic, tmp_path):
     out = tmp_path / "cli.json"
     res = subprocess.run(
@@ -166,6 +172,7 @@ def test_capture_cli(traffic, tmp_path):
     assert res.returncode == 2 and "salt" in res.stderr
 
 
+@needs_skopeo
 def test_captured_trace_replays_on_a_fresh_registry(traffic, tmp_path):
     """The round trip: real skopeo traffic → capture → warmup + replay against another registry."""
     import pandas as pd
@@ -192,3 +199,152 @@ def test_captured_trace_replays_on_a_fresh_registry(traffic, tmp_path):
     assert len(main) == n == summary["requests"]
     bad = main[~main.ok | (main.status != main.expected_status)]
     assert bad.empty, bad[["method", "kind", "reference", "status", "expected_status", "error"]].to_string()
+
+
+# -- bad logs: counted and named, or refused; never a traceback or an empty trace -------------
+
+
+def _line(**over) -> str:
+    """A registry 'response completed' log line of a manifest GET; keyword arguments override keys."""
+    line = {
+        "msg": "response completed",
+        "time": "2024-01-01T00:00:01.5Z",
+        "http.request.method": "GET",
+        "http.request.uri": "/v2/library/alpine/manifests/latest",
+        "http.request.remoteaddr": "10.0.0.1:5000",
+        "http.request.host": "registry",
+        "http.request.id": "r1",
+        "http.response.status": 200,
+        "http.response.written": 10,
+        "http.response.duration": "1.5ms",
+    }
+    line.update(over)
+    return json.dumps(line)
+
+
+def _capture(tmp_path: Path, text: str | bytes) -> tuple:
+    log = tmp_path / "registry.log"
+    log.write_bytes(text if isinstance(text, bytes) else text.encode())
+    cap, records = capture_files([log], Anonymizer("salt"))
+    return cap, list(records)
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ({"time": "garbage"}, "time 'garbage'"),
+        ({"time": "2024-01-01T00:00:01"}, "with a zone"),  # no time zone
+        ({"time": "9999-01-01T00:00:00Z"}, "between 1970 and 2099"),
+        ({"time": 12}, "invalid log line"),
+        ({"http.response.duration": "abc"}, "not a Go duration"),
+        ({"http.response.duration": "99999999h"}, "longer than"),
+        ({"http.response.status": 1000}, "status 1000"),
+        ({"http.response.written": -1}, "written -1"),
+        ({"http.request.method": "BREW"}, "unknown method"),
+        ({"http.request.uri": "/v2/library/../manifests/latest"}, "not a Distribution name"),
+        ({"http.request.uri": "/v2/library/alpine/manifests/x\r\nHost: y"}, "neither a tag"),
+    ],
+)
+def test_bad_request_lines_are_left_out_counted_and_named(tmp_path, bad, reason):
+    lines = [_line(**{"http.request.id": f"r{i}"}) for i in range(5)]
+    lines[2] = _line(**bad)
+    cap, records = _capture(tmp_path, "\n".join(lines) + "\n")
+    assert len(records) == 4 == cap.stats.requests
+    assert cap.stats.bad_lines == 1
+    warning = cap.stats.warning()
+    assert "registry.log line 3" in warning and reason in warning and "\n" not in warning
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("", ""),
+        ("\n\n", ""),
+        ("hello\nworld\n", "2 bad line"),
+        (bytes(range(256)) * 20, "bad line"),
+        (_line(time="garbage") + "\n" + _line(**{"http.response.duration": "x"}) + "\n", "2 bad line"),
+        (_line(**{"http.request.uri": "/v2/"}) + "\n", "not for a manifest or blob"),
+        ('{"msg": "listening on :5000", "time": "2024-01-01T00:00:00Z"}\n', ""),
+        ('{"a":' * 50_000 + "\n", "nested too deeply"),
+    ],
+)
+def test_a_log_without_requests_is_an_error(tmp_path, text, why):
+    with pytest.raises(DrtpError, match=rf"no registry requests in .*registry.log.*{why}") as err:
+        _capture(tmp_path, text)
+    assert "\n" not in str(err.value)
+
+
+def test_byte_order_mark_and_directories(tmp_path):
+    cap, records = _capture(tmp_path, b"\xef\xbb\xbf" + (_line() + "\n").encode())
+    assert len(records) == 1 and cap.stats.bad_lines == 0
+    with pytest.raises(DrtpError, match="is a directory"):
+        capture_files([tmp_path], Anonymizer("salt"))
+    with pytest.raises(DrtpError, match="log file not found"):
+        capture_files([tmp_path / "none.log"], Anonymizer("salt"))
+
+
+def test_garbage_upload_state_is_ignored(tmp_path):
+    # the registry's _state token is base64 of an HMAC and JSON; a forged one must not break capture
+    import base64
+
+    def state(payload: bytes) -> str:
+        return base64.urlsafe_b64encode(bytes(32) + payload).decode().rstrip("=")
+
+    uri = "/v2/library/alpine/blobs/uploads/u-1?_state="
+    lines = [
+        _line(**{"http.request.method": "PATCH", "http.request.uri": uri + state(b"[" * 5000), "http.request.id": "a"}),
+        _line(
+            **{
+                "http.request.method": "PATCH",
+                "http.request.uri": uri + state(b'{"Offset": "x"}'),
+                "http.request.id": "b",
+            }
+        ),
+        _line(
+            **{"http.request.method": "PATCH", "http.request.uri": uri + state(b'{"Offset": 5, "StartedAt": "junk"}')}
+        ),
+        _line(**{"http.request.method": "PATCH", "http.request.uri": uri + "%%%"}),
+    ]
+    cap, records = _capture(tmp_path, "\n".join(lines) + "\n")
+    assert len(records) == 4 and cap.stats.bad_lines == 0
+    assert all(0 <= r["http.response.written"] for r in records)
+
+
+def test_captured_records_read_back(tmp_path):
+    lines = [_line(**{"http.request.id": f"r{i}", "time": f"2024-01-01T00:00:{i:02d}.5Z"}) for i in range(10)]
+    cap, records = _capture(tmp_path, "\n".join(lines) + "\n")
+    out = tmp_path / "trace.json"
+    write_ibm(out, records)
+    assert len(list(TraceReader([out]))) == 10
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "drtp.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+def test_capture_cli_reports_bad_lines_and_refuses_empty_logs(tmp_path):
+    log = tmp_path / "some-bad.log"
+    log.write_text("\n".join([_line(), "not json", _line(**{"http.response.duration": "1h1h1x"})]) + "\n")
+    res = _cli("capture", str(log), "-o", "out.json", "--salt", "s", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("\n") == 1 and "left out 2 bad log line(s)" in res.stderr and "line 2" in res.stderr
+    assert "wrote 1 records" in res.stdout
+    for name, text in [("empty.log", ""), ("random.log", "\x00\x01garbage\n" * 10)]:
+        (tmp_path / name).write_text(text)
+        for command in (["capture", name, "-o", "o.json", "--salt", "s"], ["convert", name, "-o", "o.json"]):
+            res = _cli(*command, cwd=tmp_path)
+            assert res.returncode == 2, (command, res.stderr)
+            assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    res = _cli("convert", "some-bad.log", "--format", "registry-log", "-o", "c.json", cwd=tmp_path)
+    assert res.returncode == 0 and "left out 2 bad log line(s)" in res.stderr
+
+
+def test_a_log_whose_requests_all_become_unusable_is_an_error(tmp_path):
+    # found by the fuzz test: a GET of an upload URL with no digest anywhere makes no valid trace URI
+    # when names are kept (convert), so pass 2 writes nothing: that is an error, not an empty trace
+    log = tmp_path / "registry.log"
+    log.write_text(_line(**{"http.request.uri": "/v2/library/alpine/blobs/uploads/"}) + "\n")
+    with pytest.raises(DrtpError, match=r"no registry requests in .*registry.log make trace records \(left out 1"):
+        capture_files([log], PlainNames())

@@ -168,3 +168,47 @@ def test_bad_profiles_are_one_line(tmp_path, text, message):
     out = _one_line_exit_2(drtp("generate", "-o", "x.json", "-n", "10", "--profile", "p.yaml", cwd=tmp_path))
     assert message in out
     assert "profile file not found" in _one_line_exit_2(drtp("generate", "-o", "x", "--profile", "no.yaml"))
+
+
+# -- trace commands: one line on stderr and exit 2 for bad inputs and options ---------------
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["inspect", "{trunc}"], "not a valid gzip file"),
+        (["inspect", "{dir}"], "is a directory"),
+        (["convert", "{empty}", "-o", "{out}.parquet"], "no records"),
+        (["cost", "{deep}"], "nested too deeply"),
+        (["analyze", "trace", "{good}", "--out", "{out}", "--bin", "0"], "--bin"),
+        (["analyze", "trace", "{good}", "--out", "{out}", "--bin", "-1"], "--bin"),
+        (["analyze", "trace", "{good}", "--out", "{out}", "--bin", "nan"], "--bin"),
+        (["analyze", "trace", "{far}", "--out", "{out}"], "outside 1970..2099"),
+        (["sample", "{good}", "-o", "{out}.json", "--method", "requests", "--amount", "-1"], "--amount"),
+        (["sample", "{good}", "-o", "{out}.json", "--method", "window", "--window", "0"], "--window"),
+        (["cost", "{good}", "--months", "nan"], "--months"),
+        (["inspect", "{good}", "--requests", "0"], "--requests"),
+    ],
+)
+def test_trace_commands_refuse_bad_input_in_one_line(tmp_path, args, named):
+    import gzip
+
+    good = write_json(tmp_path / "good.json", [ibm_record(i) for i in range(20)])
+    whole = gzip.compress(good.read_bytes())
+    (tmp_path / "t.json.gz").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "empty.json").write_text("[]")
+    (tmp_path / "deep.json").write_text("[" + '{"a":' * 100_000 + "1" + "}" * 100_000 + "]")
+    write_json(tmp_path / "far.json", [ibm_record(0, timestamp="9999-01-01T00:00:00.000Z")])
+    paths = {
+        "trunc": tmp_path / "t.json.gz",
+        "dir": tmp_path,
+        "empty": tmp_path / "empty.json",
+        "deep": tmp_path / "deep.json",
+        "good": good,
+        "far": tmp_path / "far.json",
+        "out": tmp_path / "out",
+    }
+    argv = [a.format(**paths) for a in args]
+    res = subprocess.run([sys.executable, "-m", "drtp.cli", *argv], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and named in res.stderr, res.stderr

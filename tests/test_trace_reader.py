@@ -91,7 +91,11 @@ def test_limit_by_requests_and_seconds(small_trace):
     assert len(read_trace([small_trace], limit_type="requests", amount=12)) == 12
     # record i arrives at i s + i ms: 10.5 s after the first record covers records 0..10
     assert len(read_trace([small_trace], limit_type="seconds", amount=10.5)) == 11
-    assert len(read_trace([small_trace], limit_type="requests", amount=0)) == 0
+    for amount in (0, -10, 1.5, float("nan"), float("inf")):  # a limit that selects nothing, or nonsense
+        with pytest.raises(DrtpError, match="trace limit"):
+            TraceReader([small_trace], limit_type="requests", amount=amount)
+    with pytest.raises(DrtpError, match="trace limit"):
+        TraceReader([small_trace], limit_type="seconds", amount=float("nan"))
 
 
 @pytest.mark.parametrize(
@@ -160,7 +164,8 @@ def test_truncated_and_non_array_files(tmp_path):
         read_trace([tmp_path / "nope.json"])
     empty = tmp_path / "empty.json"
     empty.write_text("[]")
-    assert read_trace([empty]) == []
+    with pytest.raises(DrtpError, match="empty.json: no records"):  # nothing to read is an error
+        read_trace([empty])
 
 
 def test_out_of_order_beyond_window(tmp_path):
@@ -312,3 +317,249 @@ def test_parquet_fast_column_paths_equal_arrow_to_pylist():
     for arr in (text, with_null, micros, nanos, pa.array([1.5, 0.0]), pa.array(["x", "y"])):
         assert _pylist(arr) == arr.to_pylist()
     assert _pylist(micros) == t and all(v.utcoffset() == dt.timedelta(0) for v in _pylist(nanos))
+
+
+# -- hostile and broken inputs: one DrtpError naming the file, never a traceback ------------
+
+
+def _one_error(paths, match: str, **kwargs) -> DrtpError:
+    """Reading ``paths`` raises one DrtpError matching ``match``, whose message is one line."""
+    with pytest.raises(DrtpError, match=match) as err:
+        read_trace(paths, **kwargs)
+    assert "\n" not in str(err.value)
+    return err.value
+
+
+def test_broken_gzip_is_one_error(tmp_path):
+    whole = gzip.compress(json.dumps([ibm_record(i) for i in range(200)]).encode())
+    truncated = tmp_path / "cut.json.gz"
+    truncated.write_bytes(whole[: len(whole) // 2])
+    _one_error([truncated], r"cut.json.gz: not a valid gzip file")
+    plain = tmp_path / "plain.json.gz"
+    plain.write_text(json.dumps([ibm_record(0)]))
+    _one_error([plain], r"plain.json.gz: not a valid gzip file")
+    corrupt = tmp_path / "corrupt.json.gz"
+    corrupt.write_bytes(whole[:20] + bytes(200) + whole[220:])
+    _one_error([corrupt], r"corrupt.json.gz: not a valid gzip file")
+
+
+def test_junk_or_truncated_parquet_is_one_error(tmp_path, small_trace):
+    from drtp.columnar import write_parquet
+
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(random.Random(1).randbytes(5000))
+    _one_error([junk], r"junk.parquet: not a drtp Parquet trace")
+    good = tmp_path / "good.parquet"
+    write_parquet(good, TraceReader([small_trace]).batches())
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(good.read_bytes()[:-100])
+    _one_error([cut], r"cut.parquet: not a drtp Parquet trace")
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep-array.json", "[" * 100_000 + "]" * 100_000),
+        ("deep-object.json", "[" + '{"a":' * 100_000 + "1" + "}" * 100_000 + "]"),
+        ("deep-field.json", "[" + json.dumps(ibm_record(0))[:-1] + ', "x":' + "[" * 100_000 + "]" * 100_000 + "}]"),
+        ("deep.jsonl", '{"a":' * 100_000 + "1" + "}" * 100_000 + "\n"),
+    ],
+)
+def test_deep_json_is_one_error(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    _one_error([path], rf"{name}: record 0: .*(nested too deeply|Expected `object`)")
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"42", "not a trace"),
+        (b'"a string"', "not a trace"),
+        (b"[\x00\x00]", r"record 0: invalid JSON"),
+        (json.dumps([ibm_record(0)]).replace('"579633fd"', '"\xff\xfe"').encode("latin-1"), "invalid UTF-8"),
+        (b"[" + b'{"host": "a"' * 3, r"record 0"),  # truncated inside the first record
+    ],
+)
+def test_not_a_trace_is_one_error(tmp_path, content, match):
+    path = tmp_path / "odd.json"
+    path.write_bytes(content)
+    _one_error([path], rf"odd.json: .*{match}")
+
+
+def test_byte_order_mark_is_read_past(tmp_path):
+    recs = [ibm_record(i) for i in range(5)]
+    bom = b"\xef\xbb\xbf"
+    array = tmp_path / "bom.json"
+    array.write_bytes(bom + json.dumps(recs).encode())
+    lines = tmp_path / "bom.jsonl"
+    lines.write_bytes(bom + "\n".join(json.dumps(r) for r in recs).encode())
+    packed = tmp_path / "bom.json.gz"
+    packed.write_bytes(gzip.compress(bom + json.dumps(recs).encode()))
+    for path in (array, lines, packed):
+        assert ids(read_trace([path])) == [r["id"] for r in recs], path
+    log = tmp_path / "bom.log"
+    log.write_bytes(bom + _log_line().encode() + b"\n")
+    assert detect_format(log) == "registry-log" and len(read_trace([log])) == 1
+
+
+def test_directory_missing_and_empty_inputs(tmp_path, small_trace):
+    _one_error([tmp_path], r"is a directory")
+    _one_error([tmp_path / "nope.json"], r"nope.json: trace file not found")
+    for name, text in [("empty.json", ""), ("blank.json", "  \n"), ("empty-array.json", "[ ]"), ("e.jsonl", "\n\n")]:
+        path = tmp_path / name
+        path.write_text(text)
+        _one_error([path], rf"{name}: no records")
+        _one_error([small_trace, path], rf"{name}: no records")  # also beside a good file
+    pings = tmp_path / "pings.log"
+    pings.write_text(_log_line(**{"http.request.uri": "/v2/"}) + "\n")
+    _one_error([pings], r"no registry requests in .*pings.log")
+    every_bad = write_json(tmp_path / "all-bad.json", [ibm_record(0, **{"http.response.written": -1})])
+    _one_error([every_bad], r"no records \(1 bad records skipped\)", skip_bad=True)
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ({"http.response.written": 10**30}, "written"),
+        ({"http.response.written": (1 << 40) + 1}, "written"),
+        ({"http.response.written": 1.5}, "written"),
+        ({"http.request.duration": -0.1}, "duration"),
+        ({"http.request.duration": 86_401}, "duration"),
+        ({"http.response.status": 99}, "status"),
+        ({"http.response.status": 600}, "status"),
+        ({"timestamp": "1969-12-31T23:59:59.000Z"}, "outside 1970..2099"),
+        ({"timestamp": "9999-12-31T23:59:59.000Z"}, "outside 1970..2099"),
+        ({"http.request.method": "CONNECT"}, "method"),
+        ({"http.request.uri": "v2/user1/repo1/manifests/x\r\nHost: evil"}, "neither a tag"),
+        ({"http.request.uri": "v2/user1/../manifests/latest"}, "not a Distribution name"),
+        ({"http.request.uri": "v2/user1/repo1/blobs/uploads/.."}, "neither a tag"),
+        ({"http.request.uri": "v2/user 1/repo1/manifests/x"}, "not a Distribution name"),
+        ({"http.request.uri": "v2/User1/repo1/manifests/x"}, "not a Distribution name"),
+        ({"http.request.uri": "v2/user1/repo1/manifests/x\x00"}, "neither a tag"),
+        ({"http.request.uri": "v2/user1/repo1/manifests/x?a=1?b=2"}, "query"),
+        ({"http.request.uri": "v2/user1/repo1/manifests/x?a=1\r\nb"}, "query"),
+        ({"http.request.uri": "v2/user1/repo1/manifests/" + "t" * 129}, "neither a tag"),
+        ({"http.request.uri": "v2/" + "a" * 128 + "/" + "b" * 128 + "/manifests/t"}, "longer than 255"),
+    ],
+)
+def test_out_of_range_values_are_refused(tmp_path, override, reason):
+    recs = [ibm_record(i) for i in range(40)]
+    recs[23] = ibm_record(23, **override)
+    for path in (write_json(tmp_path / "t.json", recs), _jsonl(tmp_path / "t.jsonl", recs)):
+        err = _one_error([path], reason)
+        assert isinstance(err, TraceError) and err.index == 23
+        reader = TraceReader([path], skip_bad=True)
+        assert len(list(reader)) == 39 and reader.stats.skipped == 1
+
+
+def test_a_uri_holding_a_line_break_cannot_pass_the_chunk_check(tmp_path):
+    # joined one per line, "…/x\nv2/u/r/manifests/y" would read as two valid URIs
+    recs = [ibm_record(i) for i in range(50)]
+    recs[30] = ibm_record(30, **{"http.request.uri": "v2/user1/repo1/manifests/x\nv2/user1/repo1/manifests/y"})
+    err = _one_error([write_json(tmp_path / "nl.json", recs)], "record 30")
+    assert "\\n" in str(err)  # the URI is shown escaped: still one line
+
+
+def test_valid_traces_keep_the_fast_path_and_every_uri_shape(tmp_path, generated_trace):
+    from drtp.records import IBM_URI_LINES, URI_LINES
+
+    recs = read_trace([generated_trace])
+    assert IBM_URI_LINES.fullmatch("\n".join(r.uri for r in recs) + "\n")  # generated traces: the fastest check
+    digest = "sha256:" + "ab" * 32
+    shapes = [
+        "v2/library/alpine/manifests/3.19",
+        f"/v2/library/alpine/manifests/{digest}",
+        "v2/a/b/c/blobs/uploads/",
+        f"v2/a.b/c-d/e__f/blobs/{digest}?upload=u1&mount={digest}&from=a/b",
+        "v2/single/blobs/uploads/3f0e-44_x=",
+    ]
+    assert URI_LINES.fullmatch("\n".join(shapes) + "\n")
+    path = write_json(
+        tmp_path / "shapes.json", [ibm_record(i, **{"http.request.uri": u}) for i, u in enumerate(shapes)]
+    )
+    assert [r.uri for r in read_trace([path])] == shapes
+
+
+def test_unbounded_lines_and_records_stop_early(tmp_path):
+    no_newline = tmp_path / "one-line.jsonl"
+    no_newline.write_bytes(b"{" + b" " * (9 << 20))
+    _one_error([no_newline], r"line longer than 8 MiB")
+    no_record_end = tmp_path / "open.json"
+    no_record_end.write_bytes(b"[{" + b" " * (9 << 20))
+    _one_error([no_record_end], r"no record ends within 8 MiB")
+
+
+def test_parquet_rows_are_checked_like_records(tmp_path, small_trace):
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from drtp.columnar import write_parquet
+
+    good = tmp_path / "good.parquet"
+    write_parquet(good, TraceReader([small_trace]).batches())
+    table = pq.read_table(good)
+    far = dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc)
+    for column, value, reason in [
+        ("size", -5, "size"),
+        ("duration", float("nan"), "duration"),
+        ("status", 0, "status"),
+        ("timestamp", far, "outside 1970..2099"),
+        ("uri", "v2/user1/../blobs/x", "not a Distribution name"),
+        ("method", "BREW", "unknown method"),
+        ("host", None, "host is missing"),
+    ]:
+        values = table.column(column).to_pylist()
+        values[7] = value
+        bad = tmp_path / f"bad-{column}.parquet"
+        pq.write_table(
+            table.set_column(
+                table.schema.get_field_index(column), column, pa.array(values, table.schema.field(column).type)
+            ),
+            bad,
+        )
+        err = _one_error([bad], reason)
+        assert isinstance(err, TraceError) and err.index == 7, column
+        assert len(read_trace([bad], skip_bad=True)) == 49
+    wrong = tmp_path / "wrong.parquet"
+    pq.write_table(pa.table({"host": [1]}), wrong)
+    _one_error([wrong], r"not a drtp Parquet trace \(.*column")
+
+
+def test_long_spans_are_refused_before_allocating(tmp_path):
+    from drtp.analysis.characterize import characterize
+    from drtp.analysis.columns import frame_from_records
+
+    recs = [ibm_record(0, timestamp="1971-01-01T00:00:00.000Z"), ibm_record(1, timestamp="2099-01-01T00:00:00.000Z")]
+    df = frame_from_records(read_trace([write_json(tmp_path / "span.json", recs)]))
+    with pytest.raises(DrtpError, match=r"one-minute bins, more than the 5,000,000"):
+        characterize(df)
+    short = frame_from_records(read_trace([write_json(tmp_path / "day.json", [ibm_record(i) for i in range(30)])]))
+    with pytest.raises(DrtpError, match=r"concurrency bins.*raise --bin"):
+        characterize(short, bin_s=1e-6)
+    with pytest.raises(DrtpError, match="--bin"):
+        characterize(short, bin_s=0.0)
+
+
+def _jsonl(path: Path, records: list) -> Path:
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return path
+
+
+def _log_line(**over) -> str:
+    line = {
+        "msg": "response completed",
+        "time": "2024-01-01T00:00:01.5Z",
+        "http.request.method": "GET",
+        "http.request.uri": "/v2/library/alpine/manifests/latest",
+        "http.request.remoteaddr": "10.0.0.1:5000",
+        "http.request.host": "registry",
+        "http.request.id": "r1",
+        "http.response.status": 200,
+        "http.response.written": 10,
+        "http.response.duration": "1.5ms",
+    }
+    line.update(over)
+    return json.dumps(line)
