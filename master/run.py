@@ -119,8 +119,6 @@ class Replay:
         try:
             # the whole trace is read (and checked) first: a bad record is refused before the registry sees anything
             total = sum(len(b) for b in self._batches())
-            if not total:
-                raise DrtpError(f"{', '.join(map(str, self.cfg.trace_paths()))}: no trace requests to replay")
             preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
             for link in self.links.values():
                 link.check()

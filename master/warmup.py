@@ -35,7 +35,7 @@ from dxf.exceptions import DXFError
 from drtp.config import Config
 from drtp.content import STREAM_ABOVE, chunks, new_seed
 from drtp.content import digest as stream_digest
-from drtp.errors import DrtpError, RunError
+from drtp.errors import RunError
 from drtp.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
 from drtp.master.plan import registry_for, with_prefix
 from drtp.master.preflight import preflight_all
@@ -225,8 +225,6 @@ class Warmup:
         t0 = time.perf_counter()
         # the whole trace is read (and checked) first: a bad record is refused before the registry sees anything
         plan = plan_warmup(reader, self.registries, repository_prefix(self.cfg))
-        if not plan.records:
-            raise DrtpError(f"{', '.join(map(str, self.cfg.trace_paths()))}: no trace requests to warm up")
         planned = time.perf_counter()
         preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
         t0 += time.perf_counter() - planned  # the preflight is not warmup time
