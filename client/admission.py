@@ -15,24 +15,15 @@ from __future__ import annotations
 import math
 import re
 
-from drtp.names import digest_error, name_error, reference_error
+from drtp.names import base_url_error, digest_error, name_error, reference_error, shown
 from drtp.records import METHODS
 from drtp.replay_types import KINDS, ReplayRequest, RunSpec, op_for, registry_base
 
 MAX_THREADS = 1024
 # A run id is part of the control URLs: short, and nothing a path or a log line could be bent by.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-# A registry base URL: scheme, host (name, IPv4 or [IPv6]) and port — no user, path, query or fragment.
-_BASE = re.compile(
-    r"https?://(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?"
-)
 # (method, kind) -> the only op the master derives for it
 _OPS = {(m, k): op_for(m, k) for m in METHODS for k in KINDS}
-
-
-def _shown(registry: str) -> str:
-    """A registry as an error message may show it: never a ``user:password@`` part."""
-    return registry.rpartition("@")[2][:80]
 
 
 def _positive(value: float) -> bool:
@@ -54,8 +45,9 @@ def spec_error(spec: RunSpec) -> str | None:
     if not spec.registries:
         return "the run names no registries (registries: the registries it may send to)"
     for entry in spec.registries:
-        if not _BASE.fullmatch(registry_base(entry)):
-            return f"registry {_shown(entry)!r} is not http(s)://host[:port] (no user, path or query)"
+        why = base_url_error(registry_base(entry))
+        if why is not None:
+            return f"registry {why}"
     return None
 
 
@@ -72,7 +64,7 @@ def request_error(req: ReplayRequest, targets: frozenset[str]) -> str | None:
     if op != req.op:
         return f"op {req.op!r} does not go with {req.method} of a {req.kind} (expected {op!r})"
     if registry_base(req.registry) not in targets:
-        return f"registry {_shown(req.registry)!r} is not one of this run's registries"
+        return f"registry {shown(req.registry)!r} is not one of this run's registries"
     why = name_error(req.repository) or reference_error(req.reference)
     if why is None and req.digest is not None:
         why = digest_error(req.digest)

@@ -235,6 +235,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
     anon = Anonymizer(salt_from(args.salt))
     out = Path(args.output)
+    check_output_file(out, "-o")
     if args.follow:
         if len(args.logs) != 1:
             raise DrtpError("--follow takes exactly one log file")
@@ -281,6 +282,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in args.files]
     out = Path(args.output)
+    check_output_file(out, "-o")
     fmt = args.format
     if fmt == "auto":
         fmt = detect_format(paths[0]) if paths[0].is_file() else "auto"
@@ -332,6 +334,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
             raise DrtpError(f"--amount {args.amount!r}: must be {_AMOUNTS.get(args.method, 'a number > 0')}")
     if not 60 <= args.window <= MAX_WINDOW_S:
         raise DrtpError(f"--window {args.window:g} s: must be between 1 minute and {MAX_WINDOW_S // 86400:g} days")
+    check_output_file(Path(args.output), "-o")
     summary = sample(
         [Path(f) for f in args.files],
         Path(args.output),

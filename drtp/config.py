@@ -21,6 +21,7 @@ import msgspec
 
 from drtp.errors import ConfigError
 from drtp.failure_budget import parse_max_failed
+from drtp.names import base_url_error, host_port_error
 from drtp.node_auth import token_error
 from drtp.yamlfile import read_yaml
 
@@ -365,12 +366,28 @@ def _check_combinations(cfg: Config, source: str) -> None:
         raise ConfigError(
             f"{source}: key 'trace.limit.amount': a number of requests must be whole, got {limit.amount!r}"
         )
+    _check_addresses(cfg, source)
     s = cfg.slurm
     if s is not None and s.client_port + s.tasks_per_node - 1 > 65_535:
         raise ConfigError(
             f"{source}: key 'slurm.client_port': {s.client_port} + {s.tasks_per_node} tasks per node "
             "runs past port 65535"
         )
+
+
+def _check_addresses(cfg: Config, source: str) -> None:
+    """Registries and client nodes are addresses, nothing more: a path or a bad port is refused here."""
+    from drtp.replay_types import registry_base
+
+    for i, entry in enumerate(cfg.registry):
+        if why := base_url_error(registry_base(entry)):
+            raise ConfigError(f"{source}: key 'registry[{i}]': {why}")
+    for i, entry in enumerate(cfg.registries):
+        if why := base_url_error(registry_base(entry.url)):
+            raise ConfigError(f"{source}: key 'registries[{i}].url': {why}")
+    for i, node in enumerate(cfg.client_info.client_list):
+        if why := host_port_error(node):
+            raise ConfigError(f"{source}: key 'client_info.client_list[{i}]': {why}")
 
 
 def redacted(cfg: Config) -> dict:

@@ -177,17 +177,14 @@ def trace_volume(paths: list[Path], **reader_options: Any) -> dict[str, float]:
 
 def run_volume(run_dirs: list[Path]) -> dict[str, float]:
     """The same from replay runs' ``requests.csv`` (successful GETs; distinct digests or references)."""
-    import pandas as pd
+    from drtp.analysis.results import load_requests  # the one checked reader of requests.csv
 
     egress = storage = 0.0
     for d in run_dirs:
         csv = d / "requests.csv"
         if not csv.is_file():
             raise DrtpError(f"{d}: not a run directory (no requests.csv)")
-        df = pd.read_csv(csv)
-        missing = {"method", "size", "ok"} - set(df.columns)
-        if missing:
-            raise DrtpError(f"{csv}: missing column '{sorted(missing)[0]}'")
+        df = load_requests(csv)
         ok = df[df["ok"].astype(bool)]
         if "auxiliary" in ok.columns:
             ok = ok[~ok["auxiliary"].astype(bool)]

@@ -10,6 +10,10 @@ refuses such requests before anything is sent.
 
 Trace references of layers are anonymized ids (hex strings), which the tag
 grammar covers; uploads are addressed as ``uploads/<uuid>`` or ``uploads/``.
+
+Registries and client nodes are addressed the same strict way: a registry by
+``http(s)://host[:port]`` (or ``host:port``), a node by ``host:port`` — no
+user, path, query or fragment, a port in 1..65535.
 """
 
 from __future__ import annotations
@@ -48,3 +52,35 @@ def digest_error(digest: str) -> str | None:
     if DIGEST.fullmatch(digest):
         return None
     return f"digest {digest[:80]!r} is not algorithm:hex"
+
+
+_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])"
+HOST_PORT = re.compile(rf"{_HOST}:([0-9]{{1,5}})")
+BASE_URL = re.compile(rf"https?://{_HOST}(?::([0-9]{{1,5}}))?")
+
+
+def shown(address: str) -> str:
+    """An address as a message may show it: never a ``user:password@`` part."""
+    return address.rpartition("@")[2][:80]
+
+
+def _port_error(port: str | None, address: str) -> str | None:
+    if port is not None and not 1 <= int(port) <= 65_535:
+        return f"{shown(address)!r}: port {port} is not 1..65535"
+    return None
+
+
+def base_url_error(base: str) -> str | None:
+    """None when ``base`` is ``http(s)://host[:port]``; otherwise what is wrong with it."""
+    m = BASE_URL.fullmatch(base)
+    if m is None:
+        return f"{shown(base)!r} is not http(s)://host[:port] (no user, path or query)"
+    return _port_error(m.group(1), base)
+
+
+def host_port_error(address: str) -> str | None:
+    """None when ``address`` is ``host:port``; otherwise what is wrong with it."""
+    m = HOST_PORT.fullmatch(address)
+    if m is None:
+        return f"{shown(address)!r} is not host:port"
+    return _port_error(m.group(1), address)

@@ -58,6 +58,8 @@ def load_profile(name: str) -> dict[str, Any]:
     """The profile as a dict with 'generator', 'targets', 'requests_per_day', 'path'; validated."""
     path = profile_path(name)
     data = read_yaml_mapping(path)
+    if not data.get("generator") and not data.get("targets"):
+        raise ConfigError(f"{path}: an empty profile (it needs generator: or targets:)")
     unknown = set(data) - {"description", "published", "generator", "targets", "known_gaps"}
     if unknown:
         raise ConfigError(f"{path}: unknown key '{sorted(map(str, unknown))[0]}'")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import shutil
 import sys
 import time
 import traceback
@@ -69,7 +70,7 @@ def run_experiment(
         raise ConfigError(f"{cfg.source}: registries: duplicate id(s) {', '.join(sorted(dup))}")
     config_auth(cfg)  # a mistake in any entry (http without insecure, missing password…) stops before any run
     out = out_dir or default_experiment_dir(cfg)
-    prepare_output_dir(out)
+    made = prepare_output_dir(out)
     status_path = out / "experiment.json"
     status: dict = json.loads(status_path.read_text()) if resume and status_path.exists() else {}
     for s in status.values():  # written before exit codes were recorded
@@ -107,7 +108,10 @@ def run_experiment(
             status[entry.id] = {"ok": False, "exit_code": int(e.exit_code), "url": entry.url, "error": str(e)}
             if e.exit_code == ExitCode.BAD_INPUT:
                 # the trace and config are the same for every registry: the next one would be refused alike
-                _write_status(status_path, status)
+                if made and len(status) == 1:  # nothing was run: no experiment folder claims otherwise
+                    shutil.rmtree(out, ignore_errors=True)
+                else:
+                    _write_status(status_path, status)
                 raise
         except Exception as e:  # noqa: BLE001 - unattended: a bug in one registry's part must not stop the rest
             error = f"{type(e).__name__}: {e}"[:500]

@@ -46,7 +46,7 @@ class LRUArgs(PluginArgs):
 
 
 class TwoLevelArgs(LRUArgs):
-    ssd_multiplier: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 10.0  # the bounds refuse NaN and infinity
+    ssd_multiplier: Annotated[float, msgspec.Meta(gt=0, le=1e6)] = 10.0  # the bounds refuse NaN and infinity
     threshold: int | str = "100MiB"
 
 

@@ -46,13 +46,15 @@ class Case:
     """One input and what the rule expects of every command that reads it.
 
     ``write(folder, env)`` writes the input into the empty ``folder`` and returns its path;
-    ``valid`` inputs must be read (exit 0); ``record`` is the index of the bad record and ``key``
-    the config key or option the error line must name (its last dotted part is enough).
+    ``valid`` inputs must be read (exit 0), ``warns`` inputs too, with one warning line; ``record`` is
+    the index of the bad record and ``key`` the config key or option the error line must name (its last
+    dotted part is enough).
     """
 
     id: str
     write: Callable[[Path, Any], Path]
     valid: bool = False
+    warns: bool = False  # valid, but with bad parts left out: exit 0 and one stderr line naming the input
     record: int | None = None
     key: str | None = None
     commands: tuple[str, ...] = ()  # empty: every command of the case's kind
@@ -106,8 +108,8 @@ def _field(id_: str, key: str, value: Any) -> Case:
     return Case(id_, _file(f"{id_}.json", lambda: _bad_record(**{key: value})), record=BAD)
 
 
-def _uri_case(id_: str, uri: str) -> Case:
-    return Case(id_, _file(f"{id_}.json", lambda: _uri(uri)), record=BAD)
+def _uri_case(id_: str, uri: str, valid: bool = False) -> Case:
+    return Case(id_, _file(f"{id_}.json", lambda: _uri(uri)), record=BAD, valid=valid)
 
 
 def _invalid_utf8() -> bytes:
@@ -234,8 +236,9 @@ TRACE_CASES: list[Case] = [
     _uri_case("uri_dotdot_ref", "v2/user0/repo0/manifests/.."),
     _uri_case("uri_space", "v2/user 0/repo0/blobs/layer"),
     _uri_case("uri_uppercase", "v2/User0/Repo0/blobs/layer"),
-    _uri_case("uri_query", "v2/user0/repo0/blobs/layer?digest=x"),
-    _uri_case("uri_query_path", "v2/user0/repo0/manifests/x?/../../_catalog"),
+    # a query is informational (upload tokens, mount sources) and never sent on: URL query characters pass
+    _uri_case("uri_query", "v2/user0/repo0/blobs/layer?digest=x", valid=True),
+    _uri_case("uri_query_path", "v2/user0/repo0/manifests/x?/../../_catalog", valid=True),
     _uri_case("uri_empty_repository", "v2//blobs/layer"),
     _uri_case("uri_tag_too_long", "v2/user0/repo0/manifests/" + "t" * 200),
     _uri_case("uri_name_too_long", "v2/" + "a/" * 200 + "r/blobs/layer"),
@@ -258,8 +261,12 @@ def _log_with(**over: Any) -> bytes:
 
 
 def _log_field(id_: str, key: str, value: Any) -> Case:
-    """A case: the real log with ``key`` of its first object request set to ``value``."""
-    return Case(id_, _file(f"{id_}.log", lambda: _log_with(**{key: value})))
+    """A case: the real log with ``key`` of its first object request set to ``value``.
+
+    A registry's log holds more than requests (startup lines, pings, lines of other loggers), so capture
+    is a filter: a bad line is left out and reported in one warning line, and the rest is captured.
+    """
+    return Case(id_, _file(f"{id_}.log", lambda: _log_with(**{key: value})), warns=True)
 
 
 def _log_not_requests() -> bytes:

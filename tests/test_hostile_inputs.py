@@ -128,6 +128,7 @@ class Expect:
     """What one (command, input) pair must do."""
 
     valid: bool = False
+    warns: bool = False  # valid with parts left out: exit 0 and exactly one stderr line naming the input
     names: tuple[str, ...] = ()  # one of these must be in the error line (the input's file name, …)
     key: str | None = None  # the key or option the line must name (its last dotted part is enough)
     record: int | None = None  # the bad record's index: the line must say it (0-based or as a 1-based line)
@@ -196,7 +197,15 @@ def verdict(outcome: Outcome, expect: Expect, logged_before: int) -> str | None:
     if crash:
         return crash
     lines = outcome.lines
-    if expect.valid:
+    if expect.warns:
+        if outcome.code != 0:
+            return f"input with a bad part refused, exit {outcome.code}: {' | '.join(lines[:2])[:240]}"
+        if len(lines) != 1:
+            return f"exit 0 with {len(lines)} stderr lines, not one warning: {' | '.join(lines[:2])[:240]}"
+        problem = _names_the_input(lines[0], expect)
+        if problem:
+            return f"exit 0, one warning line, but it {problem}"
+    if expect.valid or expect.warns:
         if outcome.code != 0:
             return f"valid input refused, exit {outcome.code}: {' | '.join(lines[:2])[:240]}"
         missing = [p.name for p in expect.produces if not p.exists()]
@@ -308,7 +317,7 @@ class Spec:
 
 def _expect(case: Case, path: Path, **kw: Any) -> Expect:
     names = (path.name, *case.extra_names)
-    return Expect(valid=case.valid, names=names, key=case.key, record=case.record, **kw)
+    return Expect(valid=case.valid, warns=case.warns, names=names, key=case.key, record=case.record, **kw)
 
 
 def _case_specs(kind: str, cases: list[Case], commands: dict[str, TraceCommand], registry: set[str]) -> list[Spec]:
