@@ -19,6 +19,7 @@ def _headless() -> None:
 def cmd_analyze_trace(args: argparse.Namespace) -> int:
     _headless()
     from drtp.analysis.trace_analysis import analyze_traces, group_files
+    from drtp.outputs import prepare_output_dir
 
     groups = group_files(args.files, args.label)
     reader_options: dict = {"fmt": args.format, "skip_bad": args.skip_bad}
@@ -28,6 +29,7 @@ def cmd_analyze_trace(args: argparse.Namespace) -> int:
         reader_options.update(limit_type="seconds", amount=args.seconds)
     t0 = time.perf_counter()
     out = Path(args.out)
+    prepare_output_dir(out, "--out")
     analyze_traces(
         groups,
         out,
