@@ -315,9 +315,10 @@ class Spec:
     registry: bool = False
 
 
-def _expect(case: Case, path: Path, **kw: Any) -> Expect:
+def _expect(case: Case, path: Path, command: str = "", **kw: Any) -> Expect:
     names = (path.name, *case.extra_names)
-    return Expect(valid=case.valid, warns=case.warns, names=names, key=case.key, record=case.record, **kw)
+    warns = command in case.warns
+    return Expect(valid=case.valid, warns=warns, names=names, key=case.key, record=case.record, **kw)
 
 
 def _case_specs(kind: str, cases: list[Case], commands: dict[str, TraceCommand], registry: set[str]) -> list[Spec]:
@@ -327,7 +328,7 @@ def _case_specs(kind: str, cases: list[Case], commands: dict[str, TraceCommand],
         def build(env: Env, folder: Path) -> Job:
             path = case.write(folder / "input", env)
             argv, kw = commands[command](env, path, folder / "out")
-            return Job(argv, folder / "out", _expect(case, path, **kw))
+            return Job(argv, folder / "out", _expect(case, path, command, **kw))
 
         return Spec(f"{command}-{kind}_{case.id}", build, command in registry)
 
