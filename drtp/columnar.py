@@ -121,7 +121,7 @@ def checked_batches(
         start = 0
         for batch in pf.iter_batches(batch_size=batch_size, columns=columns):
             rows = batch.num_rows
-            uris = batch.column("uri").to_pylist() if "uri" in columns else []
+            uris = _pylist(batch.column("uri")) if "uri" in columns else []
             checks = _row_checks(batch, uris)
             if checks:
                 bad = np.logical_or.reduce([mask for mask, _ in checks])
@@ -204,16 +204,35 @@ def _row_checks(batch: pa.RecordBatch, uris: list[str]) -> list[tuple[np.ndarray
     if "method" in names:
         column = batch.column("method")
         if pa.types.is_dictionary(column.type):
-            column = column.dictionary_decode()
-        known = pc.is_in(column, value_set=pa.array(METHODS)).to_numpy(zero_copy_only=False)
-        add(~known, lambda i: f"unknown method {column[i].as_py()!r}")
-    if uris and not uris_valid(uris):
+            # rows hold the dictionary's values: when those are all known methods, so is every row
+            if set(column.dictionary.to_pylist()) <= set(METHODS):
+                column = None
+            else:
+                column = column.dictionary_decode()
+        if column is not None:
+            known = pc.is_in(column, value_set=pa.array(METHODS)).to_numpy(zero_copy_only=False)
+            add(~known, lambda i, column=column: f"unknown method {column[i].as_py()!r}")
+    if uris and not _uris_valid(batch.column("uri"), uris):
         problems = [uri_error(u) if isinstance(u, str) else "uri is missing (null)" for u in uris]
         add(np.array([p is not None for p in problems]), lambda i: problems[i])
     return checks
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def _uris_valid(column: pa.Array, uris: list[str]) -> bool:
+    """True when every URI of the batch is valid; a dictionary column is checked by its distinct values.
+
+    Every row of a dictionary column holds one of the dictionary's values (or
+    null, checked apart), so a valid dictionary makes every row valid; an
+    invalid value, even an unused one, sends the caller to its row-by-row check.
+    """
+    if pa.types.is_dictionary(column.type):
+        values = [v for v in column.dictionary.to_pylist() if v is not None]
+        if uris_valid(values):
+            return True
+    return uris_valid([u for u in uris if u is not None]) and not column.null_count
 
 
 def _pylist(arr: pa.Array) -> list:
