@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,26 @@ def ibm_record(i: int = 0, **over) -> dict:
     }
     rec.update(over)
     return rec
+
+
+# One "response completed" line of Distribution's JSON access log (the keys drtp capture reads): a manifest GET.
+REGISTRY_LOG_LINE = {
+    "msg": "response completed",
+    "time": "2024-01-01T00:00:01.5Z",
+    "http.request.method": "GET",
+    "http.request.uri": "/v2/library/alpine/manifests/latest",
+    "http.request.remoteaddr": "10.0.0.1:5000",
+    "http.request.host": "registry",
+    "http.request.id": "r1",
+    "http.response.status": 200,
+    "http.response.written": 10,
+    "http.response.duration": "1.5ms",
+}
+
+
+def registry_log_line(**over) -> str:
+    """:data:`REGISTRY_LOG_LINE` as JSON text; keyword arguments override keys."""
+    return json.dumps({**REGISTRY_LOG_LINE, **over})
 
 
 def write_json(path: Path, records: list) -> Path:
@@ -79,3 +102,21 @@ def pytest_configure(config) -> None:
         "markers",
         "hostile: every command against the hostile-input corpus (tests/hostile_cases.py)",
     )
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a read-only tmpfs: root passes every permission check, a read-only file system does not.
+
+    Skips where this machine does not allow mounting one.
+    """
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only file system here: {mounted.stderr.decode().strip()}")
+    try:
+        yield ro
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            subprocess.run(["umount", str(ro)], check=True)

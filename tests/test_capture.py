@@ -15,6 +15,7 @@ import pytest
 from drtp.capture import Anonymizer, PlainNames, capture_files, follow_file
 from drtp.errors import DrtpError
 from drtp.trace import TraceReader, write_ibm
+from tests.conftest import registry_log_line
 from tests.images import build_image, random_files
 
 needs_skopeo = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")
@@ -204,24 +205,6 @@ def test_captured_trace_replays_on_a_fresh_registry(traffic, tmp_path):
 # -- bad logs: counted and named, or refused; never a traceback or an empty trace -------------
 
 
-def _line(**over) -> str:
-    """A registry 'response completed' log line of a manifest GET; keyword arguments override keys."""
-    line = {
-        "msg": "response completed",
-        "time": "2024-01-01T00:00:01.5Z",
-        "http.request.method": "GET",
-        "http.request.uri": "/v2/library/alpine/manifests/latest",
-        "http.request.remoteaddr": "10.0.0.1:5000",
-        "http.request.host": "registry",
-        "http.request.id": "r1",
-        "http.response.status": 200,
-        "http.response.written": 10,
-        "http.response.duration": "1.5ms",
-    }
-    line.update(over)
-    return json.dumps(line)
-
-
 def _capture(tmp_path: Path, text: str | bytes) -> tuple:
     log = tmp_path / "registry.log"
     log.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -246,8 +229,8 @@ def _capture(tmp_path: Path, text: str | bytes) -> tuple:
     ],
 )
 def test_bad_request_lines_are_left_out_counted_and_named(tmp_path, bad, reason):
-    lines = [_line(**{"http.request.id": f"r{i}"}) for i in range(5)]
-    lines[2] = _line(**bad)
+    lines = [registry_log_line(**{"http.request.id": f"r{i}"}) for i in range(5)]
+    lines[2] = registry_log_line(**bad)
     cap, records = _capture(tmp_path, "\n".join(lines) + "\n")
     assert len(records) == 4 == cap.stats.requests
     assert cap.stats.bad_lines == 1
@@ -262,8 +245,11 @@ def test_bad_request_lines_are_left_out_counted_and_named(tmp_path, bad, reason)
         ("\n\n", ""),
         ("hello\nworld\n", "2 bad line"),
         (bytes(range(256)) * 20, "bad line"),
-        (_line(time="garbage") + "\n" + _line(**{"http.response.duration": "x"}) + "\n", "2 bad line"),
-        (_line(**{"http.request.uri": "/v2/"}) + "\n", "not for a manifest or blob"),
+        (
+            registry_log_line(time="garbage") + "\n" + registry_log_line(**{"http.response.duration": "x"}) + "\n",
+            "2 bad line",
+        ),
+        (registry_log_line(**{"http.request.uri": "/v2/"}) + "\n", "not for a manifest or blob"),
         ('{"msg": "listening on :5000", "time": "2024-01-01T00:00:00Z"}\n', ""),
         ('{"a":' * 50_000 + "\n", "nested too deeply"),
     ],
@@ -275,7 +261,7 @@ def test_a_log_without_requests_is_an_error(tmp_path, text, why):
 
 
 def test_byte_order_mark_and_directories(tmp_path):
-    cap, records = _capture(tmp_path, b"\xef\xbb\xbf" + (_line() + "\n").encode())
+    cap, records = _capture(tmp_path, b"\xef\xbb\xbf" + (registry_log_line() + "\n").encode())
     assert len(records) == 1 and cap.stats.bad_lines == 0
     with pytest.raises(DrtpError, match="is a directory"):
         capture_files([tmp_path], Anonymizer("salt"))
@@ -292,18 +278,20 @@ def test_garbage_upload_state_is_ignored(tmp_path):
 
     uri = "/v2/library/alpine/blobs/uploads/u-1?_state="
     lines = [
-        _line(**{"http.request.method": "PATCH", "http.request.uri": uri + state(b"[" * 5000), "http.request.id": "a"}),
-        _line(
+        registry_log_line(
+            **{"http.request.method": "PATCH", "http.request.uri": uri + state(b"[" * 5000), "http.request.id": "a"}
+        ),
+        registry_log_line(
             **{
                 "http.request.method": "PATCH",
                 "http.request.uri": uri + state(b'{"Offset": "x"}'),
                 "http.request.id": "b",
             }
         ),
-        _line(
+        registry_log_line(
             **{"http.request.method": "PATCH", "http.request.uri": uri + state(b'{"Offset": 5, "StartedAt": "junk"}')}
         ),
-        _line(**{"http.request.method": "PATCH", "http.request.uri": uri + "%%%"}),
+        registry_log_line(**{"http.request.method": "PATCH", "http.request.uri": uri + "%%%"}),
     ]
     cap, records = _capture(tmp_path, "\n".join(lines) + "\n")
     assert len(records) == 4 and cap.stats.bad_lines == 0
@@ -311,7 +299,9 @@ def test_garbage_upload_state_is_ignored(tmp_path):
 
 
 def test_captured_records_read_back(tmp_path):
-    lines = [_line(**{"http.request.id": f"r{i}", "time": f"2024-01-01T00:00:{i:02d}.5Z"}) for i in range(10)]
+    lines = [
+        registry_log_line(**{"http.request.id": f"r{i}", "time": f"2024-01-01T00:00:{i:02d}.5Z"}) for i in range(10)
+    ]
     cap, records = _capture(tmp_path, "\n".join(lines) + "\n")
     out = tmp_path / "trace.json"
     write_ibm(out, records)
@@ -326,7 +316,9 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_capture_cli_reports_bad_lines_and_refuses_empty_logs(tmp_path):
     log = tmp_path / "some-bad.log"
-    log.write_text("\n".join([_line(), "not json", _line(**{"http.response.duration": "1h1h1x"})]) + "\n")
+    log.write_text(
+        "\n".join([registry_log_line(), "not json", registry_log_line(**{"http.response.duration": "1h1h1x"})]) + "\n"
+    )
     res = _cli("capture", str(log), "-o", "out.json", "--salt", "s", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stderr.count("\n") == 1 and "left out 2 bad log line(s)" in res.stderr and "line 2" in res.stderr
@@ -345,6 +337,6 @@ def test_a_log_whose_requests_all_become_unusable_is_an_error(tmp_path):
     # found by the fuzz test: a GET of an upload URL with no digest anywhere makes no valid trace URI
     # when names are kept (convert), so pass 2 writes nothing: that is an error, not an empty trace
     log = tmp_path / "registry.log"
-    log.write_text(_line(**{"http.request.uri": "/v2/library/alpine/blobs/uploads/"}) + "\n")
+    log.write_text(registry_log_line(**{"http.request.uri": "/v2/library/alpine/blobs/uploads/"}) + "\n")
     with pytest.raises(DrtpError, match=r"no registry requests in .*registry.log make trace records \(left out 1"):
         capture_files([log], PlainNames())

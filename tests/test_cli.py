@@ -133,19 +133,12 @@ def test_output_paths_are_checked_before_any_work(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing made, nothing half-written
 
 
-def test_a_read_only_output_directory_is_one_line(tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a read-only file system here: {mounted.stderr.decode().strip()}")
-    try:
-        out = _one_line_exit_2(drtp("generate", "-o", str(ro / "t.json"), "-n", "10"))
-        assert f"-o {ro / 't.json'}: cannot be written (Read-only file system)" in out
-        out = _one_line_exit_2(drtp("cost", "--storage", "1TB", "--out", str(ro)))
-        assert f"--out: results directory {ro} is not writable (Read-only file system)" in out
-    finally:
-        subprocess.run(["umount", str(ro)], check=True)
+def test_a_read_only_output_directory_is_one_line(read_only_dir):
+    ro = read_only_dir
+    out = _one_line_exit_2(drtp("generate", "-o", str(ro / "t.json"), "-n", "10"))
+    assert f"-o {ro / 't.json'}: cannot be written (Read-only file system)" in out
+    out = _one_line_exit_2(drtp("cost", "--storage", "1TB", "--out", str(ro)))
+    assert f"--out: results directory {ro} is not writable (Read-only file system)" in out
 
 
 @pytest.mark.parametrize(

@@ -386,8 +386,13 @@ def test_a_taken_slurmd_port_is_named_and_exit_code_4(tmp_path):
         pytest.skip(reason or "Slurm is not installed")
     base = free_port_run(3)
     env = dict(
-        os.environ, CI_DIR=str(tmp_path), SSH_PORT=str(free_port_run(1)), CTLD_PORT=str(base),
-        SLURMD_PORT_BASE=str(base), NODE_PREFIX="c", INSTALL="0",
+        os.environ,
+        CI_DIR=str(tmp_path),
+        SSH_PORT=str(free_port_run(1)),
+        CTLD_PORT=str(base),
+        SLURMD_PORT_BASE=str(base),
+        NODE_PREFIX="c",
+        INSTALL="0",
     )
     with socket.socket() as held:
         held.bind(("0.0.0.0", base + 2))

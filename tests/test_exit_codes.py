@@ -131,21 +131,14 @@ def test_unwritable_results_are_found_before_anything_starts(tmp_path, capsys):
     assert f"results directory {a_file / 'exp'} cannot be created" in _one_error_line(capsys)
 
 
-def test_a_read_only_results_directory_is_exit_2(tmp_path, capsys):
+def test_a_read_only_results_directory_is_exit_2(tmp_path, capsys, read_only_dir):
     """Root passes every permission check: only a read-only file system really refuses it a write."""
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a read-only file system here: {mounted.stderr.decode().strip()}")
-    try:
-        cfg = _config(tmp_path)
-        assert main(["run", "-c", cfg, "--out", str(ro)]) == 2
-        assert _one_error_line(capsys) == f"drtp: error: results directory {ro} is not writable (Read-only file system)"
-        assert main(["run", "-c", cfg, "--out", str(ro / "run-1")]) == 2
-        assert "(Read-only file system)" in _one_error_line(capsys)
-    finally:
-        subprocess.run(["umount", str(ro)], check=True)
+    ro = read_only_dir
+    cfg = _config(tmp_path)
+    assert main(["run", "-c", cfg, "--out", str(ro)]) == 2
+    assert _one_error_line(capsys) == f"drtp: error: results directory {ro} is not writable (Read-only file system)"
+    assert main(["run", "-c", cfg, "--out", str(ro / "run-1")]) == 2
+    assert "(Read-only file system)" in _one_error_line(capsys)
 
 
 def test_an_unreachable_client_node_is_exit_3_not_a_traceback(tmp_path):

@@ -39,7 +39,7 @@ from drtp.records import (
     uris_valid,
 )
 from drtp.trace import read_trace
-from tests.conftest import ibm_record
+from tests.conftest import REGISTRY_LOG_LINE, ibm_record
 
 settings.register_profile(
     "fuzz-ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -251,20 +251,8 @@ LOG_VALUES = {
     "http.response.duration": st.one_of(anything, st.sampled_from(["1.5ms", "abc", "1h1h", "99999999h", ""])),
     "http.request.id": st.one_of(anything, st.sampled_from(["a", "b"])),
 }
-GOOD_LINE = {
-    "msg": "response completed",
-    "time": "2024-01-01T00:00:01.5Z",
-    "http.request.method": "GET",
-    "http.request.uri": "/v2/library/alpine/manifests/latest",
-    "http.request.remoteaddr": "10.0.0.1:5000",
-    "http.request.host": "registry",
-    "http.request.id": "r1",
-    "http.response.status": 200,
-    "http.response.written": 10,
-    "http.response.duration": "1.5ms",
-}
 log_line = st.one_of(
-    st.fixed_dictionaries({}, optional=LOG_VALUES).map(lambda over: json.dumps({**GOOD_LINE, **over})),
+    st.fixed_dictionaries({}, optional=LOG_VALUES).map(lambda over: json.dumps({**REGISTRY_LOG_LINE, **over})),
     st.text(max_size=40),
 )
 

@@ -11,7 +11,7 @@ import pytest
 
 from drtp.errors import DrtpError, TraceError
 from drtp.trace import TraceReader, detect_format, parse_go_duration, read_trace, write_ibm
-from tests.conftest import ibm_record, write_json
+from tests.conftest import ibm_record, registry_log_line, write_json
 
 
 def ids(records) -> list[str]:
@@ -399,7 +399,7 @@ def test_byte_order_mark_is_read_past(tmp_path):
     for path in (array, lines, packed):
         assert ids(read_trace([path])) == [r["id"] for r in recs], path
     log = tmp_path / "bom.log"
-    log.write_bytes(bom + _log_line().encode() + b"\n")
+    log.write_bytes(bom + registry_log_line().encode() + b"\n")
     assert detect_format(log) == "registry-log" and len(read_trace([log])) == 1
 
 
@@ -412,7 +412,7 @@ def test_directory_missing_and_empty_inputs(tmp_path, small_trace):
         _one_error([path], rf"{name}: no records")
         _one_error([small_trace, path], rf"{name}: no records")  # also beside a good file
     pings = tmp_path / "pings.log"
-    pings.write_text(_log_line(**{"http.request.uri": "/v2/"}) + "\n")
+    pings.write_text(registry_log_line(**{"http.request.uri": "/v2/"}) + "\n")
     _one_error([pings], r"no registry requests in .*pings.log")
     every_bad = write_json(tmp_path / "all-bad.json", [ibm_record(0, **{"http.response.written": -1})])
     _one_error([every_bad], r"no records \(1 bad records skipped\)", skip_bad=True)
@@ -546,20 +546,3 @@ def test_long_spans_are_refused_before_allocating(tmp_path):
 def _jsonl(path: Path, records: list) -> Path:
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     return path
-
-
-def _log_line(**over) -> str:
-    line = {
-        "msg": "response completed",
-        "time": "2024-01-01T00:00:01.5Z",
-        "http.request.method": "GET",
-        "http.request.uri": "/v2/library/alpine/manifests/latest",
-        "http.request.remoteaddr": "10.0.0.1:5000",
-        "http.request.host": "registry",
-        "http.request.id": "r1",
-        "http.response.status": 200,
-        "http.response.written": 10,
-        "http.response.duration": "1.5ms",
-    }
-    line.update(over)
-    return json.dumps(line)
