@@ -232,7 +232,7 @@ def _uris_valid(column: pa.Array, uris: list[str]) -> bool:
         values = [v for v in column.dictionary.to_pylist() if v is not None]
         if uris_valid(values):
             return True
-    return uris_valid([u for u in uris if u is not None]) and not column.null_count
+    return not column.null_count and uris_valid(uris)  # a null row goes to the row-by-row check
 
 
 def _pylist(arr: pa.Array) -> list:

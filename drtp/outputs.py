@@ -19,7 +19,8 @@ from pathlib import Path
 from drtp.errors import DrtpError
 
 
-def _reason(e: OSError) -> str:
+def os_reason(e: OSError) -> str:
+    """The system's reason for a failed file operation, for a one-line message."""
     return e.strerror or type(e).__name__
 
 
@@ -40,7 +41,7 @@ def prepare_output_dir(path: Path, option: str | None = None) -> bool:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise DrtpError(f"{label} cannot be created ({_reason(e)})") from None
+        raise DrtpError(f"{label} cannot be created ({os_reason(e)})") from None
     probe = path / f"{PROBE_NAME}-{os.getpid()}"
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -53,7 +54,7 @@ def prepare_output_dir(path: Path, option: str | None = None) -> bool:
     except OSError as e:
         with contextlib.suppress(OSError):
             probe.unlink(missing_ok=True)
-        raise DrtpError(f"{label} is not writable ({_reason(e)})") from None
+        raise DrtpError(f"{label} is not writable ({os_reason(e)})") from None
     return made
 
 
@@ -71,13 +72,13 @@ def check_output_file(path: Path, option: str) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise DrtpError(f"{option} {path}: its folder cannot be created ({_reason(e)})") from None
+        raise DrtpError(f"{option} {path}: its folder cannot be created ({os_reason(e)})") from None
     existed = path.exists()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.close(fd)
     except OSError as e:
-        raise DrtpError(f"{option} {path}: cannot be written ({_reason(e)})") from None
+        raise DrtpError(f"{option} {path}: cannot be written ({os_reason(e)})") from None
     if not existed:
         with contextlib.suppress(OSError):
             path.unlink()

@@ -13,14 +13,11 @@ import contextlib
 from pathlib import Path
 
 from drtp.errors import RunError
+from drtp.outputs import os_reason
 
 
 class ResultsWriteError(RunError):
     """Writing a run's results failed mid-run (``requests.csv`` or ``summary.json``)."""
-
-
-def _reason(e: OSError) -> str:
-    return e.strerror or type(e).__name__
 
 
 def remove_if_empty(path: Path) -> None:
@@ -31,4 +28,4 @@ def remove_if_empty(path: Path) -> None:
 
 def write_failed(what: Path, e: OSError) -> ResultsWriteError:
     """The error of a failed write of ``what``, one line."""
-    return ResultsWriteError(f"writing {what} failed ({_reason(e)})")
+    return ResultsWriteError(f"writing {what} failed ({os_reason(e)})")

@@ -203,7 +203,7 @@ class Replay:
             (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
             self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000, resume=self.resume)
         except OSError as e:
-            raise ResultsWriteError(f"writing results to {self.out_dir} failed ({e.strerror or e})") from None
+            raise write_failed(Path(e.filename) if e.filename else self.out_dir, e) from None
 
     def _replay(self, timed: bool) -> Stop | ResultsWriteError | None:
         """Send the trace and collect its results; None when it went to the end, else why it stopped."""
