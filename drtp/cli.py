@@ -560,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except DrtpError as e:
-        print(f"drtp: error: {' '.join(str(e).splitlines())}", file=sys.stderr)  # one line, whatever it quotes
+        print(f"drtp: error: {e}", file=sys.stderr)  # one line: DrtpError escapes any line break it quotes
         return e.exit_code
     except KeyboardInterrupt:
         print("drtp: interrupted", file=sys.stderr)

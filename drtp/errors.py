@@ -1,12 +1,29 @@
 """User-facing errors: the CLI prints them as one line and exits with the error's ``exit_code``."""
 
+import re
+
 from drtp.exit_codes import ExitCode
+
+# Characters that would break the one printed line: C0/C1 controls and Unicode line/paragraph separators.
+_LINE_BREAKERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that could start a new line written as its escape (``\\n``, ``\\x1b``)."""
+    return _LINE_BREAKERS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 class DrtpError(Exception):
-    """A mistake in the user's input (config, trace, arguments), not a bug."""
+    """A mistake in the user's input (config, trace, arguments), not a bug.
+
+    Its text is always one line: a key, URI or value quoted from hostile input may hold a
+    line break, and a second line would pass for a second message in a log.
+    """
 
     exit_code: ExitCode = ExitCode.BAD_INPUT
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
 
 
 class RunError(DrtpError):

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drtp.config import Config, config_from_dict, load_config
-from drtp.errors import DrtpError
+from drtp.errors import ConfigError, DrtpError
 from drtp.plugins.base import find_plugin, parse_plugin_args
 from drtp.plugins.sweep import grid
 from drtp.profiles import load_profile
@@ -270,3 +270,12 @@ def test_nesting_100000_deep_is_refused_at_once(tmp_path, opening, closing):
         pytest.raises(DrtpError, match=rf"deep.yaml:1:\d+: not valid YAML: nested deeper than {MAX_DEPTH}"),
     ):
         load_config(path)
+
+
+@pytest.mark.parametrize("key", ["\n", "a\r\nb", "\u2028", "\x1b[31m", "\x85"])
+def test_a_key_holding_a_line_break_is_named_on_one_line(key: str) -> None:
+    """A key quoted in the error is escaped, so the message stays one line (hypothesis found '\\n')."""
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict({"client_info": {key: None}})
+    assert str(caught.value).splitlines() == [str(caught.value)]
+    assert key.encode("unicode_escape").decode("ascii") in str(caught.value)
