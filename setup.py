@@ -15,7 +15,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["drtp", "drtp.cluster", "drtp.slurm"] + [f"drtp.{p}" for p in PARTS],
+    packages=["drtp", "drtp.trace", "drtp.registry", "drtp.replay", "drtp.cluster", "drtp.slurm"]
+    + [f"drtp.{p}" for p in PARTS],
     package_dir={"drtp": "drtp", "drtp.slurm": "slurm", **{f"drtp.{p}": p for p in PARTS}},
     package_data={"drtp.slurm": ["*.sbatch"]},
     install_requires=[
@@ -33,7 +34,7 @@ setup(
         "tqdm>=4.60",
         "libcachesim>=0.3.5",  # standard eviction policies beside drtp's own caches
         "uhashring>=2",  # consistent hashing of trace clients to client nodes
-        "httptools>=0.6",  # the client node's HTTP/1.1 answer parser (llhttp), client/transport.py
+        "httptools>=0.6",  # the client node's HTTP/1.1 answer parser (llhttp), drtp/registry/transport.py
         "uvloop>=0.17; sys_platform != 'win32'",  # the client node's event loop in stress mode, client/loop_engine.py
     ],
     extras_require={

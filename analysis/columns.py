@@ -1,6 +1,6 @@
 """A trace as columns: the form every characterization computation works on.
 
-Records come from :class:`drtp.trace.TraceReader` a batch at a time; each
+Records come from :class:`drtp.trace.reader.TraceReader` a batch at a time; each
 batch is turned into numpy arrays at once and its strings (clients, hosts,
 repositories, objects) into integer codes against dictionaries that grow with
 the trace, so memory holds a few numbers per record and one copy of each
@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from drtp.errors import DrtpError, TraceError
-from drtp.records import KINDS, METHODS, TraceRecord, parse_uri
-from drtp.trace import TraceReader
+from drtp.trace.reader import TraceReader
+from drtp.trace.records import KINDS, METHODS, TraceRecord, parse_uri
 
 COLUMNS = (
     "time",
@@ -143,7 +143,7 @@ class ColumnBuilder:
         self.chunks.append(chunk)
 
     def add_arrow(self, batch) -> None:
-        """Add a record batch of a Parquet trace (:mod:`drtp.columnar`): columns in, no records built."""
+        """Add a record batch of a Parquet trace (:mod:`drtp.trace.columnar`): columns in, no records built."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -254,8 +254,8 @@ def load_parquet(
     """Columns of Parquet traces, a row group at a time; files are merged by time and the
     ``requests``/``seconds`` limits applied like TraceReader applies them."""
 
-    from drtp.columnar import checked_batches
-    from drtp.trace import check_input_file
+    from drtp.trace.columnar import checked_batches
+    from drtp.trace.reader import check_input_file
 
     for p in paths:
         check_input_file(p)

@@ -1,16 +1,16 @@
 """Replay results as numbers and tables: run directories read back into the run's results model.
 
 A run directory (written by ``drtp run``) holds ``requests.csv`` — one
-:class:`~drtp.result_row.ResultRow` per line — and ``summary.json``.  The
+:class:`~drtp.replay.result_row.ResultRow` per line — and ``summary.json``.  The
 rows are loaded with pandas in one call, then fed to the same
-:class:`~drtp.results_model.ResultsModel` the master kept while the run went
+:class:`~drtp.replay.summary.ResultsModel` the master kept while the run went
 on, so every count, failure class, byte total, percentile and throughput here
 is the one in ``summary.json``.  pandas is used beyond that only for what the
 figures draw (CDF points, requests per second).
 
 Files from elsewhere are tolerated: extra columns are ignored; of the
 columns only ``method, kind, start_s, latency_s, status`` are required, the
-others are filled in (``outcome`` from ``ok``, ``ok`` from the status as drtp.outcome defines it).
+others are filled in (``outcome`` from ``ok``, ``ok`` from the status as drtp.replay.outcome defines it).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import pandas as pd
 
 from drtp.analysis.characterize import distribution
 from drtp.errors import DrtpError
-from drtp.outcome import OK, status_outcome
-from drtp.result_row import COLUMNS, ResultRow, unclassified_outcome
-from drtp.results_model import ResultsModel
+from drtp.replay.outcome import OK, status_outcome
+from drtp.replay.result_row import COLUMNS, ResultRow, unclassified_outcome
+from drtp.replay.summary import ResultsModel
 
 REQUIRED = ("method", "kind", "start_s", "latency_s", "status")
 TIMES = ("intended_s", "start_s", "latency_s", "response_s")
@@ -111,7 +111,7 @@ def typed(df: pd.DataFrame) -> pd.DataFrame:
     df["auxiliary"] = df["auxiliary"].map(_truthy).astype(bool) if "auxiliary" in df.columns else False
     if "outcome" in df.columns:
         df["outcome"] = df["outcome"].astype(object).where(df["outcome"].notna(), "").astype(str)
-    else:  # a file without outcome classes: success from its ok column (or drtp.outcome's rule), failures unclassified
+    else:  # no outcome classes: success from its ok column (or the outcome rule), failures unclassified
         if "ok" in df.columns:
             ok = df["ok"].map(_truthy)
         else:
@@ -119,7 +119,7 @@ def typed(df: pd.DataFrame) -> pd.DataFrame:
             ok = pd.Series([status_outcome(s, e) == OK for s, e in pairs], index=df.index, dtype=bool)
         unclassified = [unclassified_outcome(s, e) for s, e in zip(df["status"], df["error"], strict=True)]
         df["outcome"] = np.where(ok.astype(bool), OK, np.array(unclassified, dtype=object))
-    df["ok"] = df["outcome"] == OK  # the one definition of success (drtp.outcome)
+    df["ok"] = df["outcome"] == OK  # the one definition of success (drtp.replay.outcome)
     df["end_s"] = df["start_s"] + df["latency_s"].fillna(0)
     return df
 

@@ -27,7 +27,7 @@ CAPTIONS = {
     "latency_violin": "Latency violins per run and request type (log scale); "
     "extreme values clipped in the plot only, count written on it.",
     "throughput": "Successful requests completed per second over the run; dotted line = the run's average.",
-    "failures": "Failed trace requests per outcome class (drtp.outcome: anything but ok is a failure).",
+    "failures": "Failed trace requests per outcome class (drtp.replay.outcome: anything but ok is a failure).",
     "lateness": "As-is mode: how late each request started after its intended time (start_s − intended_s).",
 }
 
@@ -95,7 +95,7 @@ def analyze_results(
         Section(
             "Failures",
             text=[
-                "A request is failed when its outcome is anything but ok (drtp/outcome.py). "
+                "A request is failed when its outcome is anything but ok (drtp/replay/outcome.py). "
                 "Helper requests (e.g. the POST opening an upload) are counted apart."
             ],
             tables=[

@@ -165,7 +165,7 @@ def fig_failures(results: dict[str, dict], frames: dict | None = None) -> Figure
         return fig
     colors = _colors(results)
     table.plot.bar(ax=ax, rot=0, color=[colors[c] for c in table.columns])
-    ax.set_xlabel("outcome (drtp.outcome)")
+    ax.set_xlabel("outcome (drtp.replay.outcome)")
     ax.set_ylabel("failed requests")
     return fig
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from drtp.errors import DrtpError
-from drtp.profiles import builtin_profiles, load_profile
+from drtp.trace.profiles import builtin_profiles, load_profile
 
 
 def _get(*path) -> Callable[[dict], float | None]:

@@ -11,7 +11,7 @@ import datetime as _dt
 from collections import Counter
 from collections.abc import Iterable
 
-from drtp.records import KINDS, METHODS, TraceRecord, parse_uri
+from drtp.trace.records import KINDS, METHODS, TraceRecord, parse_uri
 
 
 def summarize(batches: Iterable[list[TraceRecord]]) -> dict:

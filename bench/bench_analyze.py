@@ -27,10 +27,10 @@ import numpy as np
 from drtp.analysis import characterize as ch
 from drtp.analysis.columns import load_trace
 from drtp.analysis.trace_analysis import analyze_traces
-from drtp.columnar import write_parquet
-from drtp.generate import GenerateOptions, generate
-from drtp.records import parse_uri
-from drtp.trace import TraceReader, write_ibm
+from drtp.trace.columnar import write_parquet
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import TraceReader, write_ibm
+from drtp.trace.records import parse_uri
 
 SESSION_S = 60.0
 

@@ -31,12 +31,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # tests/faultproxy.py lives in the checkout, not in the package
 
 from drtp.config import load_config  # noqa: E402
-from drtp.demo import start_nodes, stop_nodes  # noqa: E402
-from drtp.generate import GenerateOptions, generate  # noqa: E402
+from drtp.master.demo import start_nodes, stop_nodes  # noqa: E402
 from drtp.master.run import run_replay  # noqa: E402
 from drtp.master.warmup import run_warmup  # noqa: E402
-from drtp.registry import LocalRegistry  # noqa: E402
-from drtp.trace import write_ibm  # noqa: E402
+from drtp.registry.local import LocalRegistry  # noqa: E402
+from drtp.trace.generate import GenerateOptions, generate  # noqa: E402
+from drtp.trace.reader import write_ibm  # noqa: E402
 from tests.faultproxy import FaultPlan, FaultProxy, Mixed, can_cause, fault_class, is_replayed, no_faults  # noqa: E402
 from tests.registry_log import logged_requests  # noqa: E402
 

@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from drtp.columnar import write_parquet
-from drtp.generate import GenerateOptions, generate
-from drtp.trace import TraceReader, write_ibm
+from drtp.trace.columnar import write_parquet
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import TraceReader, write_ibm
 
 
 def original_method(path: Path) -> int:

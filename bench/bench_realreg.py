@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from drtp.master.bench import Bench  # noqa: E402
-from drtp.registry import LocalRegistry  # noqa: E402
-from drtp.replay_types import RegistryAuth  # noqa: E402
+from drtp.registry.local import LocalRegistry  # noqa: E402
+from drtp.replay.messages import RegistryAuth  # noqa: E402
 from drtp.units import parse_size  # noqa: E402
 from tests.realreg_support import PASSWORD, USER, Pki, TokenServer, write_htpasswd  # noqa: E402
 

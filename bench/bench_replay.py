@@ -32,14 +32,14 @@ from unittest.mock import patch
 import yaml
 
 from drtp.config import load_config
-from drtp.demo import start_nodes, stop_nodes
-from drtp.generate import GenerateOptions, generate
-from drtp.manifest import ACCEPT
+from drtp.master.demo import start_nodes, stop_nodes
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
-from drtp.records import format_timestamp
-from drtp.registry import LocalRegistry
-from drtp.trace import TraceReader, write_ibm
+from drtp.registry.local import LocalRegistry
+from drtp.registry.manifest import ACCEPT
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import TraceReader, write_ibm
+from drtp.trace.records import format_timestamp
 
 T0 = _dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc)
 
@@ -344,8 +344,8 @@ def rss_child(trace: str, out: str) -> None:
     """Run the master's per-request path over a trace; print peak RSS (MB) as JSON."""
     from drtp.master.plan import Planner
     from drtp.master.results import RunResults
-    from drtp.replay_types import ReplayResult
-    from drtp.trace import TraceReader
+    from drtp.replay.messages import ReplayResult
+    from drtp.trace.reader import TraceReader
 
     planner = Planner(["127.0.0.1:5000"])
     results = RunResults(Path(out), timed=True, on_time_s=0.01)

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from drtp.generate import GenerateOptions, generate
 from drtp.plugins.base import find_plugin, parse_plugin_args
 from drtp.plugins.compact import compact
 from drtp.plugins.policies import LRU, LibCacheSim, TwoLevel
 from drtp.plugins.sweep import run_sweep
-from drtp.trace import TraceReader, write_ibm
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import TraceReader, write_ibm
 
 
 def best_time(fn, repeat: int) -> tuple[float, object]:

@@ -32,8 +32,8 @@ import bench_reader  # noqa: E402
 import bench_replay  # noqa: E402
 import bench_simulate  # noqa: E402
 
-from drtp.generate import GenerateOptions, generate  # noqa: E402
-from drtp.trace import write_ibm  # noqa: E402
+from drtp.trace.generate import GenerateOptions, generate  # noqa: E402
+from drtp.trace.reader import write_ibm  # noqa: E402
 
 
 @dataclass(frozen=True)

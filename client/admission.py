@@ -4,7 +4,7 @@ Whoever holds the shared secret commands the node, so the node still keeps
 each run to what it declared: the registries named in its :class:`RunSpec`
 (``registries``) and nothing else, the replay's own methods with the operation
 the master derives from them, and repository names, references and digests
-of the Distribution grammar (drtp.names) — no ``..``, no CR/LF, no query — so
+of the Distribution grammar (drtp.registry.names) — no ``..``, no CR/LF, no query — so
 every request addresses a ``/v2/`` object or upload endpoint of a declared
 registry.  A batch is checked in one pass when it arrives; a bad request
 refuses the whole batch, naming it, and nothing of that batch is queued.
@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 import re
 
-from drtp.names import base_url_error, digest_error, name_error, reference_error, shown
-from drtp.records import METHODS
-from drtp.replay_types import KINDS, ReplayRequest, RunSpec, op_for, registry_base
+from drtp.registry.names import base_url_error, digest_error, name_error, reference_error, shown
+from drtp.replay.messages import KINDS, ReplayRequest, RunSpec, op_for, registry_base
+from drtp.trace.records import METHODS
 
 MAX_THREADS = 1024
 # A run id is part of the control URLs: short, and nothing a path or a log line could be bent by.

@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 
-from drtp.node_auth import MIN_TOKEN_LEN, resolve_token
+from drtp.replay.signing import MIN_TOKEN_LEN, resolve_token
 
 TOKEN_HELP = (
     f"the shared secret (the master's client_info.token, at least {MIN_TOKEN_LEN} characters) is read from "

@@ -1,11 +1,11 @@
 """Sends one replay request to its registry and measures it.
 
 Each worker thread keeps its own keep-alive connection per registry
-(client/transport.py: on a 2-core machine the replayer's CPU is taken from the
+(drtp/registry/transport.py: on a 2-core machine the replayer's CPU is taken from the
 registry, so the transport is lean), so no lock is shared.  The exact trace
 verb is sent — GET, HEAD, PUT, PATCH, POST, DELETE — and every error (HTTP
 status, timeout, refused connection, a cut answer) becomes a failed result
-classified by drtp.outcome, never an exception.  A request is sent once: only
+classified by drtp.replay.outcome, never an exception.  A request is sent once: only
 GET and HEAD are sent again, only when no byte of an answer arrived, and only
 when the run asks for it (``retries``); every attempt is counted.
 
@@ -26,12 +26,12 @@ import time
 from collections.abc import Callable, Iterator
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from drtp.client.transport import Connection, RequestError, Response
-from drtp.content import STREAM_ABOVE, chunks, new_seed
-from drtp.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
-from drtp.outcome import HTTP, NOT_SENT, OK, PROTOCOL, TRUNCATED, status_outcome
-from drtp.registry_auth import Authenticator, AuthError
-from drtp.replay_types import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
+from drtp.registry.auth import Authenticator, AuthError
+from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
+from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
+from drtp.registry.transport import Connection, RequestError, Response
+from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
+from drtp.replay.outcome import HTTP, NOT_SENT, OK, PROTOCOL, TRUNCATED, status_outcome
 
 IDEMPOTENT = frozenset(("GET", "HEAD"))  # the only methods the run may send again (client_info.retries)
 
@@ -288,7 +288,7 @@ def object_digest(req: ReplayRequest, r: Response) -> str | None:
 def result_of(
     req: ReplayRequest, r: Response, start: float, latency: float, digest: str | None, aux: list[AuxResult]
 ) -> ReplayResult:
-    """The result of a trace request, classified once (drtp.outcome): ok only when answered completely,
+    """The result of a trace request, classified once (drtp.replay.outcome): ok only when answered completely,
     with a success or the trace's own status, and with the whole object when its size is known."""
     status = r.status
     outcome, error = r.outcome, r.error

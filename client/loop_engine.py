@@ -27,8 +27,8 @@ from urllib.parse import urljoin, urlsplit
 
 from drtp.client.executor import IDEMPOTENT, object_digest, object_headers, object_path, result_of
 from drtp.client.scheduler import STALL_S, RunBook, node_error
-from drtp.client.transport import AsyncConnection, RequestError, Response
-from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec, registry_base
+from drtp.registry.transport import AsyncConnection, RequestError, Response
+from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
 
 try:
     import uvloop

@@ -22,8 +22,8 @@ import threading
 from collections import deque
 
 from drtp.client.executor import Executor, monotonic_clock
-from drtp.outcome import ERROR
-from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec
+from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec
+from drtp.replay.outcome import ERROR
 
 log = logging.getLogger("drtp.client")
 STALL_S = 1.0  # a request running longer than this hands its slot to a stand-in worker

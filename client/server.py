@@ -1,6 +1,6 @@
 """The client node's HTTP service (Bottle on a threaded WSGI server).
 
-Endpoints (every one needs the master's HMAC signature, see drtp.node_auth;
+Endpoints (every one needs the master's HMAC signature, see drtp.replay.signing;
 anything else gets 401 and a log line; the check is one Bottle plugin,
 :class:`SignedOnly`, which reads a body only once its headers passed):
 
@@ -33,8 +33,8 @@ from drtp import __version__
 from drtp.client.admission import allowed_targets, batch_error, spec_error
 from drtp.client.loop_engine import LoopRun
 from drtp.client.scheduler import NodeRun
-from drtp.node_auth import MAX_BODY, Verifier
-from drtp.replay_types import batch_decoder, spec_decoder
+from drtp.replay.messages import batch_decoder, spec_decoder
+from drtp.replay.signing import MAX_BODY, Verifier
 
 log = logging.getLogger("drtp.client")
 KEEPALIVE_S = 1.0

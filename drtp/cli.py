@@ -26,7 +26,7 @@ from drtp import __version__
 from drtp.errors import DrtpError
 from drtp.exit_codes import ExitCode
 from drtp.outputs import check_output_file, prepare_output_dir
-from drtp.trace import FORMATS
+from drtp.trace.reader import FORMATS
 
 # modules that add subcommands of their own (each has register(subparsers))
 COMMAND_MODULES: tuple[str, ...] = (
@@ -35,7 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "drtp.cluster.cli",
     "drtp.plugins.cli",
     "drtp.analysis.cli",
-    "drtp.selfbench",
+    "drtp.master.selfbench",
 )
 
 
@@ -146,7 +146,7 @@ def add_trace_options(p: argparse.ArgumentParser, limits: bool = True) -> None:
 
 
 def reader_from_args(args: argparse.Namespace):
-    from drtp.trace import TraceReader
+    from drtp.trace.reader import TraceReader
 
     limit_type, amount = (None, None)
     if args.requests is not None:
@@ -168,7 +168,7 @@ def reader_from_args(args: argparse.Namespace):
 
 def _check_generate_options(args: argparse.Namespace, given: dict) -> None:
     """The generator's own ranges for the options given (named as the options, not the fields)."""
-    from drtp.generate import option_problem
+    from drtp.trace.generate import option_problem
 
     checks = {"requests": args.requests, "span_s": args.span, **given}
     for field, value in checks.items():
@@ -179,16 +179,16 @@ def _check_generate_options(args: argparse.Namespace, given: dict) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from drtp.generate import GenerateOptions, generate
     from drtp.progress import progress
-    from drtp.trace import write_ibm
+    from drtp.trace.generate import GenerateOptions, generate
+    from drtp.trace.reader import write_ibm
 
     given = {"clients": args.clients, "repositories": args.repositories, "max_layer_size": args.max_layer_size}
     given = {k: v for k, v in given.items() if v is not None}
     _check_generate_options(args, given)
     check_output_file(Path(args.output), "-o")
     if args.profile:
-        from drtp.profiles import load_profile, options_for
+        from drtp.trace.profiles import load_profile, options_for
 
         opts = options_for(load_profile(args.profile), args.requests, args.seed, args.span, start=args.start, **given)
     else:
@@ -230,8 +230,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    from drtp.capture import Anonymizer, capture_files, follow_file, salt_from
-    from drtp.trace import write_ibm
+    from drtp.trace.capture import Anonymizer, capture_files, follow_file, salt_from
+    from drtp.trace.reader import write_ibm
 
     anon = Anonymizer(salt_from(args.salt))
     out = Path(args.output)
@@ -275,10 +275,10 @@ def _bad_lines_note(stats) -> str:
 def cmd_convert(args: argparse.Namespace) -> int:
     import msgspec
 
-    from drtp.capture import PlainNames, capture_files
-    from drtp.columnar import write_parquet
-    from drtp.records import TraceRecord
-    from drtp.trace import TraceReader, detect_format, write_ibm
+    from drtp.trace.capture import PlainNames, capture_files
+    from drtp.trace.columnar import write_parquet
+    from drtp.trace.reader import TraceReader, detect_format, write_ibm
+    from drtp.trace.records import TraceRecord
 
     paths = [Path(p) for p in args.files]
     out = Path(args.output)
@@ -319,7 +319,7 @@ MAX_WINDOW_S = 365 * 86400  # a sliding window longer than a year is no window
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from drtp.sample import sample
+    from drtp.trace.sample import sample
     from drtp.units import parse_duration, parse_size
 
     amount = None
@@ -357,7 +357,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from drtp.cost import cost_rows, load_pricing, plot_costs, run_volume, trace_volume
+    from drtp.analysis.cost import cost_rows, load_pricing, plot_costs, run_volume, trace_volume
     from drtp.units import parse_size
 
     if args.out:
@@ -426,7 +426,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from drtp.demo import run_demo
+    from drtp.master.demo import run_demo
 
     prepare_output_dir(Path(args.out), "--out")
 

@@ -20,9 +20,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from drtp.errors import ConfigError
-from drtp.failure_budget import parse_max_failed
-from drtp.names import base_url_error, host_port_error
-from drtp.node_auth import token_error
+from drtp.registry.names import base_url_error, host_port_error
+from drtp.replay.failure_budget import parse_max_failed
+from drtp.replay.signing import token_error
 from drtp.yamlfile import read_yaml
 
 __all__ = ["Config", "ConfigError", "config_from_dict", "load_config", "read_yaml", "redacted"]
@@ -377,7 +377,7 @@ def _check_combinations(cfg: Config, source: str) -> None:
 
 def _check_addresses(cfg: Config, source: str) -> None:
     """Registries and client nodes are addresses, nothing more: a path or a bad port is refused here."""
-    from drtp.replay_types import registry_base
+    from drtp.replay.messages import registry_base
 
     for i, entry in enumerate(cfg.registry):
         if why := base_url_error(registry_base(entry)):

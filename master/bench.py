@@ -34,12 +34,12 @@ from pathlib import Path
 from urllib.parse import urlencode, urljoin
 
 from drtp.client.executor import Executor, Response, monotonic_clock
-from drtp.content import STREAM_ABOVE, chunks, new_seed
-from drtp.content import digest as stream_digest
-from drtp.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.master.results import COLUMNS, RunResults, format_table
-from drtp.outcome import HTTP, OK
-from drtp.replay_types import RegistryAuth, ReplayRequest, ReplayResult, RunSpec, registry_base
+from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
+from drtp.registry.content import digest as stream_digest
+from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
+from drtp.replay.messages import RegistryAuth, ReplayRequest, ReplayResult, RunSpec, registry_base
+from drtp.replay.outcome import HTTP, OK
 
 MODES = ("push", "pull", "manifest")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from drtp.cli import _positive_int, _positive_size, _sizes
 from drtp.errors import DrtpError
-from drtp.failure_budget import FailureBudget, parse_max_failed
 from drtp.outputs import check_output_file, prepare_output_dir
+from drtp.replay.failure_budget import FailureBudget, parse_max_failed
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 the run completed and its failed trace requests are within --max-failed; 1 completed with more "
@@ -45,7 +45,7 @@ TOKEN_FILE_HELP = "file holding the shared secret of the client nodes (overrides
 def apply_token_file(args: argparse.Namespace, cfg) -> None:
     """--token-file: the secret from that file replaces client_info.token (never on the command line itself)."""
     if args.token_file is not None:
-        from drtp.node_auth import read_token_file
+        from drtp.replay.signing import read_token_file
 
         cfg.client_info.token = read_token_file(args.token_file)
 
@@ -124,8 +124,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from drtp.config import load_config
     from drtp.master.bench import Bench, append_dataset, print_summary
-    from drtp.registry_auth import entry_auth
-    from drtp.replay_types import RegistryAuth
+    from drtp.registry.auth import entry_auth
+    from drtp.replay.messages import RegistryAuth
 
     auth = None
     registry = args.registry

@@ -26,13 +26,13 @@ import msgspec
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
-from drtp.failure_budget import FailureBudget
 from drtp.master.results_dir import write_failed
 from drtp.master.run import run_replay
 from drtp.master.verdict import judge
 from drtp.master.warmup import run_warmup
 from drtp.outputs import prepare_output_dir
-from drtp.registry_auth import config_auth
+from drtp.registry.auth import config_auth
+from drtp.replay.failure_budget import FailureBudget
 
 
 def registry_config(cfg: Config, entry: RegistryEntry) -> Config:

@@ -18,8 +18,8 @@ import msgspec
 import requests
 
 from drtp.errors import RunError
-from drtp.node_auth import MAX_BODY, sign
-from drtp.replay_types import Batch, ReplayRequest, RunSpec, result_decoder
+from drtp.replay.messages import Batch, ReplayRequest, RunSpec, result_decoder
+from drtp.replay.signing import MAX_BODY, sign
 
 _END = object()
 _CANCEL = object()

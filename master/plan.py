@@ -24,9 +24,9 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
-from drtp.manifest import placeholder_digest
-from drtp.records import TraceRecord
-from drtp.replay_types import Layer, ReplayRequest, ReplayResult, op_for
+from drtp.registry.manifest import placeholder_digest
+from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for
+from drtp.trace.records import TraceRecord
 
 MAX_IMAGE_LAYERS = 32
 

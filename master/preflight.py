@@ -16,9 +16,9 @@ from urllib.parse import urlencode, urljoin
 
 from drtp.client.executor import Executor
 from drtp.errors import RunError
-from drtp.manifest import digest_of
-from drtp.registry_auth import masked
-from drtp.replay_types import RegistryAuth, RunSpec, registry_base
+from drtp.registry.auth import masked
+from drtp.registry.manifest import digest_of
+from drtp.replay.messages import RegistryAuth, RunSpec, registry_base
 
 PROBE_SIZE = 1024
 
@@ -88,7 +88,7 @@ def preflight_all(
     Registries of ``registries:`` entries get the full check (push and pull of a probe blob); the
     plain ``registry:`` list keeps the original check (``/v2/`` answers), which writes nothing.
     """
-    from drtp.registry_auth import auth_for
+    from drtp.registry.auth import auth_for
 
     for reg in registries:
         auth = auth_for(reg, auths)

@@ -1,8 +1,8 @@
 """A run's results: ``requests.csv`` written as results arrive, and ``summary.json``.
 
-The rows are :class:`~drtp.result_row.ResultRow` (their fields are the
+The rows are :class:`~drtp.replay.result_row.ResultRow` (their fields are the
 file's columns); every number of the summary comes from
-:class:`~drtp.results_model.ResultsModel`, the same model ``drtp analyze
+:class:`~drtp.replay.summary.ResultsModel`, the same model ``drtp analyze
 results`` feeds from the file, so the two always agree.
 """
 
@@ -14,10 +14,10 @@ import math
 from pathlib import Path
 
 from drtp.errors import DrtpError
-from drtp.outcome import LOST
-from drtp.replay_types import ReplayRequest, ReplayResult
-from drtp.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_of
-from drtp.results_model import PERCENTILES, LogHistogram, ResultsModel, bucket
+from drtp.replay.messages import ReplayRequest, ReplayResult
+from drtp.replay.outcome import LOST
+from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_of
+from drtp.replay.summary import PERCENTILES, LogHistogram, ResultsModel, bucket
 
 __all__ = ["COLUMNS", "PERCENTILES", "LogHistogram", "RunResults", "bucket", "format_table"]
 

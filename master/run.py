@@ -34,12 +34,12 @@ from drtp.master.results import RunResults, format_table
 from drtp.master.results_dir import ResultsWriteError, remove_if_empty, write_failed
 from drtp.master.routing import Router
 from drtp.master.warmup import load_map
-from drtp.node_auth import resolve_token
 from drtp.outputs import prepare_output_dir
 from drtp.progress import progress
-from drtp.registry_auth import config_auth, registry_names, repository_prefix
-from drtp.replay_types import ReplayRequest, ReplayResult, RunSpec, registry_base
-from drtp.trace import TraceReader
+from drtp.registry.auth import config_auth, registry_names, repository_prefix
+from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
+from drtp.replay.signing import resolve_token
+from drtp.trace.reader import TraceReader
 
 START_LEAD_S = 1.0  # as-is mode: the common start is this far after the run is set up
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drtp.exit_codes import ExitCode
-from drtp.failure_budget import FailureBudget
+from drtp.replay.failure_budget import FailureBudget
 
 
 @dataclass(frozen=True)

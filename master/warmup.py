@@ -33,16 +33,16 @@ from dxf import DXF
 from dxf.exceptions import DXFError
 
 from drtp.config import Config
-from drtp.content import STREAM_ABOVE, chunks, new_seed
-from drtp.content import digest as stream_digest
 from drtp.errors import RunError
-from drtp.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
 from drtp.master.plan import registry_for, with_prefix
 from drtp.master.preflight import preflight_all
 from drtp.progress import progress
-from drtp.registry_auth import auth_for, config_auth, dxf_options, registry_names, repository_prefix
-from drtp.replay_types import registry_base
-from drtp.trace import TraceReader
+from drtp.registry.auth import auth_for, config_auth, dxf_options, registry_names, repository_prefix
+from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
+from drtp.registry.content import digest as stream_digest
+from drtp.registry.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
+from drtp.replay.messages import registry_base
+from drtp.trace.reader import TraceReader
 
 DEFAULT_BLOB_SIZE = 1024  # a blob only ever HEADed: the trace has no size for it
 MANIFEST_LAYERS = 3

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs
 
 import numpy as np
 
-from drtp.records import METHODS, TraceRecord, parse_uri
+from drtp.trace.records import METHODS, TraceRecord, parse_uri
 
 GET, HEAD, PUT, PATCH, POST, DELETE = (METHODS.index(m) for m in ("GET", "HEAD", "PUT", "PATCH", "POST", "DELETE"))
 MANIFEST, BLOB, UPLOAD = 0, 1, 2  # values of CompactTrace.kind
@@ -31,7 +31,7 @@ class CompactTrace:
     """A time-ordered trace as parallel numpy columns plus the interned names."""
 
     time: np.ndarray  # float64, seconds since the epoch
-    method: np.ndarray  # uint8, index into drtp.records.METHODS
+    method: np.ndarray  # uint8, index into drtp.trace.records.METHODS
     kind: np.ndarray  # uint8: MANIFEST, BLOB or UPLOAD
     status: np.ndarray  # int16
     size: np.ndarray  # int64, http.response.written

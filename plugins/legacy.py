@@ -31,7 +31,7 @@ import pandas as pd
 
 from drtp.errors import ConfigError, DrtpError
 from drtp.plugins.base import SimPlugin, SimResult
-from drtp.records import TraceRecord
+from drtp.trace.records import TraceRecord
 
 LEGACY_METHODS = ("GET", "PUT")
 

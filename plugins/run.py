@@ -24,7 +24,7 @@ from drtp.plugins.base import SimResult, find_plugin, parse_plugin_args
 from drtp.plugins.compact import CompactTrace, compact
 from drtp.plugins.legacy import is_plugin_path, load_module, run_legacy, user_plugin_class
 from drtp.plugins.sweep import grid, run_sweep, sweep_keys, worker_count
-from drtp.trace import TraceReader
+from drtp.trace.reader import TraceReader
 
 
 def default_out_dir(cfg: Config, name: str) -> Path:

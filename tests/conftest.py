@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from drtp.generate import GenerateOptions, generate
-from drtp.registry import LocalRegistry
-from drtp.trace import write_ibm
+from drtp.registry.local import LocalRegistry
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import write_ibm
 
 
 def ibm_record(i: int = 0, **over) -> dict:

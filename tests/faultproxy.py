@@ -6,7 +6,7 @@ request twice.  So every request is forwarded to the registry exactly once and
 its real answer is read in full — the registry's JSON access log (the ground
 truth) shows each request once — and only then is the answer replaced, cut or
 withheld.  Each injected fault is recorded with the outcome class
-(``drtp.outcome``) a correct replayer must report for it.
+(``drtp.replay.outcome``) a correct replayer must report for it.
 
 Fault kinds (:data:`KINDS`):
 
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import httptools
 
-from drtp.outcome import HTTP, RESET, TIMEOUT, TRUNCATED
+from drtp.replay.outcome import HTTP, RESET, TIMEOUT, TRUNCATED
 
 KINDS = ("503", "429", "500", "close", "reset", "delay")
 STATUS_KINDS = {"503": 503, "429": 429, "500": 500}
@@ -65,7 +65,7 @@ class Injected:
     method: str
     path: str  # the request target without the query string
     kind: str
-    outcome: str  # drtp.outcome class the replayer must report
+    outcome: str  # drtp.replay.outcome class the replayer must report
     status: int  # the status it must report: the injected one for ``http``, else 0
     upstream_status: int  # what the registry really answered (the request did reach it)
 

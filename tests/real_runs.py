@@ -19,8 +19,8 @@ import msgspec
 
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
-from drtp.registry import LocalRegistry
-from drtp.trace import TraceReader, write_ibm
+from drtp.registry.local import LocalRegistry
+from drtp.trace.reader import TraceReader, write_ibm
 from tests.replay_support import Node, make_trace, write_config
 
 MISSING_TAGS = 6  # GET manifest requests the registry answers 404 (the trace: 200)

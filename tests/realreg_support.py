@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-from drtp.registry import free_port
+from drtp.registry.local import free_port
 
 USER, PASSWORD = "alice", "correct-horse-battery"
 SERVICE, ISSUER = "drtp-registry", "drtp-test-issuer"

@@ -12,10 +12,10 @@ from pathlib import Path
 import yaml
 
 from drtp.config import load_config
-from drtp.generate import GenerateOptions, generate
 from drtp.master.nodes import NodeLink
-from drtp.registry import free_port
-from drtp.trace import TraceReader, write_ibm
+from drtp.registry.local import free_port
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import TraceReader, write_ibm
 
 TOKEN = "test-secret-0123456789"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-from drtp.generate import GenerateOptions, generate
 from drtp.plugins.compact import CompactTrace, compact
-from drtp.records import TraceRecord
-from drtp.trace import TraceReader, write_ibm
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import TraceReader, write_ibm
+from drtp.trace.records import TraceRecord
 
 T0 = _dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc)
 

@@ -189,8 +189,8 @@ def test_columnar_numbers_match_the_naive_per_record_pass(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    from drtp.generate import GenerateOptions, generate
-    from drtp.trace import write_ibm
+    from drtp.trace.generate import GenerateOptions, generate
+    from drtp.trace.reader import write_ibm
 
     spec = importlib.util.spec_from_file_location(
         "bench_analyze", Path(__file__).resolve().parent.parent / "bench" / "bench_analyze.py"

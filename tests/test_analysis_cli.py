@@ -9,8 +9,8 @@ import pytest
 from drtp.analysis.trace_analysis import default_label, group_files
 from drtp.cli import main
 from drtp.errors import DrtpError
-from drtp.generate import GenerateOptions, generate
-from drtp.trace import write_ibm
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import write_ibm
 
 FIGS = (
     "fig04_request_types",

@@ -7,10 +7,10 @@ import pytest
 
 from drtp.analysis.characterize import characterize
 from drtp.analysis.columns import load_trace
-from drtp.columnar import write_parquet
 from drtp.errors import DrtpError
-from drtp.generate import GenerateOptions, generate
-from drtp.trace import TraceReader, write_ibm
+from drtp.trace.columnar import write_parquet
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import TraceReader, write_ibm
 
 
 @pytest.fixture(scope="module")

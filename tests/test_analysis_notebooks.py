@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from drtp.generate import GenerateOptions, generate
-from drtp.trace import write_ibm
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import write_ibm
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")

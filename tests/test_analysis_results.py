@@ -11,8 +11,8 @@ import pytest
 from drtp.analysis import results as rs
 from drtp.analysis.results_analysis import analyze_results
 from drtp.errors import DrtpError
-from drtp.result_row import COLUMNS
-from drtp.trace import TraceReader
+from drtp.replay.result_row import COLUMNS
+from drtp.trace.reader import TraceReader
 
 pytestmark = pytest.mark.registry
 
@@ -97,7 +97,7 @@ def test_load_tolerates_extra_columns_and_files_without_outcomes(real_runs, tmp_
     assert df.loc[first, "outcome"] == "http" and not df.loc[first, "ok"]
     assert df["intended_s"].isna().all() and (df["attempts"] == 1).all()
     r = rs.analyze_run(df)
-    # ok derived from the status and the trace's status (drtp.outcome): the 404s and the 503 fail
+    # ok derived from the status and the trace's status (drtp.replay.outcome): the 404s and the 503 fail
     assert r["failures"] == {"http": real_runs.missing_tags + 1}
 
 

@@ -11,7 +11,7 @@ from drtp.analysis.columns import frame_from_records
 from drtp.analysis.targets import MEASURES, check_targets, profile_for
 from drtp.cli import main
 from drtp.errors import DrtpError
-from drtp.profiles import builtin_profiles, load_profile
+from drtp.trace.profiles import builtin_profiles, load_profile
 from tests.test_analysis_characterize import hand_trace
 from tests.trace_records import rec
 
@@ -56,7 +56,7 @@ def test_unknown_target_is_named(char, tmp_path):
 
 
 def test_cli_writes_targets_for_a_profile(tmp_path):
-    from drtp.trace import write_ibm
+    from drtp.trace.reader import write_ibm
 
     trace = tmp_path / "t.json"
     write_ibm(trace, hand_trace() + [rec(300, "GET", "v2/u1/r1/manifests/v1")])

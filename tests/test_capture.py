@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from drtp.capture import Anonymizer, PlainNames, capture_files, follow_file
 from drtp.errors import DrtpError
-from drtp.trace import TraceReader, write_ibm
+from drtp.trace.capture import Anonymizer, PlainNames, capture_files, follow_file
+from drtp.trace.reader import TraceReader, write_ibm
 from tests.conftest import registry_log_line
 from tests.images import build_image, random_files
 
@@ -31,7 +31,7 @@ def skopeo(*args: str) -> None:
 @pytest.fixture(scope="module")
 def traffic(tmp_path_factory):
     """Real traffic: two images sharing a layer pushed, one re-tagged, one pulled twice."""
-    from drtp.registry import LocalRegistry
+    from drtp.registry.local import LocalRegistry
 
     base = tmp_path_factory.mktemp("skopeo")
     shared = random_files(2, 20_000, seed=1)
@@ -180,7 +180,7 @@ def test_captured_trace_replays_on_a_fresh_registry(traffic, tmp_path):
 
     from drtp.master.run import run_replay
     from drtp.master.warmup import run_warmup
-    from drtp.registry import LocalRegistry
+    from drtp.registry.local import LocalRegistry
     from tests.replay_support import Node, write_config
 
     _, records = capture_files([traffic["log"]], Anonymizer("replay"), registry_url=f"http://{traffic['host']}")

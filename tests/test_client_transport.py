@@ -1,4 +1,4 @@
-"""client/transport.py: the node's lean HTTP/1.1 connection, against the real registry and a scripted socket peer."""
+"""drtp.registry.transport: the lean HTTP/1.1 connection, against the real registry and a scripted socket peer."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from drtp.client.transport import Connection, RequestError
-from drtp.registry import LocalRegistry
+from drtp.registry.local import LocalRegistry
+from drtp.registry.transport import Connection, RequestError
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def _executor(peer_port: int, **spec):
     import time
 
     from drtp.client.executor import Executor
-    from drtp.replay_types import ReplayRequest, RunSpec
+    from drtp.replay.messages import ReplayRequest, RunSpec
 
     ex = Executor(RunSpec(run="r", start_epoch=time.time(), timeout=5, **spec), time.perf_counter)
 
@@ -222,7 +222,7 @@ def fetch(netloc: str, requests: list[tuple[str, str]], timeout: float = 5):
     """Run AsyncConnection requests one after the other on one connection; results or exceptions."""
     import asyncio
 
-    from drtp.client.transport import AsyncConnection
+    from drtp.registry.transport import AsyncConnection
 
     async def go():
         conn = AsyncConnection(netloc, timeout)
@@ -278,7 +278,7 @@ def run_on_loop(requests, timeout: float = 5.0) -> list:
     import time
 
     from drtp.client.loop_engine import LoopRun
-    from drtp.replay_types import RunSpec
+    from drtp.replay.messages import RunSpec
 
     run = LoopRun(RunSpec(run="r", start_epoch=time.time(), threads=4, timeout=timeout, engine="loop"))
     run.submit(requests)
@@ -292,7 +292,7 @@ def run_on_loop(requests, timeout: float = 5.0) -> list:
 
 def test_loop_engine_follows_a_redirect_through_the_thread_executor():
     """A registry that redirects blob reads to its storage (307): the loop hands the follow-up to the Executor."""
-    from drtp.replay_types import ReplayRequest
+    from drtp.replay.messages import ReplayRequest
 
     storage = Peer([b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nlayer"])
     registry = Peer(
@@ -309,7 +309,7 @@ def test_loop_engine_follows_a_redirect_through_the_thread_executor():
 
 def test_loop_engine_keeps_each_clients_order_and_reports_failures(registry):
     """Requests of one trace client run one after the other; a refused registry gives failed results, not a hang."""
-    from drtp.replay_types import ReplayRequest
+    from drtp.replay.messages import ReplayRequest
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -337,7 +337,7 @@ def test_a_stuck_request_holds_back_only_its_own_trace_client(engine):
 
     from drtp.client.loop_engine import LoopRun
     from drtp.client.scheduler import STALL_S, NodeRun
-    from drtp.replay_types import ReplayRequest, RunSpec
+    from drtp.replay.messages import ReplayRequest, RunSpec
 
     ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
     answering = Peer([ok] * 20)

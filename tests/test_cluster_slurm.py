@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from drtp.registry import LocalRegistry
-from drtp.trace import TraceReader
+from drtp.registry.local import LocalRegistry
+from drtp.trace.reader import TraceReader
 from tests.cluster_support import (
     NEEDED,
     PORT_CLASH,

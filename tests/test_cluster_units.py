@@ -11,7 +11,7 @@ import yaml
 from drtp.cli import main
 from drtp.cluster import slurm
 from drtp.cluster.deploy import Deployment, Layout, env_refs, project_files, project_root
-from drtp.cluster.experiment import raw_config
+from drtp.cluster.submission import raw_config
 from drtp.config import load_config
 from drtp.errors import ConfigError
 

@@ -128,7 +128,7 @@ def test_cli_reports_bad_config_in_one_line(tmp_path):
 def test_shipped_example_configs_load_and_their_traces_read(monkeypatch):
     from pathlib import Path
 
-    from drtp.trace import TraceReader
+    from drtp.trace.reader import TraceReader
 
     monkeypatch.setenv("DRTP_TOKEN", "example-secret-0123")  # the replay examples take the secret from here
     monkeypatch.setenv("USER", "tester")  # the Slurm example's work folder is per user

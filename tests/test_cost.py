@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from drtp.cost import Plan, load_pricing, plan_cost, run_volume, tiered, trace_volume
+from drtp.analysis.cost import Plan, load_pricing, plan_cost, run_volume, tiered, trace_volume
 from drtp.errors import ConfigError
 from tests.conftest import ibm_record, write_json
 

@@ -12,9 +12,9 @@ import yaml
 
 from drtp.cli import main
 from drtp.exit_codes import ExitCode, worst
-from drtp.failure_budget import FailureBudget, parse_max_failed
 from drtp.master.verdict import judge
-from drtp.registry import free_port
+from drtp.registry.local import free_port
+from drtp.replay.failure_budget import FailureBudget, parse_max_failed
 from tests.replay_support import TOKEN, make_trace
 
 

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from drtp.registry import LocalRegistry
+from drtp.registry.local import LocalRegistry
 from tests.faultproxy import KINDS, At, Chosen, FaultProxy, Mixed, expected_outcome, is_replayed
 from tests.registry_log import logged_requests
 

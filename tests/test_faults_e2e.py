@@ -21,8 +21,8 @@ import pandas as pd
 import pytest
 
 from drtp.master.warmup import run_warmup
-from drtp.registry import LocalRegistry
-from drtp.trace import TraceReader
+from drtp.registry.local import LocalRegistry
+from drtp.trace.reader import TraceReader
 from tests.faultproxy import (
     KINDS,
     Chosen,

@@ -23,7 +23,7 @@ from drtp.config import Config, config_from_dict, load_config
 from drtp.errors import ConfigError, DrtpError
 from drtp.plugins.base import find_plugin, parse_plugin_args
 from drtp.plugins.sweep import grid
-from drtp.profiles import load_profile
+from drtp.trace.profiles import load_profile
 from drtp.units import parse_duration, parse_size
 from drtp.yamlfile import MAX_DEPTH, parse_yaml
 

@@ -24,10 +24,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drtp.capture import Anonymizer, PlainNames, capture_files
-from drtp.columnar import SCHEMA
 from drtp.errors import DrtpError
-from drtp.records import (
+from drtp.trace.capture import Anonymizer, PlainNames, capture_files
+from drtp.trace.columnar import SCHEMA
+from drtp.trace.reader import read_trace
+from drtp.trace.records import (
     IBM_URI_LINES,
     MAX_DURATION_S,
     MAX_SIZE,
@@ -38,7 +39,6 @@ from drtp.records import (
     parse_uri,
     uris_valid,
 )
-from drtp.trace import read_trace
 from tests.conftest import REGISTRY_LOG_LINE, ibm_record
 
 settings.register_profile(
@@ -177,7 +177,7 @@ def test_a_valid_trace_cut_at_any_byte(tmp_path_factory, cut, fmt, chunk):
     if fmt == "parquet":
         buf = io.BytesIO()
         decoded = [msgspec.convert(r, TraceRecord, strict=False) for r in records]
-        from drtp.columnar import _table
+        from drtp.trace.columnar import _table
 
         pq.write_table(_table(decoded), buf)
         data = buf.getvalue()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from drtp.generate import GenerateOptions, generate
-from drtp.trace import read_trace, write_ibm
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import read_trace, write_ibm
 
 
 def test_generated_trace_parses_with_requested_count(generated_trace):
@@ -70,7 +70,7 @@ def test_profiles_load_and_bad_profiles_are_named(tmp_path):
     import pytest
 
     from drtp.errors import ConfigError
-    from drtp.profiles import builtin_profiles, load_profile, options_for
+    from drtp.trace.profiles import builtin_profiles, load_profile, options_for
 
     assert builtin_profiles() == ["dal", "dev", "fra", "lon", "prs", "stg", "syd"]
     dal = load_profile("dal")

@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 import yaml
 
-from drtp.registry import LocalRegistry, free_port
+from drtp.registry.local import LocalRegistry, free_port
 from tests.hostile_cases import (
     CONFIG_CASES,
     CONFIG_COMMANDS,

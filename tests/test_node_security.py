@@ -21,7 +21,8 @@ import requests
 from drtp.client.admission import batch_error, spec_error
 from drtp.errors import DrtpError
 from drtp.master.nodes import NodeLink
-from drtp.node_auth import (
+from drtp.replay.messages import Batch, Layer, ReplayRequest, RunSpec
+from drtp.replay.signing import (
     MAX_BODY,
     MIN_TOKEN_LEN,
     NONCE_HEADER,
@@ -33,7 +34,6 @@ from drtp.node_auth import (
     resolve_token,
     sign,
 )
-from drtp.replay_types import Batch, Layer, ReplayRequest, RunSpec
 from tests.registry_log import logged_requests
 from tests.replay_support import TOKEN, Node
 
@@ -492,8 +492,8 @@ def test_refusals_never_show_a_password_in_a_registry_url():
 
 
 def test_a_tls_registry_s_password_never_goes_to_a_plain_http_token_server():
-    from drtp.registry_auth import Authenticator, AuthError
-    from drtp.replay_types import RegistryAuth
+    from drtp.registry.auth import Authenticator, AuthError
+    from drtp.replay.messages import RegistryAuth
 
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(1.0)

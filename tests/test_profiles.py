@@ -7,9 +7,9 @@ import json
 import pytest
 
 from drtp.cli import main
-from drtp.generate import generate
-from drtp.profiles import builtin_profiles, load_profile, options_for
-from drtp.trace import write_ibm
+from drtp.trace.generate import generate
+from drtp.trace.profiles import builtin_profiles, load_profile, options_for
+from drtp.trace.reader import write_ibm
 
 N = 20_000  # the trace length the targets are stated for (configs/profiles/*.yaml)
 

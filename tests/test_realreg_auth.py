@@ -14,10 +14,10 @@ from drtp.config import load_config
 from drtp.errors import ConfigError
 from drtp.master.experiment import run_experiment
 from drtp.master.preflight import PreflightError, preflight
-from drtp.registry import LocalRegistry
-from drtp.registry_auth import config_auth
-from drtp.replay_types import RegistryAuth
-from drtp.trace import TraceReader
+from drtp.registry.auth import config_auth
+from drtp.registry.local import LocalRegistry
+from drtp.replay.messages import RegistryAuth
+from drtp.trace.reader import TraceReader
 from tests.realreg_support import PASSWORD, USER, Pki, TokenServer, write_htpasswd
 from tests.replay_support import TOKEN, Node, make_trace
 

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from drtp.cli import main
-from drtp.manifest import CONFIG_DIGEST
 from drtp.master.bench import Bench, append_dataset
 from drtp.master.results import COLUMNS
-from drtp.registry import LocalRegistry
-from drtp.replay_types import RegistryAuth
-from drtp.trace import TraceReader
+from drtp.registry.local import LocalRegistry
+from drtp.registry.manifest import CONFIG_DIGEST
+from drtp.replay.messages import RegistryAuth
+from drtp.trace.reader import TraceReader
 from tests.realreg_support import PASSWORD, USER, Pki, write_htpasswd
 
 pytestmark = pytest.mark.registry

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drtp.records import IBM_URI_LINES, URI_LINES, TraceRecord, parse_uri
+from drtp.trace.records import IBM_URI_LINES, URI_LINES, TraceRecord, parse_uri
 from tests.conftest import ibm_record
 
 

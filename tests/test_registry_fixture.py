@@ -9,7 +9,7 @@ from collections import Counter
 import requests
 from dxf import DXF
 
-from drtp.trace import TraceReader
+from drtp.trace.reader import TraceReader
 
 
 def test_push_and_pull_through_python_dxf(registry):
@@ -36,7 +36,7 @@ def test_push_and_pull_through_python_dxf(registry):
 
 
 def test_registry_stops_and_frees_its_port(tmp_path):
-    from drtp.registry import LocalRegistry
+    from drtp.registry.local import LocalRegistry
 
     reg = LocalRegistry(tmp_path / "r").start()
     url = reg.url

@@ -14,8 +14,8 @@ import pytest
 
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
-from drtp.registry import LocalRegistry
-from drtp.trace import TraceReader
+from drtp.registry.local import LocalRegistry
+from drtp.trace.reader import TraceReader
 from tests.replay_support import log_tail, make_trace, method_kind_counts, write_config
 
 pytestmark = pytest.mark.registry

@@ -20,7 +20,7 @@ from drtp.cli import main
 from drtp.master import run as master_run
 from drtp.master.nodes import NodeLink
 from drtp.master.warmup import run_warmup
-from drtp.registry import LocalRegistry, free_port
+from drtp.registry.local import LocalRegistry, free_port
 from tests.replay_support import TOKEN, Node, make_trace, write_config
 
 pytestmark = pytest.mark.registry

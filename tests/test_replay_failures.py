@@ -16,9 +16,9 @@ from drtp.errors import DrtpError
 from drtp.master.nodes import NodeLink
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
-from drtp.node_auth import sign
-from drtp.registry import LocalRegistry
-from drtp.replay_types import RunSpec
+from drtp.registry.local import LocalRegistry
+from drtp.replay.messages import RunSpec
+from drtp.replay.signing import sign
 from tests.replay_support import TOKEN, Node, make_trace, write_config
 
 pytestmark = pytest.mark.registry

@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 import requests
 
-from drtp.content import STREAM_ABOVE
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
-from drtp.records import format_timestamp
-from drtp.registry import LocalRegistry
-from drtp.trace import write_ibm
+from drtp.registry.content import STREAM_ABOVE
+from drtp.registry.local import LocalRegistry
+from drtp.trace.reader import write_ibm
+from drtp.trace.records import format_timestamp
 from tests.replay_support import Node, write_config
 
 pytestmark = pytest.mark.registry

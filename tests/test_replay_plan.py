@@ -9,11 +9,11 @@ import random
 import numpy as np
 import pytest
 
-from drtp.manifest import placeholder_digest
 from drtp.master.plan import Planner, registry_for
 from drtp.master.results import LogHistogram
-from drtp.records import TraceRecord
-from drtp.replay_types import ReplayResult
+from drtp.registry.manifest import placeholder_digest
+from drtp.replay.messages import ReplayResult
+from drtp.trace.records import TraceRecord
 
 T = _dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc)
 

@@ -7,10 +7,10 @@ import json
 import pytest
 import requests
 
-from drtp.manifest import ACCEPT, SCHEMA2
 from drtp.master.warmup import load_map, run_warmup
-from drtp.registry import LocalRegistry
-from drtp.trace import TraceReader
+from drtp.registry.local import LocalRegistry
+from drtp.registry.manifest import ACCEPT, SCHEMA2
+from drtp.trace.reader import TraceReader
 from tests.replay_support import make_trace, write_config
 
 pytestmark = pytest.mark.registry

@@ -1,4 +1,4 @@
-"""requests.csv rows (drtp.result_row), the results model (drtp.results_model) and resuming (master.results)."""
+"""requests.csv rows (drtp.replay.result_row), the results model (drtp.replay.summary) and resuming (master.results)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 
 from drtp.errors import DrtpError
 from drtp.master.results import RunResults, format_table
-from drtp.replay_types import AuxResult, ReplayRequest, ReplayResult
-from drtp.result_row import COLUMNS, cells, parse_cells, rows_of
-from drtp.results_model import ResultsModel
+from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult
+from drtp.replay.result_row import COLUMNS, cells, parse_cells, rows_of
+from drtp.replay.summary import ResultsModel
 
 
 def request(seq: int = 0, method: str = "GET", kind: str = "blob", at: float | None = None, **kw) -> ReplayRequest:
@@ -65,7 +65,7 @@ def test_model_counts_helpers_apart_and_failures_per_class():
             model.add(row)
     s = model.summary()
     assert (s["requests"], s["succeeded"], s["failed"], s["lost"]) == (4, 1, 3, 1)
-    assert s["failures"] == {"http": 1, "timeout": 1, "lost": 1}  # in drtp.outcome's order
+    assert s["failures"] == {"http": 1, "timeout": 1, "lost": 1}  # in drtp.replay.outcome's order
     assert s["auxiliary"] == {"requests": 1, "failed": 0, "failures": {}}
     assert s["bytes"] == 1010 and s["latency_s"]["max"] == 0.5  # measured bytes; latency of successes only
     assert s["throughput_rps"] == pytest.approx(1 / 5.2)  # succeeded per second, first start to last end

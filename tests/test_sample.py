@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from drtp.errors import DrtpError
-from drtp.sample import sample
-from drtp.trace import read_trace, write_ibm
+from drtp.trace.reader import read_trace, write_ibm
+from drtp.trace.sample import sample
 from tests.conftest import ibm_record
 
 T0 = dt.datetime(2017, 8, 1, tzinfo=dt.timezone.utc)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from drtp.errors import DrtpError, TraceError
-from drtp.trace import TraceReader, detect_format, parse_go_duration, read_trace, write_ibm
+from drtp.trace.reader import TraceReader, detect_format, parse_go_duration, read_trace, write_ibm
 from tests.conftest import ibm_record, registry_log_line, write_json
 
 
@@ -264,7 +264,7 @@ def test_registry_log_lines(tmp_path: Path):
 def test_memory_is_bounded_by_the_chunk_not_the_trace(tmp_path):
     import tracemalloc
 
-    from drtp.generate import GenerateOptions, generate
+    from drtp.trace.generate import GenerateOptions, generate
 
     path = tmp_path / "big.json"
     write_ibm(path, generate(GenerateOptions(requests=60_000, seed=2, span_s=86_400)))
@@ -281,7 +281,7 @@ def test_parquet_cache_round_trip(tmp_path, generated_trace):
     import subprocess
     import sys
 
-    from drtp.columnar import read_columns
+    from drtp.trace.columnar import read_columns
 
     pq_path = tmp_path / "t.parquet"
     res = subprocess.run(
@@ -301,12 +301,12 @@ def test_parquet_cache_round_trip(tmp_path, generated_trace):
 
 
 def test_parquet_fast_column_paths_equal_arrow_to_pylist():
-    """drtp.columnar reads dictionary and timestamp columns its own (faster) way: same values as Arrow's."""
+    """drtp.trace.columnar reads dictionary and timestamp columns its own (faster) way: same values as Arrow's."""
     import datetime as dt
 
     import pyarrow as pa
 
-    from drtp.columnar import _pylist
+    from drtp.trace.columnar import _pylist
 
     text = pa.array(["h1", "h2", "h1", "h3"]).dictionary_encode()
     with_null = pa.array(["a", None, "a"]).dictionary_encode()
@@ -344,7 +344,7 @@ def test_broken_gzip_is_one_error(tmp_path):
 
 
 def test_junk_or_truncated_parquet_is_one_error(tmp_path, small_trace):
-    from drtp.columnar import write_parquet
+    from drtp.trace.columnar import write_parquet
 
     junk = tmp_path / "junk.parquet"
     junk.write_bytes(random.Random(1).randbytes(5000))
@@ -462,7 +462,7 @@ def test_a_uri_holding_a_line_break_cannot_pass_the_chunk_check(tmp_path):
 
 
 def test_valid_traces_keep_the_fast_path_and_every_uri_shape(tmp_path, generated_trace):
-    from drtp.records import IBM_URI_LINES, URI_LINES
+    from drtp.trace.records import IBM_URI_LINES, URI_LINES
 
     recs = read_trace([generated_trace])
     assert IBM_URI_LINES.fullmatch("\n".join(r.uri for r in recs) + "\n")  # generated traces: the fastest check
@@ -496,7 +496,7 @@ def test_parquet_rows_are_checked_like_records(tmp_path, small_trace):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from drtp.columnar import write_parquet
+    from drtp.trace.columnar import write_parquet
 
     good = tmp_path / "good.parquet"
     write_parquet(good, TraceReader([small_trace]).batches())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from drtp.records import TraceRecord
+from drtp.trace.records import TraceRecord
 
 T0 = _dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc)
 

@@ -14,11 +14,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from drtp.capture import Anonymizer, capture_files  # noqa: E402
-from drtp.generate import generate  # noqa: E402
-from drtp.profiles import builtin_profiles, load_profile, options_for  # noqa: E402
-from drtp.registry import LocalRegistry  # noqa: E402
-from drtp.trace import write_ibm  # noqa: E402
+from drtp.registry.local import LocalRegistry  # noqa: E402
+from drtp.trace.capture import Anonymizer, capture_files  # noqa: E402
+from drtp.trace.generate import generate  # noqa: E402
+from drtp.trace.profiles import builtin_profiles, load_profile, options_for  # noqa: E402
+from drtp.trace.reader import write_ibm  # noqa: E402
 from tests.images import build_image, random_files  # noqa: E402
 
 

@@ -10,7 +10,7 @@ from drtp.cli import _positive_float
 
 
 def _experiment(args: argparse.Namespace):
-    from drtp.cluster.experiment import Experiment, latest
+    from drtp.cluster.submission import Experiment, latest
     from drtp.config import load_config
     from drtp.errors import DrtpError
 
@@ -25,7 +25,7 @@ def _experiment(args: argparse.Namespace):
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from drtp.cluster.experiment import Experiment
+    from drtp.cluster.submission import Experiment
     from drtp.config import load_config
 
     cfg = load_config(args.config)
@@ -88,7 +88,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from drtp.cluster.experiment import Experiment, resolve_clients
+    from drtp.cluster.submission import Experiment, resolve_clients
 
     exp = Experiment(Path(args.exp))
     resolve_clients(exp, timeout=args.timeout if args.timeout is not None else _register_timeout(exp))

@@ -4,7 +4,7 @@ Starts ``docker-registry serve CONFIG`` (Debian package ``docker-registry``)
 on a free 127.0.0.1 port with a temporary storage directory and JSON logging,
 waits until ``/v2/`` answers and stops it on exit.  Its JSON log — the
 "response completed" lines — is the ground truth of what a replay sent, and
-``drtp.trace`` reads it as a trace (format ``registry-log``).
+``drtp.trace.reader`` reads it as a trace (format ``registry-log``).
 """
 
 from __future__ import annotations

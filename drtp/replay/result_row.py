@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 
-from drtp.outcome import ERROR, HTTP, LOST, OK, is_failed
-from drtp.replay_types import AuxResult, ReplayRequest, ReplayResult
+from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult
+from drtp.replay.outcome import ERROR, HTTP, LOST, OK, is_failed
 
 TIME_DIGITS = 6  # times are kept and written to the microsecond
 TIME_FORMAT = f"%.{TIME_DIGITS}f"
@@ -41,7 +41,7 @@ class ResultRow(msgspec.Struct, gc=False):
     status: int  # the registry's status; 0 when no complete answer came
     expected_status: int  # the trace's status (0 for helper requests: they have none)
     ok: bool  # outcome == "ok"
-    outcome: str  # drtp.outcome: the class of how it ended; anything but "ok" is a failure
+    outcome: str  # drtp.replay.outcome: the class of how it ended; anything but "ok" is a failure
     attempts: int  # how often it was sent (> 1 only with retries; 0 when no result came back)
     error: str  # why it failed ("HTTP 503", "timeout: …"); empty when ok
     auxiliary: bool  # a protocol helper request issued for the trace request written before it

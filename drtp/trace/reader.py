@@ -15,7 +15,7 @@ skip it when asked (``skip_bad``).
 Every problem of the input is a one-line :class:`~drtp.errors.DrtpError`
 naming the file and, where there is one, the record: a file that cannot be
 read or decompressed, JSON nested too deeply, a record longer than
-:data:`MAX_RECORD_BYTES`, a value outside its range (drtp.records), and a file
+:data:`MAX_RECORD_BYTES`, a value outside its range (drtp.trace.records), and a file
 that holds no records at all.  A UTF-8 byte order mark is read past.
 """
 
@@ -38,7 +38,7 @@ import msgspec
 
 from drtp.errors import DrtpError, TraceError
 from drtp.outputs import replaced_on_success
-from drtp.records import (
+from drtp.trace.records import (
     MAX_TIME,
     MIN_TIME,
     TraceRecord,
@@ -460,7 +460,7 @@ def _read_lines(path, chunk_bytes, skip_bad, stats):
 
 def _read_parquet(path, chunk_bytes, skip_bad, stats):
     """Chunks of a Parquet trace (``drtp convert``); rows are checked like decoded records."""
-    from drtp.columnar import read_parquet
+    from drtp.trace.columnar import read_parquet
 
     def bad(index: int, reason: str) -> None:
         _bad(path, index, reason, skip_bad, stats)

@@ -106,7 +106,7 @@ class AuxResult(msgspec.Struct, array_like=True, gc=False):
     latency: float
     bytes: int
     error: str = ""
-    outcome: str = "ok"  # drtp.outcome: ok, http, timeout, refused, reset, truncated, tls, protocol…
+    outcome: str = "ok"  # drtp.replay.outcome: ok, http, timeout, refused, reset, truncated, tls, protocol…
     attempts: int = 1
 
 
@@ -122,7 +122,7 @@ class ReplayResult(msgspec.Struct, gc=False, omit_defaults=True):
     digest: str | None = None  # digest addressed, or the new digest of a pushed layer/manifest
     size: int | None = None  # size of the object pushed (a layer's total over PATCH and PUT)
     error: str = ""
-    outcome: str = "ok"  # drtp.outcome: the class of how it ended; anything but "ok" is a failure
+    outcome: str = "ok"  # drtp.replay.outcome: the class of how it ended; anything but "ok" is a failure
     attempts: int = 1  # how often it was sent (> 1 only with client_info.retries)
     aux: list[AuxResult] = []
 

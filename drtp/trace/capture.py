@@ -40,7 +40,9 @@ from urllib.parse import parse_qs, urlsplit
 import msgspec
 
 from drtp.errors import DrtpError
-from drtp.records import (
+from drtp.trace.reader import MAX_RECORD_BYTES, check_input_file, decode_log_line, line_chunks, parse_go_duration
+from drtp.trace.reader import RegistryLogLine as LogLine
+from drtp.trace.records import (
     MAX_DURATION_S,
     MAX_SIZE,
     MAX_STATUS,
@@ -53,8 +55,6 @@ from drtp.records import (
     time_problem,
     uri_error,
 )
-from drtp.trace import MAX_RECORD_BYTES, check_input_file, decode_log_line, line_chunks, parse_go_duration
-from drtp.trace import RegistryLogLine as LogLine
 
 _datetime = msgspec.json.Decoder(AwareDatetime).decode
 

@@ -7,7 +7,7 @@ sizes, durations and statuses must lie in their ranges (below) and the
 timestamp must carry a time zone.  The URI is split into (repository, kind,
 reference) on demand, through a small cache, because popular objects repeat
 and the split is the costliest per-record step; names and references must
-follow the Distribution grammar (drtp.names).
+follow the Distribution grammar (drtp.registry.names).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Annotated, Literal, NamedTuple
 
 import msgspec
 
-from drtp import names
+from drtp.registry import names
 
 Method = Literal["GET", "HEAD", "PUT", "PATCH", "POST", "DELETE"]
 METHODS: tuple[str, ...] = ("GET", "HEAD", "PUT", "PATCH", "POST", "DELETE")
@@ -164,7 +164,7 @@ def _split(uri: str) -> Uri | str | None:
 # Fast whole-chunk pre-checks, never more lenient than parse_uri: the URIs of a
 # chunk are joined one per line and matched at once; when a pattern matches,
 # every URI in the chunk parses; when both fail, parse_uri decides record by
-# record.  The pieces are drtp.names' grammar, written with possessive
+# record.  The pieces are drtp.registry.names' grammar, written with possessive
 # quantifiers (the same languages, without backtracking):
 _C = r"[a-z0-9]++(?:(?:[._]|__|-++)[a-z0-9]++)*+"  # a name component (names.COMPONENT)
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}+"  # names.TAG

@@ -1,6 +1,6 @@
 """The numbers of a run, computed in one place from its rows.
 
-The master feeds it each :class:`~drtp.result_row.ResultRow` as results
+The master feeds it each :class:`~drtp.replay.result_row.ResultRow` as results
 arrive and writes its summary to ``summary.json``; ``drtp analyze results``
 reads ``requests.csv`` back and feeds the same rows to the same model, so
 both report the same counts, failures, bytes, percentiles and throughput.
@@ -10,7 +10,7 @@ histograms (0.1 % wide buckets) for the percentiles — a percentile is within
 0.1 % of the exact nearest-rank percentile of the column; maxima are exact.
 
 Definitions (a request is failed when its outcome is anything but ``ok``,
-see drtp.outcome):
+see drtp.replay.outcome):
 
 * trace requests and helper (auxiliary) requests are counted apart; helpers
   never appear among the trace's counts, bytes or latencies;
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import math
 
-from drtp.outcome import LOST, OUTCOMES
-from drtp.result_row import ResultRow
+from drtp.replay.outcome import LOST, OUTCOMES
+from drtp.replay.result_row import ResultRow
 
 PERCENTILES = (50, 90, 99)
 
@@ -104,7 +104,7 @@ class Marks:
 
 
 def failures_by_class(counts: dict[str, int]) -> dict[str, int]:
-    """Failure counts in drtp.outcome's order, classes that did not occur left out."""
+    """Failure counts in drtp.replay.outcome's order, classes that did not occur left out."""
     return {c: counts[c] for c in OUTCOMES if counts.get(c)}
 
 

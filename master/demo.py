@@ -20,9 +20,9 @@ from pathlib import Path
 import yaml
 
 from drtp.analysis.trace_summary import format_summary, summarize
-from drtp.generate import GenerateOptions, generate
-from drtp.registry import LocalRegistry
-from drtp.trace import TraceReader, write_ibm
+from drtp.registry.local import LocalRegistry
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import TraceReader, write_ibm
 
 
 def registry_roundtrip(host: str, size: int = 300_000) -> dict:
@@ -48,7 +48,7 @@ def registry_roundtrip(host: str, size: int = 300_000) -> dict:
 def start_nodes(n: int, token: str, logdir: Path) -> list[tuple[subprocess.Popen, str]]:
     """``n`` client nodes on free loopback ports, answering their health check."""
     from drtp.master.nodes import NodeLink
-    from drtp.registry import free_port
+    from drtp.registry.local import free_port
 
     nodes = []
     env = dict(os.environ, DRTP_TOKEN=token)

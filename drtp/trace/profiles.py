@@ -1,7 +1,7 @@
 """Workload profiles: generator settings and published targets per availability zone, as YAML data.
 
 A profile is a YAML file with ``generator`` (fields of
-:class:`~drtp.generate.GenerateOptions`, plus ``requests_per_day`` which sets
+:class:`~drtp.trace.generate.GenerateOptions`, plus ``requests_per_day`` which sets
 the default time span), ``targets`` (characteristic: [value, tolerance]) and
 free-form ``description``/``published`` notes.  The built-in profiles live in
 ``configs/profiles/``; any path to such a file works too, so users write
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from drtp.errors import ConfigError
-from drtp.generate import GenerateOptions, option_problem
+from drtp.trace.generate import GenerateOptions, option_problem
 from drtp.yamlfile import read_yaml_mapping
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "configs" / "profiles"
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "configs" / "profiles"
 _OPTION_FIELDS = {f.name for f in dataclasses.fields(GenerateOptions)} - {"requests", "seed", "start", "span_s"}
 
 

@@ -31,7 +31,7 @@ from urllib.parse import urlencode, urlsplit
 
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
-from drtp.replay_types import RegistryAuth, registry_base
+from drtp.replay.messages import RegistryAuth, registry_base
 
 _PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 _REPO = re.compile(r"^/v2/(.+?)/(?:blobs|manifests|tags)/")

@@ -31,7 +31,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from drtp.records import format_timestamp
+from drtp.trace.records import format_timestamp
 
 USER_AGENTS = ("docker/17.04.0-ce go/go1.7.5", "docker/1.12.1 go/go1.6.3", "docker/17.06.0-ce go/go1.8.3")
 

@@ -155,8 +155,8 @@ def plan_cost(plan: Plan, storage_gb: float, egress_gb: float, months: float = 1
 
 def trace_volume(paths: list[Path], **reader_options: Any) -> dict[str, float]:
     """Egress (successful GET bytes) and storage (distinct objects' bytes) of a trace, in GB."""
-    from drtp.records import parse_uri
-    from drtp.trace import TraceReader
+    from drtp.trace.reader import TraceReader
+    from drtp.trace.records import parse_uri
 
     egress = 0
     objects: dict[tuple[str, str], int] = {}

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from drtp.errors import DrtpError
-from drtp.trace import TraceReader, write_ibm
+from drtp.trace.reader import TraceReader, write_ibm
 from drtp.units import bin_count
 
 METHODS = ("day", "window", "requests", "duration", "bytes")

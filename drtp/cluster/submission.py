@@ -287,7 +287,7 @@ def registrations(exp_dir: Path) -> list[tuple[int, str, str, int]]:
 def resolve_clients(exp: Experiment, timeout: float, out=sys.stdout) -> list[str]:
     """Wait for every client task, check each answers, write the run configs; the runs' names."""
     from drtp.master.nodes import NodeLink
-    from drtp.node_auth import resolve_token
+    from drtp.replay.signing import resolve_token
 
     cfg = load_config(exp.dir / "config.yaml")
     token = resolve_token(cfg.client_info.token, "client_info.token")

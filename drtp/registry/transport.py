@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 
 import httptools
 
-from drtp.outcome import PROTOCOL, RESET, TIMEOUT, TLS, TRUNCATED, classify_exception
+from drtp.replay.outcome import PROTOCOL, RESET, TIMEOUT, TLS, TRUNCATED, classify_exception
 
 RECV_SIZE = 1 << 18
 BODY_METHODS = frozenset(("POST", "PUT", "PATCH"))
@@ -31,7 +31,7 @@ USER_AGENT = "drtp"
 class RequestError(Exception):
     """A request that got no complete answer.
 
-    ``outcome`` is its drtp.outcome class (timeout, refused, reset, truncated,
+    ``outcome`` is its drtp.replay.outcome class (timeout, refused, reset, truncated,
     tls, protocol); ``answered`` says whether any byte of an answer arrived —
     only a request without one may be sent again, and only if the user asked.
     """
@@ -46,7 +46,7 @@ class RequestError(Exception):
 class Response:
     """Status, headers (names lower-case) and how many body bytes arrived.
 
-    ``outcome`` is empty for an answer read completely, else the drtp.outcome
+    ``outcome`` is empty for an answer read completely, else the drtp.replay.outcome
     class of the failure with ``error`` saying what happened (``status`` 0 then);
     ``attempts`` counts the sends (more than one only with opt-in retries).
     """

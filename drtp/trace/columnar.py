@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from drtp.errors import DrtpError, TraceError
 from drtp.outputs import replaced_on_success
-from drtp.records import (
+from drtp.trace.records import (
     MAX_DURATION_S,
     MAX_SIZE,
     MAX_STATUS,

@@ -1,0 +1,8 @@
+"""Talking to a container registry: the one home of the Distribution protocol.
+
+Repository names and references (:mod:`.names`), credentials and TLS trust
+(:mod:`.auth`), the HTTP/1.1 connections that carry replayed requests
+(:mod:`.transport`), image manifests and generated layer content
+(:mod:`.manifest`, :mod:`.content`), and a real registry started on loopback
+for tests and the demo (:mod:`.local`).
+"""
