@@ -1,6 +1,6 @@
 # drtp: the two commands of the README, plus helpers.
 #   make demo   install what is needed, then replay a generated trace against a local registry
-#   make test   install what is needed, then run the whole test suite and the linter
+#   make test   install what is needed, then run the linter, the format check and the whole test suite
 VENV := .venv
 BIN := $(VENV)/bin
 
@@ -14,6 +14,7 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: setup
