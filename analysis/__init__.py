@@ -2,7 +2,7 @@
 
 - :mod:`.trace_summary` — the counters ``drtp inspect`` prints (streaming, and from columns);
 - :mod:`.columns` — a trace as a pandas frame of columns, built batch by batch;
-- :mod:`.characterize` — the paper's §4 numbers from those columns;
+- :mod:`.characterize` — the workload measures of the IBM registry study (Anwar et al., FAST '18) from those columns;
 - :mod:`.trace_figures` / :mod:`.trace_analysis` — its figures and the ``drtp analyze trace`` command;
 - :mod:`.results` / :mod:`.results_figures` / :mod:`.results_analysis` — replay runs and ``drtp analyze results``;
 - :mod:`.plotting`, :mod:`.report` — shared figure style and the self-contained ``report.html``;

@@ -1,4 +1,10 @@
-"""The paper's workload characterization (§4) as numbers, from a trace's columns.
+"""Workload characterization of a registry trace as numbers, from its columns.
+
+The measures are those of the IBM Cloud registry workload study (Anwar et al.,
+"Improving Docker Registry Design based on Production Workload Analysis",
+FAST '18), so a trace can be set beside the published numbers; the figure
+names (``fig04_request_types`` … ``fig15_arrivals``, drawn by
+:mod:`drtp.analysis.trace_figures`) carry that study's figure numbers.
 
 Every function takes the frame of :mod:`drtp.analysis.columns` (time-ordered)
 and returns plain JSON-ready dicts; :func:`characterize` gathers them all.
@@ -6,25 +12,25 @@ Distributions are stored as CDF points (values at 201 evenly spaced
 probabilities) plus a few named percentiles, so figures for any trace length
 are drawn from the JSON alone.
 
-Definitions (where the paper leaves room, the choice is written here):
+Definitions (where the study leaves room, the choice is written here):
 
-* image pull = ``GET`` manifest, image push = ``PUT`` manifest (Fig. 4a);
+* image pull = ``GET`` manifest, image push = ``PUT`` manifest;
 * manifest/layer share: pulls count ``GET`` requests, pushes ``PUT`` or
-  ``HEAD`` requests, as in the paper (Fig. 5);
+  ``HEAD`` requests, as in the study;
 * sizes: successful (2xx) ``GET``/``PUT`` requests with a body (size > 0),
-  one value per request (Fig. 6);
+  one value per request;
 * popularity: layers and manifests count ``GET`` requests (reads);
-  repositories, users and clients count all requests (Fig. 10–11);
+  repositories, users and clients count all requests;
 * follow-ups: for each ``GET`` manifest, the ``GET`` layer requests of the same
   client to the same repository within the session threshold after it; the
   "after a push" variant keeps the ``GET`` manifests that come within the
-  push window after a ``PUT`` (manifest or layer) to that repository (Fig. 12);
+  push window after a ``PUT`` (manifest or layer) to that repository;
 * active requests: requests in flight (start to start + duration), averaged
   over each bin; active clients: distinct clients sending a request in the
-  bin (Fig. 13);
+  bin;
 * hour-of-day / day-of-week load: requests per hour (day) averaged over the
-  traced time, partly covered first/last bins weighted by their coverage (Fig. 14);
-* idle time: a gap during which no request is in flight (Fig. 15b);
+  traced time, partly covered first/last bins weighted by their coverage;
+* idle time: a gap during which no request is in flight;
 * data ingress: bytes of successful ``PUT``/``PATCH``/``POST``; egress: bytes of
   successful ``GET``.
 """
@@ -80,11 +86,11 @@ def share_below(values, limits: dict[str, float]) -> dict[str, float | None]:
     return {k: (float((v < lim).mean()) if v.size else None) for k, lim in limits.items()}
 
 
-# -- Fig. 4 and 5 ----------------------------------------------------------------
+# -- request types, manifest vs layer --------------------------------------------------
 
 
 def request_types(df: pd.DataFrame) -> dict:
-    """Requests per method (Fig. 4b), image pulls vs pushes (Fig. 4a), and per method+kind."""
+    """Requests per method, image pulls vs pushes, and per method+kind."""
     n = len(df)
     by_method = df["method"].value_counts()
     get_m = int(((df["method"] == "GET") & (df["kind"] == "manifest")).sum())
@@ -107,7 +113,7 @@ def request_types(df: pd.DataFrame) -> dict:
 
 
 def manifest_layer_share(df: pd.DataFrame) -> dict:
-    """Share of manifest vs layer requests among pulls (GET) and pushes (PUT or HEAD) — Fig. 5."""
+    """Share of manifest vs layer requests among pulls (GET) and pushes (PUT or HEAD)."""
     out = {}
     for name, methods in (("pull", ["GET"]), ("push", ["PUT", "HEAD"])):
         sel = df["kind"][df["method"].isin(methods)]
@@ -121,11 +127,11 @@ def manifest_layer_share(df: pd.DataFrame) -> dict:
     return out
 
 
-# -- Fig. 6, 8, 9 ----------------------------------------------------------------
+# -- sizes and response times ----------------------------------------------------------
 
 
 def sizes(df: pd.DataFrame) -> dict:
-    """Size distributions of successful GET/PUT requests with a body, per kind (Fig. 6)."""
+    """Size distributions of successful GET/PUT requests with a body, per kind."""
     ok = (df["status"] >= 200) & (df["status"] < 300) & (df["size"] > 0)
     out = {}
     for method in ("GET", "PUT"):
@@ -138,7 +144,7 @@ def sizes(df: pd.DataFrame) -> dict:
 
 
 def response_times(df: pd.DataFrame) -> dict:
-    """Response-time distributions (s) per method and kind (Fig. 8)."""
+    """Response-time distributions (s) per method and kind."""
     out = {}
     for method, kind in RESPONSE_GROUPS:
         v = df["duration"][(df["method"] == method) & (df["kind"] == kind)].to_numpy()
@@ -150,7 +156,7 @@ def response_times(df: pd.DataFrame) -> dict:
 
 
 def response_vs_size(df: pd.DataFrame) -> dict:
-    """GET layer response time by layer size, in quarter-decade size bins (Fig. 9)."""
+    """GET layer response time by layer size, in quarter-decade size bins."""
     sel = (df["method"] == "GET") & (df["kind"] == "blob") & (df["size"] > 0) & (df["status"] < 300)
     size = df["size"][sel].to_numpy(np.float64)
     dur = df["duration"][sel].to_numpy()
@@ -179,7 +185,7 @@ def response_vs_size(df: pd.DataFrame) -> dict:
     return {"bins": bins, "pearson_size_duration": _f(corr)}
 
 
-# -- Fig. 7, 13, 14, 15 --------------------------------------------------------------
+# -- load over time: per minute, concurrency, rhythm, arrivals -------------------------
 
 
 def per_bin_counts(times: np.ndarray, bin_s: float, origin: float | None = None) -> np.ndarray:
@@ -191,7 +197,7 @@ def per_bin_counts(times: np.ndarray, bin_s: float, origin: float | None = None)
 
 
 def requests_per_minute(df: pd.DataFrame) -> dict:
-    """Requests received per minute over the whole trace, idle minutes included (Fig. 7)."""
+    """Requests received per minute over the whole trace, idle minutes included."""
     counts = per_bin_counts(df["time"].to_numpy(), 60.0)
     d = distribution(counts)
     if counts.size:
@@ -218,7 +224,7 @@ def _occupancy(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.nd
 
 
 def concurrency(df: pd.DataFrame, bin_s: float = DEFAULT_BIN_S) -> dict:
-    """Active requests and clients per bin, as distributions and time series (Fig. 13)."""
+    """Active requests and clients per bin, as distributions and time series."""
     t = df["time"].to_numpy()
     if t.size == 0:
         return {"bin_s": bin_s, "active_requests": {"n": 0}, "active_clients": {"n": 0}, "series": {}}
@@ -274,7 +280,7 @@ def _rate_by(t: np.ndarray, width: float, key) -> pd.Series:
 
 
 def daily_rhythm(df: pd.DataFrame) -> dict:
-    """Average requests per hour of day and per day of week over the traced time, UTC (Fig. 14)."""
+    """Average requests per hour of day and per day of week over the traced time, UTC."""
     t = df["time"].to_numpy()
     if t.size == 0:
         return {"hour_of_day": {}, "day_of_week": {}}
@@ -288,7 +294,7 @@ def daily_rhythm(df: pd.DataFrame) -> dict:
 
 
 def arrivals(df: pd.DataFrame) -> dict:
-    """Inter-arrival times and idle periods (no request in flight), seconds (Fig. 15)."""
+    """Inter-arrival times and idle periods (no request in flight), seconds."""
     t = df["time"].to_numpy()
     inter = np.diff(t)
     if t.size:
@@ -305,7 +311,7 @@ def arrivals(df: pd.DataFrame) -> dict:
     }
 
 
-# -- Fig. 10, 11 -------------------------------------------------------------------
+# -- popularity ------------------------------------------------------------------------
 
 
 def popularity_of(counts: np.ndarray, top: int = 10) -> dict:
@@ -343,7 +349,7 @@ def popularity(df: pd.DataFrame) -> dict:
     return out
 
 
-# -- Fig. 12 --------------------------------------------------------------------------
+# -- follow-ups ------------------------------------------------------------------------
 
 
 def _code(column: pd.Series, value: str) -> int:
@@ -360,7 +366,7 @@ def _keyed_ms(group: np.ndarray, t_ms: np.ndarray, stride: int) -> np.ndarray:
 def follow_ups(df: pd.DataFrame, session_s: float = DEFAULT_SESSION_S, push_window_s: float | None = None) -> dict:
     """GET layer requests that follow each GET manifest of the same client and repository
     within ``session_s``; and the same for GET manifests that come within
-    ``push_window_s`` (default: the session) after a PUT to that repository (Fig. 12)."""
+    ``push_window_s`` (default: the session) after a PUT to that repository."""
     push_window_s = session_s if push_window_s is None else push_window_s
     t = df["time"].to_numpy()
     if t.size == 0:
@@ -414,7 +420,7 @@ def _follow_stats(follows: np.ndarray) -> dict:
     }
 
 
-# -- data volume ---------------------------------------------------------------------
+# -- data volume -----------------------------------------------------------------------
 
 
 def data_volume(df: pd.DataFrame) -> dict:
@@ -427,7 +433,7 @@ def data_volume(df: pd.DataFrame) -> dict:
     return {"ingress_bytes": ingress, "egress_bytes": egress, "layer_ingress_bytes": layers_in}
 
 
-# -- all ---------------------------------------------------------------------------------
+# -- all -------------------------------------------------------------------------------
 
 
 def characterize(

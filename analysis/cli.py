@@ -59,14 +59,14 @@ def cmd_analyze_results(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser(
         "analyze",
-        help="characterize traces (paper §4) or compare replay results; writes JSON, PNG and report.html",
+        help="characterize traces or compare replay results; writes JSON, PNG and report.html",
         description="Analysis of registry traces and replay runs.",
     )
     asub = p.add_subparsers(dest="analyze_command", metavar="WHAT", required=True)
 
     t = asub.add_parser(
         "trace",
-        help="workload characterization of trace files (paper §4, Fig. 4–15)",
+        help="workload characterization of trace files (the measures of Anwar et al., FAST '18)",
         description="Characterize traces: request types, sizes, load, response times, popularity, "
         "follow-ups, concurrency, rhythm, inter-arrival and idle times, data volume.",
     )

@@ -1,4 +1,4 @@
-"""Figures of replay runs (thesis Fig. 5.10–5.18): latency CDFs and violins, throughput, failures, lateness.
+"""Figures of replay runs: latency CDFs and violins, throughput, failures, lateness.
 
 ``results`` is ``{run: analyze_run(...)}``; ``frames`` is ``{run: requests frame}``
 (the violins need the raw latencies).  Every number written on a figure

@@ -1,4 +1,9 @@
-"""The paper's §4 figures, drawn from characterizations (``characterization.json``).
+"""Figures of a trace's workload characterization, drawn from ``characterization.json``.
+
+Each figure repeats one of the IBM Cloud registry workload study (Anwar et al.,
+"Improving Docker Registry Design based on Production Workload Analysis",
+FAST '18) for the traces at hand; its title ("FAST '18 Fig. 4") and file name
+(``fig04_…``) carry that study's figure number, so the two can be set side by side.
 
 Every function takes ``{label: characterization}`` (see
 :func:`drtp.analysis.characterize.characterize`) and returns a Figure, so a
@@ -41,8 +46,8 @@ def _stacked_shares(ax, shares: pd.DataFrame, title: str, ylabel: str = "share o
 
 
 def fig_request_types(chars: Chars) -> Figure:
-    """Fig. 4: image pulls vs pushes, and requests per HTTP method."""
-    fig, (a, b) = new_figure(1, 2, width=5.5, title="Request types (paper Fig. 4)")
+    """Image pulls vs pushes, and requests per HTTP method."""
+    fig, (a, b) = new_figure(1, 2, width=5.5, title="Request types (FAST '18 Fig. 4)")
     pp = pd.DataFrame(
         {
             lab: {
@@ -59,8 +64,8 @@ def fig_request_types(chars: Chars) -> Figure:
 
 
 def fig_manifest_layer(chars: Chars) -> Figure:
-    """Fig. 5: manifest vs layer share of pulls (GET) and pushes (PUT or HEAD)."""
-    fig, axes = new_figure(1, 2, width=5.0, title="Manifest vs layer requests (paper Fig. 5)")
+    """Manifest vs layer share of pulls (GET) and pushes (PUT or HEAD)."""
+    fig, axes = new_figure(1, 2, width=5.0, title="Manifest vs layer requests (FAST '18 Fig. 5)")
     for ax, (op, title) in zip(
         axes, (("pull", "(a) pulls: GET requests"), ("push", "(b) pushes: PUT or HEAD requests")), strict=True
     ):
@@ -99,19 +104,21 @@ def _cdf_panels(
 
 
 def fig_sizes(chars: Chars) -> Figure:
-    """Fig. 6: sizes of layers and manifests for GET and PUT requests."""
+    """Sizes of layers and manifests for GET and PUT requests."""
     keys = [
         ("GET blob", "(a) GET layer"),
         ("GET manifest", "(b) GET manifest"),
         ("PUT blob", "(c) PUT layer"),
         ("PUT manifest", "(d) PUT manifest"),
     ]
-    return _cdf_panels(chars, "sizes", keys, "Request sizes (paper Fig. 6)", "size (bytes written, log scale)", BYTES)
+    return _cdf_panels(
+        chars, "sizes", keys, "Request sizes (FAST '18 Fig. 6)", "size (bytes written, log scale)", BYTES
+    )
 
 
 def fig_requests_per_minute(chars: Chars) -> Figure:
-    """Fig. 7: requests received per minute."""
-    fig, (ax,) = new_figure(1, 1, width=6.5, title="Load: requests per minute (paper Fig. 7)")
+    """Requests received per minute."""
+    fig, (ax,) = new_figure(1, 1, width=6.5, title="Load: requests per minute (FAST '18 Fig. 7)")
     colors = palette(chars)
     drawn = [cdf_line(ax, c["requests_per_minute"], lab, colors[lab], log=False) for lab, c in chars.items()]
     ax.set_xscale("symlog", linthresh=1)
@@ -121,7 +128,7 @@ def fig_requests_per_minute(chars: Chars) -> Figure:
 
 
 def fig_response_times(chars: Chars) -> Figure:
-    """Fig. 8: response times per method and kind."""
+    """Response times per method and kind."""
     present = []
     for c in chars.values():
         present += [k for k in c["response_times"] if k not in present]
@@ -139,13 +146,13 @@ def fig_response_times(chars: Chars) -> Figure:
     if not keys:
         keys = [("GET blob", "GET layer")]
     return _cdf_panels(
-        chars, "response_times", keys, "Response time (paper Fig. 8)", "response time (s, log scale)", ncols=3
+        chars, "response_times", keys, "Response time (FAST '18 Fig. 8)", "response time (s, log scale)", ncols=3
     )
 
 
 def fig_response_vs_size(chars: Chars) -> Figure:
-    """Fig. 9: GET layer response time by layer size (median, interquartile band)."""
-    fig, (ax,) = new_figure(1, 1, width=6.5, title="Response time vs layer size, GET layer (paper Fig. 9)")
+    """GET layer response time by layer size (median, interquartile band)."""
+    fig, (ax,) = new_figure(1, 1, width=6.5, title="Response time vs layer size, GET layer (FAST '18 Fig. 9)")
     colors = palette(chars)
     drawn = False
     for lab, c in chars.items():
@@ -185,8 +192,8 @@ POPULARITY = (
 
 
 def fig_popularity(chars: Chars) -> Figure:
-    """Fig. 10: cumulative share of accesses taken by the most popular items."""
-    fig, axes = new_figure(2, 3, width=4.3, height=3.5, title="Popularity skew (paper Fig. 10)")
+    """Cumulative share of accesses taken by the most popular items."""
+    fig, axes = new_figure(2, 3, width=4.3, height=3.5, title="Popularity skew (FAST '18 Fig. 10)")
     colors = palette(chars)
     for ax, (key, name) in zip(axes, POPULARITY, strict=False):
         drawn = False
@@ -213,8 +220,8 @@ def fig_popularity(chars: Chars) -> Figure:
 
 
 def fig_top10(chars: Chars) -> Figure:
-    """Fig. 11: share of accesses of each of the ten most popular items."""
-    fig, axes = new_figure(1, 5, width=3.4, height=3.6, title="Top-10 popularity (paper Fig. 11)")
+    """Share of accesses of each of the ten most popular items."""
+    fig, axes = new_figure(1, 5, width=3.4, height=3.6, title="Top-10 popularity (FAST '18 Fig. 11)")
     colors = palette(chars)
     n = len(chars)
     width = 0.8 / max(1, n)
@@ -235,12 +242,12 @@ def fig_top10(chars: Chars) -> Figure:
 
 
 def fig_follow_ups(chars: Chars) -> Figure:
-    """Fig. 12: GET layer requests following a GET manifest within a client session."""
+    """GET layer requests following a GET manifest within a client session."""
     any_c = next(iter(chars.values()))
     s = any_c["follow_ups"]["session_s"]
     w = any_c["follow_ups"]["push_window_s"]
     fig, axes = new_figure(
-        1, 2, width=5.5, title=f"GET manifest → GET layer follow-ups, session {s:g} s (paper Fig. 12)"
+        1, 2, width=5.5, title=f"GET manifest → GET layer follow-ups, session {s:g} s (FAST '18 Fig. 12)"
     )
     colors = palette(chars)
     titles = {"all": "(a) all GET manifest requests", "after_push": f"(b) within {w:g} s after a PUT to the repository"}
@@ -267,10 +274,10 @@ def fig_follow_ups(chars: Chars) -> Figure:
 
 
 def fig_concurrency(chars: Chars) -> Figure:
-    """Fig. 13: active clients and requests, as CDFs and over time."""
+    """Active clients and requests, as CDFs and over time."""
     bin_s = next(iter(chars.values()))["concurrency"]["bin_s"]
     fig, axes = new_figure(
-        2, 2, width=5.5, height=3.6, title=f"Client and request concurrency, {bin_s:g} s bins (paper Fig. 13)"
+        2, 2, width=5.5, height=3.6, title=f"Client and request concurrency, {bin_s:g} s bins (FAST '18 Fig. 13)"
     )
     colors = palette(chars)
     for ax, key, name in (
@@ -307,8 +314,8 @@ def fig_concurrency(chars: Chars) -> Figure:
 
 
 def fig_rhythm(chars: Chars) -> Figure:
-    """Fig. 14: average requests per hour of day and per day of week (UTC)."""
-    fig, (a, b) = new_figure(1, 2, width=5.5, title="Daily and weekly rhythm (paper Fig. 14)")
+    """Average requests per hour of day and per day of week (UTC)."""
+    fig, (a, b) = new_figure(1, 2, width=5.5, title="Daily and weekly rhythm (FAST '18 Fig. 14)")
     colors = palette(chars)
     for lab, c in chars.items():
         h = c["rhythm"]["hour_of_day"]
@@ -336,9 +343,11 @@ def fig_rhythm(chars: Chars) -> Figure:
 
 
 def fig_arrivals(chars: Chars) -> Figure:
-    """Fig. 15: request inter-arrival times and idle periods."""
+    """Request inter-arrival times and idle periods."""
     keys = [("inter_arrival", "(a) inter-arrival time"), ("idle", "(b) idle periods (no request in flight)")]
-    return _cdf_panels(chars, "arrivals", keys, "Inter-arrival and idle times (paper Fig. 15)", "seconds (log scale)")
+    return _cdf_panels(
+        chars, "arrivals", keys, "Inter-arrival and idle times (FAST '18 Fig. 15)", "seconds (log scale)"
+    )
 
 
 def fig_data_volume(chars: Chars) -> Figure:

@@ -163,15 +163,15 @@ def measure(trace: Path, work: Path, parquet: bool = True) -> dict:
 
     rows = [
         ("read records only (TraceReader)", t_read, None),
-        ("subset of §4 numbers (read + compute)", t_col, t_naive),
+        ("subset of characterization numbers (read + compute)", t_col, t_naive),
         ("load columns", t_load, None),
-        ("full characterization (all §4 numbers)", t_char, None),
+        ("full characterization (every number)", t_char, None),
         ("drtp analyze trace end to end (+13 PNGs, report)", t_full, None),
     ]
     if parquet:
         rows += [
             (f"Parquet input (converted once in {t_conv:.1f} s):", None, None),
-            ("  subset of §4 numbers (read + compute)", t_col_pq, t_naive_pq),
+            ("  subset of characterization numbers (read + compute)", t_col_pq, t_naive_pq),
             ("  load columns", t_load_pq, None),
         ]
     return {

@@ -1,7 +1,7 @@
 """Trace ingest speed: drtp's streaming reader vs the original method, side by side.
 
 The original trace player loaded each file with ``json.load`` and parsed every
-timestamp with ``datetime.strptime`` (REFERENCE §3, §7).  Both read the same
+timestamp with ``datetime.strptime``.  Both read the same
 generated file in the same run; the table gives records/s and the ratio.
 
     python bench/bench_reader.py [--requests 200000] [--repeat 3] [--out bench/out/reader.json]
@@ -53,7 +53,7 @@ def original_method(path: Path) -> int:
 
 
 def strptime_every_record(path: Path) -> int:
-    """json.load + strptime for every record (no filter), sorted: the method as the issue words it."""
+    """json.load + strptime for every record (no filter), sorted: the original method, without its filter."""
     with open(path) as f:
         records = json.load(f)
     for r in records:

@@ -6,8 +6,9 @@ capacities.  Rates are given per GET layer request (what the cache sees) and
 per trace request (the trace's length over the time taken).  The ratio column
 compares with libCacheSim's LRU (fed request by request through its Python
 binding, as drtp does to know each request's outcome); libCacheSim's own C
-loop over a CSV of the same requests is shown too.  Last, the paper's
-5-size × 3-multiplier two-level sweep is timed with 2 worker processes.
+loop over a CSV of the same requests is shown too.  Last, the
+5-size × 3-multiplier two-level sweep of the IBM Cloud registry workload study
+(Anwar et al., FAST '18) is timed with 2 worker processes.
 
     python bench/bench_simulate.py [--requests 1000000] [--trace FILE] [--jobs 2] [--out bench/out/simulate.json]
 """

@@ -1,7 +1,7 @@
 """The self-benchmark suite: every bench script at one size, side by side with its baseline, as ONE table.
 
 Each row is drtp's number and its baseline's, measured in the same run on the same
-input, their ratio (drtp ÷ baseline) and the issue's target.  ``drtp selfbench``
+input, their ratio (drtp ÷ baseline) and drtp's target for that row (bench/README.md).  ``drtp selfbench``
 calls :func:`run_suite`; this file also runs on its own:
 
     python bench/suite.py [--size tiny|small|full] [--out bench/out]
@@ -38,7 +38,7 @@ from drtp.trace.reader import write_ibm  # noqa: E402
 
 @dataclass(frozen=True)
 class Size:
-    """How big each part runs; ``full`` is what the issue asks for."""
+    """How big each part runs; ``full`` is the size the targets are judged at."""
 
     reader: int  # records in the ingest file
     reader_repeat: int
@@ -268,14 +268,14 @@ def analyze_rows(size: Size, traces: Traces, work: Path) -> list[Row]:
     res = bench_analyze.measure(traces.get(size.analyze), work / "analyze", parquet=False)
     by = {r["stage"]: r for r in res["rows"]}
     full = by["drtp analyze trace end to end (+13 PNGs, report)"]
-    subset = by["subset of §4 numbers (read + compute)"]
+    subset = by["subset of characterization numbers (read + compute)"]
     n = res["records"]
     budget = 60.0 * n / 1e6
     agree = "yes" if not res["problems"] else "NO"
     return [
         Row(
             "6 analyze",
-            f"subset of the §4 numbers (read + compute), {n:,} records",
+            f"subset of the characterization numbers (read + compute), {n:,} records",
             subset["drtp_s"],
             subset["naive_s"],
             "s",

@@ -9,7 +9,7 @@ classified by drtp.replay.outcome, never an exception.  A request is sent once: 
 GET and HEAD are sent again, only when no byte of an answer arrived, and only
 when the run asks for it (``retries``); every attempt is counted.
 
-Blob uploads follow the Registry V2 protocol (REFERENCE §2): the trace's POST
+Blob uploads follow the Registry V2 protocol: the trace's POST
 opens an upload, a PATCH sends the layer's bytes, the PUT closes it with the
 digest (or sends the whole layer at once).  The open upload is remembered per
 (trace client, repository); a trace PATCH or PUT that finds none opens one

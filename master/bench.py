@@ -1,4 +1,4 @@
-"""``drtp bench push|pull|manifest``: synthetic registry benchmarks (zb/CReB-style), replay-format results.
+"""``drtp bench push|pull|manifest``: synthetic push and pull benchmarks of a registry, results in the replay format.
 
 An *image* is N layers of the given size(s) (random content, new for every
 image) plus a config blob and a schema-2 manifest referencing them.

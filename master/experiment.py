@@ -1,6 +1,6 @@
 """An experiment: warmup + run of the same trace against each registry of ``registries:``, in turn.
 
-Unattended (NFR4): one registry's failure — unreachable, refused credentials,
+Unattended: one registry's failure — unreachable, refused credentials,
 a warmup that fails, a run that dies — is recorded and the next registry
 runs.  Each registry's run goes to ``<experiment>/<id>/`` (requests.csv,
 summary.json tagged with ``registry_id``), with its own warmup map

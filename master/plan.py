@@ -2,17 +2,20 @@
 
 The trace's layer references are anonymized; the registry knows the digests
 that warmup pushed (the warmup map) and those that layers pushed during the
-run got (returned by the client node that pushed them: the paper's
-remapping).  Requests of one object keep the trace's order in both
+run got (returned by the client node that pushed them, since a pushed layer's
+random content gives it a new digest: every later read of the trace's digest
+is remapped to it).  Requests of one object keep the trace's order in both
 directions: a request that reads a layer or tag whose push is still in flight
 waits for that push's result, and a manifest push waits for the reads of its
 tag that the trace has before it (:meth:`Planner.blocked_by`), whichever nodes
 run them.  A layer push needs no such wait: its content is new, so it gets a
 new digest and cannot change what an earlier read of the layer addresses.
 
-A manifest PUT stays a PUT (defect B1) and carries the layers its image
-pushed or found (HEAD) in that repository since the client's last manifest
-operation there, so the node can build a real manifest (defect F3).
+A manifest PUT stays a PUT, even when the trace also reads that URI (the
+original trace player replayed such PUTs as GETs), and carries the layers its
+image pushed or found (HEAD) in that repository since the client's last
+manifest operation there, so the node can push a real manifest that references
+them rather than an opaque blob.
 """
 
 from __future__ import annotations

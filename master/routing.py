@@ -2,7 +2,7 @@
 
 Hash routing (``client_info.route: true``) keeps every request of one trace
 client on one node, so one image push or pull stays together (it may skew the
-load, as the paper notes); the ring is consistent, so when a node dies only
+load: a few busy trace clients can weigh more than the rest); the ring is consistent, so when a node dies only
 its clients move.
 """
 

@@ -1,4 +1,4 @@
-"""``drtp selfbench``: drtp's own speed beside its baselines, in one table (issue 9).
+"""``drtp selfbench``: drtp's own speed beside its baselines, in one table.
 
 The benchmarks live in the source checkout's ``bench/`` folder (they are scripts
 people also run alone); this command finds that folder next to the package,
@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--size",
         choices=("tiny", "small", "full"),
         default="small",
-        help="tiny: seconds (smoke test); small: a few minutes; full: the issue's sizes (1M records)",
+        help="tiny: seconds (smoke test); small: a few minutes; full: the sizes targets are judged at (1M records)",
     )
     p.add_argument("--out", help="directory for selfbench-<size>.csv/.json (default bench/out)")
     p.add_argument("--only", nargs="+", choices=PARTS, help="run only these parts")

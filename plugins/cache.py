@@ -2,12 +2,14 @@
 
 The cache sees the trace's successful GET layer requests (object = layer
 digest, size = the largest bytes written for it).  A cache is either shared by
-all registry servers or, with ``per_server``, one per trace ``host`` (the paper
-simulated one per server), each with the full capacity.  Hit ratios are
-reported over all requests and after the warm-up, which ends with the request
-whose admission causes the cache's first eviction (paper §5.3: "start
-calculating … upon observing the first eviction"); for a two-level cache any
-eviction counts, including a memory layer demoted to SSD.
+all registry servers or, with ``per_server``, one per trace ``host`` (as the
+IBM Cloud registry workload study, Anwar et al., FAST '18, simulated its
+caches: one per server), each with the full capacity.  Hit ratios are reported
+over all requests and after the warm-up, which ends with the request whose
+admission causes the cache's first eviction (that study counts hits from the
+first eviction on: until then nothing has been evicted, so every cache size
+scores alike); for a two-level cache any eviction counts, including a
+memory layer demoted to SSD.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ ARG_HELP = {
     "per_server": "one cache per trace host, each of the full capacity (default: one shared cache)",
     "percent_of": "what a percentage is of: 'ingress' (bytes of PUT/PATCH layer uploads) or "
     "'footprint' (bytes of distinct layers GET)",
-    "ssd_multiplier": "SSD level size as a multiple of the memory size (paper: 10, 15, 20)",
+    "ssd_multiplier": "SSD level size as a multiple of the memory size (the published study tried 10, 15, 20)",
     "threshold": "layers smaller than this go to memory, larger ones to SSD (default 100MiB)",
     "policy": "lru, two-level, or libcachesim:<policy> (e.g. libcachesim:S3-FIFO)",
     "params": "libcachesim policy parameters, e.g. {small_size_ratio: 0.1} for S3-FIFO",
@@ -229,7 +231,7 @@ class LRUPlugin(SimPlugin):
 
 class TwoLevelPlugin(SimPlugin):
     name = "two-level"
-    description = "paper §5.3 memory LRU (layers < threshold) + SSD LRU (k× memory), memory evictions demoted"
+    description = "memory LRU (layers < threshold) + SSD LRU (k× memory), memory evictions demoted"
     Args = TwoLevelArgs
     arg_help = ARG_HELP
 

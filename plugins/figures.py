@@ -1,4 +1,8 @@
-"""PNG figures of simulation results, after the paper's Fig. 17 and Fig. 18."""
+"""PNG figures of simulation results: hit ratio against cache size, and hits per prefetch.
+
+They take the form of the cache and prefetch figures of the IBM Cloud registry
+workload study (Anwar et al., FAST '18), so a sweep can be set beside them.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ def _ordered(values) -> list:
 
 
 def hit_ratio_vs_size(df: pd.DataFrame, path: Path) -> Path:
-    """Fig. 17: hit ratio against cache size, one line per level / other swept value.
+    """Hit ratio against cache size, one line per level / other swept value.
 
     Left panel over all GET layer requests, right panel after the warm-up.
     """
@@ -60,7 +64,7 @@ def hit_ratio_vs_size(df: pd.DataFrame, path: Path) -> Path:
 
 
 def hits_per_prefetch(df: pd.DataFrame, path: Path) -> Path:
-    """Fig. 18: hits per prefetch, bars grouped by LM_thresh, one bar per ML_thresh."""
+    """Hits per prefetch, bars grouped by LM_thresh, one bar per ML_thresh."""
     lms = _ordered(df["arg_lm_thresh"]) if "arg_lm_thresh" in df else [df["lm_thresh_s"].iloc[0]]
     mls = _ordered(df["arg_ml_thresh"]) if "arg_ml_thresh" in df else [df["ml_thresh_s"].iloc[0]]
     width = 0.8 / len(mls)

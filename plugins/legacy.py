@@ -2,7 +2,7 @@
 
 The original master handed such a plugin the parsed trace as a time-ordered
 list of dicts ``{'delay', 'uri', 'size', 'method', 'duration', 'client'}``
-(REFERENCE §3), ``delay`` being seconds since the first request, holding the
+``delay`` being seconds since the first request, holding the
 GET and PUT requests with a non-zero size (its ``get_requests`` kept nothing
 else).  drtp builds exactly that list — the trace's ``limit`` applies to the
 records read, before this filter — and calls ``init(requests, args)`` when the

@@ -82,7 +82,7 @@ class LRU(CachePolicy):
 
 
 class TwoLevel(CachePolicy):
-    """The paper's two-level layer cache (§5.3): memory LRU over SSD LRU.
+    """A two-level layer cache, memory LRU over SSD LRU, as proposed for registry servers by Anwar et al. (FAST '18).
 
     Layers smaller than ``threshold`` (and no larger than the memory) live in
     memory; an SSD hit on such a layer moves it back to memory.  Memory

@@ -1,8 +1,9 @@
 """Parameter sweeps: every list in ``simulate.args`` is a grid dimension.
 
 ``capacity: [2%, 4%, 6%, 8%, 10%]`` with ``ssd_multiplier: [10, 15, 20]`` is the
-paper's Fig. 17 grid; ``lm_thresh: [1h, 12h, 1d]`` with ``ml_thresh: [1h, 12h, 1d]``
-its Fig. 18.  The trace is converted once in the parent; grid points run in
+cache grid of the IBM Cloud registry workload study (Anwar et al., FAST '18);
+``lm_thresh: [1h, 12h, 1d]`` with ``ml_thresh: [1h, 12h, 1d]`` its prefetch
+grid.  The trace is converted once in the parent; grid points run in
 worker processes forked from it (the compact trace is shared copy-on-write,
 never pickled), each returning its summary as one row of ``sweep.csv``.
 """

@@ -21,7 +21,7 @@ def test_generated_mix_looks_like_a_registry_workload(generated_trace):
     recs = read_trace([generated_trace])
     methods = Counter(r.method for r in recs)
     n = len(recs)
-    assert methods["GET"] / n > 0.6  # paper: GET > 60 % everywhere
+    assert methods["GET"] / n > 0.6  # published IBM traces: GET > 60 % in every zone
     assert 0.08 < methods["HEAD"] / n < 0.25  # HEAD 10–22 %
     assert methods["PATCH"] > 0 and methods["POST"] > 0
     assert 1.5 < methods["PUT"] / methods["PATCH"] < 7  # PUT 1.9–5.8× PATCH

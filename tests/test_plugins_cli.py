@@ -105,7 +105,7 @@ def test_original_contract_plugin_runs_unchanged(tmp_path, trace_file):
     assert result["keys"] == ["client", "delay", "duration", "method", "size", "uri"]
     assert result["sorted"] and result["first_delay"] == 0
     assert result["methods"] == ["GET", "PUT"] and result["min_size"] > 0
-    assert result["put_manifests"] > 0  # PUT manifests stay PUTs (the original's defect B1)
+    assert result["put_manifests"] > 0  # PUT manifests stay PUTs (the original player made GETs of them)
     assert result["arg"] == 2 and result["n"] == summary["requests"] > 0
 
 

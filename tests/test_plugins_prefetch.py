@@ -1,4 +1,7 @@
-"""The prefetch plugin (paper Algorithm 1): hand-computed trace and a naive reference."""
+"""The prefetch plugin (a pushed layer is prefetched when another client GETs its repository's manifest).
+
+A hand-computed trace and a naive reference.
+"""
 
 from __future__ import annotations
 
@@ -74,7 +77,7 @@ def test_bad_threshold_names_the_key():
 
 
 def reference_prefetch(trace, lm: float, ml: float) -> dict:
-    """Algorithm 1 written naively: sets of clients per (repo, layer), expiry by scanning."""
+    """The prefetch rule written naively: sets of clients per (repo, layer), expiry by scanning."""
     sizes: dict[int, int] = {}
     for i in range(len(trace)):
         if trace.kind[i] == BLOB and trace.method[i] in (GET, PUT) and trace.status[i] < 400:

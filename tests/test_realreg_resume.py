@@ -1,4 +1,4 @@
-"""Resume (SR9): a run whose master is killed (SIGKILL) mid-way, resumed with --resume, ends with the
+"""Resume: a run whose master is killed (SIGKILL) mid-way, resumed with --resume, ends with the
 request set of an uninterrupted run — every trace request exactly once — and the summary counts them all.
 """
 

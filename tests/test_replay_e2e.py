@@ -57,7 +57,7 @@ def test_replay_matches_trace_and_registry_log(tmp_path, nodes, trace, route, wa
     # the registry saw exactly the trace's requests plus the helper requests reported as auxiliary
     expected = method_kind_counts(records) + Counter(zip(aux.method, aux.kind, strict=False))
     assert method_kind_counts(sent) == expected
-    # PUT manifests stayed PUTs (B1) and were accepted as real manifests
+    # PUT manifests stayed PUTs and were accepted as real manifests
     assert sum(1 for r in sent if r.method == "PUT" and r.kind == "manifest" and r.status == 201) == sum(
         1 for r in records if r.method == "PUT" and r.kind == "manifest"
     )

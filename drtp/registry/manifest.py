@@ -1,4 +1,7 @@
-"""Real schema-2 image manifests for replayed pushes and for warmup (defect F3).
+"""Real schema-2 image manifests for replayed pushes and for warmup.
+
+A pushed image must be pullable: registries that refuse layers no manifest
+references (ECR, for one) would otherwise refuse the replay's layer GETs.
 
 A manifest references layers that exist in the repository; its config is the
 first layer (as python-dxf does) or a tiny config blob, and it is padded with

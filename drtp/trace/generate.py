@@ -1,9 +1,11 @@
 """Synthetic registry traces in the IBM format, shaped like the published workload.
 
-The generator simulates image pulls and pushes (paper §2.1) by a skewed
+The published workload is the IBM Cloud registry traces as characterized by
+Anwar et al. (FAST '18); the defaults below are set from its numbers.
+The generator simulates image pulls and pushes by a skewed
 population of clients against a skewed population of repositories:
 
-* pulls: ``GET manifest``, then, for a minority of pulls (the paper's
+* pulls: ``GET manifest``, then, for a minority of pulls (the published
   follow-up rate), ``GET`` of the layers the client lacks, sometimes preceded
   by a ``HEAD``; a pull soon after a push to the same repository fetches
   layers far more often;
@@ -46,7 +48,7 @@ class GenerateOptions:
     repositories: int = 300
     hosts: int = 4
     push_ratio: float = 0.07  # share of image operations that are pushes (pulls 90–95 %)
-    follow_rate: float = 0.2  # pulls that fetch layers (paper: 4–27 %)
+    follow_rate: float = 0.2  # pulls that fetch layers (published: 4–27 %)
     follow_after_push: float = 0.8  # the same, within an hour after a push to the repo
     follow_rank: int = 1  # clients ranked below this (the busiest) fetch layers proportionally less often
     layer_median: float = 400e3  # bytes; lognormal median

@@ -1,4 +1,4 @@
-"""``drtp sample``: cut a representative piece out of a long trace (thesis §4, REFERENCE §4).
+"""``drtp sample``: cut a representative piece out of a long trace, to replay in minutes instead of weeks.
 
 Methods:
 
@@ -9,7 +9,7 @@ Methods:
   per-minute request rate has its 5th and 95th percentiles within 50 % of the
   median (the qualifying window with the smallest spread);
 * ``requests`` / ``duration`` / ``bytes``: the first N requests, S seconds, or
-  requests up to a byte budget (W1-style "about 3.5 GB"), from ``--start``.
+  requests up to a byte budget (e.g. "about 3.5 GB"), from ``--start``.
 
 Two streaming passes: one counts per minute, the other writes the chosen
 span, so traces of any length can be sampled.
