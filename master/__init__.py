@@ -1,1 +1,1 @@
-"""Trace dispatch: reads the trace and feeds client nodes (warmup, run) or plugins (simulate)."""
+"""A replay's orchestration: warmup, then the trace planned, routed and fed to client nodes, and the results written."""

@@ -1,1 +1,1 @@
-"""Running drtp on a cluster: Slurm jobs (:mod:`.slurm`, :mod:`.experiment`) and SSH deployment (:mod:`.deploy`)."""
+"""Running drtp on a cluster: Slurm jobs (:mod:`.slurm`, :mod:`.submission`) and SSH deployment (:mod:`.deploy`)."""
