@@ -20,25 +20,22 @@ from pathlib import Path
 import yaml
 
 from drtp.analysis.trace_summary import format_summary, summarize
+from drtp.registry.client import RegistryClient
 from drtp.registry.local import LocalRegistry
+from drtp.registry.manifest import digest_of
 from drtp.trace.generate import GenerateOptions, generate
 from drtp.trace.reader import TraceReader, write_ibm
 
 
 def registry_roundtrip(host: str, size: int = 300_000) -> dict:
-    """Push and pull one blob through python-dxf; returns timings in seconds."""
-    import hashlib
-    import os
-
-    from dxf import DXF
-
+    """Push and pull one blob through drtp.registry.client; returns timings in seconds."""
     data = os.urandom(size)
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    dxf = DXF(host, "drtp/demo", insecure=True)
+    digest = digest_of(data)
+    client = RegistryClient(host)
     t0 = time.perf_counter()
-    dxf.push_blob(data=data, digest=digest)  # bytes: one body with Content-Length
+    client.push_blob("drtp/demo", data, digest)  # bytes: one body with Content-Length
     t1 = time.perf_counter()
-    pulled = b"".join(dxf.pull_blob(digest))
+    pulled = client.pull_blob("drtp/demo", digest)
     t2 = time.perf_counter()
     if pulled != data:
         raise RuntimeError("the registry returned different bytes than were pushed")

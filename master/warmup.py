@@ -7,7 +7,7 @@ for each.  Objects the trace first pushes are left to the run; reads the trace
 saw fail (e.g. a pull of a tag never pushed: 404) are not warmed, so the run
 sees the same 404.
 
-Then, with ``warmup.threads`` threads and python-dxf: each blob is pushed once
+Then, with ``warmup.threads`` threads and drtp.registry.client: each blob is pushed once
 (random or zero bytes of its size, per ``warmup.random``) and cross-repo
 mounted into the other repositories that read it; then each manifest is
 pushed as a real schema-2 manifest over layers of its repository, padded to
@@ -28,20 +28,16 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import requests
-from dxf import DXF
-from dxf.exceptions import DXFError
-
 from drtp.config import Config
 from drtp.errors import RunError
 from drtp.master.plan import registry_for, with_prefix
 from drtp.master.preflight import preflight_all
 from drtp.progress import progress
-from drtp.registry.auth import auth_for, config_auth, dxf_options, registry_names, repository_prefix
+from drtp.registry.auth import auth_for, config_auth, registry_names, repository_prefix
+from drtp.registry.client import REGISTRY_ERRORS, RegistryClient
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.content import digest as stream_digest
 from drtp.registry.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
-from drtp.replay.messages import registry_base
 from drtp.trace.reader import TraceReader
 
 DEFAULT_BLOB_SIZE = 1024  # a blob only ever HEADed: the trace has no size for it
@@ -55,16 +51,6 @@ class WarmupPlan:
     # (registry, repository, tag) -> size
     manifests: dict[tuple[str, str, str], int] = field(default_factory=dict)
     records: int = 0
-
-
-def check_registries(registries: list[str]) -> None:
-    """A RunError (exit 3) naming the first registry that does not answer ``/v2/``."""
-    for reg in registries:
-        url = registry_base(reg) + "/v2/"
-        try:
-            requests.get(url, timeout=5)
-        except requests.RequestException as e:
-            raise RunError(f"registry {reg} does not answer ({type(e).__name__})") from None
 
 
 def plan_warmup(reader: TraceReader, registries: list[str], prefix: str = "") -> WarmupPlan:
@@ -129,10 +115,13 @@ class Warmup:
         self.auths = config_auth(cfg)
         self.stats = WarmupStats()
         self.done: dict[tuple[str, str, str, str], dict] = {}  # (registry, repository, kind, ref) -> entry
+        self.clients: dict[str, RegistryClient] = {}  # registry -> its client (a map may name another registry)
 
-    def _dxf(self, registry: str, repo: str) -> DXF:
-        host = registry.split("://")[-1].rstrip("/")
-        return DXF(host, repo, timeout=60, **dxf_options(auth_for(registry, self.auths), registry))
+    def _client(self, registry: str) -> RegistryClient:
+        client = self.clients.get(registry)
+        if client is None:
+            client = self.clients[registry] = RegistryClient(registry, auth_for(registry, self.auths), timeout=60)
+        return client
 
     def _content(self, size: int) -> bytes:
         return random.randbytes(size) if self.cfg.warmup.random else bytes(size)
@@ -158,13 +147,8 @@ class Warmup:
             self.done[(e["registry"], e["repository"], e["kind"], e["reference"])] = e
 
     def _exists(self, e: dict) -> bool:
-        kind = "blobs" if e["kind"] == "blob" else "manifests"
-        try:
-            dxf = self._dxf(e["registry"], e["repository"])
-            dxf._request("head", f"{kind}/{e['digest']}")  # the registry's own HEAD, via dxf's session
-            return True
-        except (requests.RequestException, DXFError):
-            return False
+        kind = "blob" if e["kind"] == "blob" else "manifest"
+        return self._client(e["registry"]).exists(kind, e["repository"], e["digest"])
 
     # -- work items ---------------------------------------------------------------------------
 
@@ -176,13 +160,13 @@ class Warmup:
         for repo, entry in zip(repos, have, strict=False):
             if entry:
                 continue
-            dxf = self._dxf(registry, repo)
+            client = self._client(registry)
             if source is not None:
                 try:
-                    dxf.mount_blob(source["repository"], source["digest"])
+                    client.mount_blob(repo, source["repository"], source["digest"])
                     out.append(self._entry(registry, repo, "blob", ref, source["digest"], source["size"], "mounted"))
                     continue
-                except (requests.RequestException, DXFError):
+                except REGISTRY_ERRORS:
                     pass  # e.g. the registry does not mount: push instead
             size = max(size, 1)
             if size <= STREAM_ABOVE:
@@ -192,18 +176,18 @@ class Warmup:
                 seed, randomized = new_seed(), self.cfg.warmup.random
                 digest = stream_digest(seed, size, randomized)
                 data = chunks(seed, size, randomized)
-            dxf.push_blob(data=data, digest=digest)
+            client.push_blob(repo, data, digest)
             entry = self._entry(registry, repo, "blob", ref, digest, size, "pushed")
             out.append(entry)
             source = source or entry
         return out
 
     def _manifest(self, registry: str, repo: str, tag: str, size: int, layers: list[tuple[str, int]]) -> list[dict]:
-        dxf = self._dxf(registry, repo)
+        client = self._client(registry)
         if not layers:
-            dxf.push_blob(data=CONFIG_BLOB, digest=CONFIG_DIGEST)
+            client.push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)
         body = build_manifest(layers, size)
-        dxf.set_manifest(tag, body.decode())
+        client.put_manifest(repo, tag, body)
         return [self._entry(registry, repo, "manifest", tag, digest_of(body), len(body), "manifest")]
 
     @staticmethod
@@ -278,7 +262,7 @@ class Warmup:
             job, weight = futures.pop(f)
             try:
                 entries = f.result()
-            except (requests.RequestException, DXFError, OSError) as e:
+            except (*REGISTRY_ERRORS, OSError) as e:
                 self.stats.failed += 1
                 if len(self.stats.errors) < 20:
                     self.stats.errors.append(f"{job[:3]}: {type(e).__name__}: {e}"[:300])

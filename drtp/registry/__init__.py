@@ -2,7 +2,8 @@
 
 Repository names and references (:mod:`.names`), credentials and TLS trust
 (:mod:`.auth`), the HTTP/1.1 connections that carry replayed requests
-(:mod:`.transport`), image manifests and generated layer content
+(:mod:`.transport`), the named calls every other registry request goes
+through (:mod:`.client`), image manifests and generated layer content
 (:mod:`.manifest`, :mod:`.content`), and a real registry started on loopback
 for tests and the demo (:mod:`.local`).
 """

@@ -3,7 +3,8 @@
 The config's ``registries:`` entries become :class:`RegistryAuth` records
 (resolved once on the master: ``${ENV}`` or ``password_file``, the CA file's
 text) that travel to client nodes only inside the signed run spec.  Both the
-nodes (``http.client``) and warmup (python-dxf) authenticate from them:
+nodes (:class:`Authenticator`, its token fetch over ``http.client``) and
+:mod:`drtp.registry.client` (python-dxf) authenticate from them:
 
 * **Basic**: the registry answers 401 with ``WWW-Authenticate: Basic``; the
   request is sent again with ``Authorization: Basic …`` and every later request
@@ -26,7 +27,6 @@ import json
 import re
 import ssl
 import threading
-from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 from drtp.config import Config, RegistryEntry
@@ -184,48 +184,6 @@ class Authenticator:
             return data.get("token") or data["access_token"]
         except (ValueError, KeyError, TypeError):
             raise AuthError(f"token server {realm.netloc} gave no token (HTTP {resp.status})") from None
-
-
-def dxf_options(auth: RegistryAuth | None, registry: str) -> dict:
-    """Keyword arguments for python-dxf's ``DXF(host, repo, **options)`` to reach ``registry``."""
-    base = registry_base(registry)
-    opts: dict = {"insecure": base.startswith("http://")}
-    if auth is None:
-        return opts
-    if auth.insecure:
-        opts["tlsverify"] = False
-    elif auth.ca_pem:
-        opts["tlsverify"] = ca_file_for(auth)
-    if auth.username:
-        user, password, basic = auth.username, auth.password, Authenticator(auth).basic
-
-        def authenticate(dxf, response) -> None:
-            if dxf._insecure:  # python-dxf refuses auth over http; the entry allowed it (insecure: true)
-                dxf._headers = {"Authorization": basic}
-                return
-            dxf.authenticate(user, password, response=response)
-
-        opts["auth"] = authenticate
-    return opts
-
-
-_CA_FILES: dict[str, str] = {}
-
-
-def ca_file_for(auth: RegistryAuth) -> str:
-    """A file holding the CA text and the public CAs (python-dxf/requests take one path); one per bundle."""
-    import hashlib
-    import tempfile
-
-    import certifi
-
-    key = hashlib.sha256(auth.ca_pem.encode()).hexdigest()[:16]
-    path = _CA_FILES.get(key)
-    if path is None or not Path(path).exists():
-        path = str(Path(tempfile.gettempdir()) / f"drtp-ca-{key}.pem")
-        Path(path).write_text(Path(certifi.where()).read_text() + "\n" + auth.ca_pem)
-        _CA_FILES[key] = path
-    return path
 
 
 def auth_for(registry: str, auths: list[RegistryAuth]) -> RegistryAuth | None:

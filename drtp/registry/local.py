@@ -12,15 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import ssl
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from drtp.errors import DrtpError
+from drtp.registry.client import REGISTRY_ERRORS, RegistryClient
+from drtp.replay.messages import RegistryAuth
 
 CONFIG_TEMPLATE = """\
 version: 0.1
@@ -127,21 +126,18 @@ class LocalRegistry:
         raise DrtpError(f"the registry did not start; see {self.log_path}")
 
     def _wait_ready(self, timeout: float) -> bool:
+        # our own process, reached without verifying its certificate: readiness only
+        probe = RegistryClient(self.url, RegistryAuth(self.url, insecure=True), timeout=1)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
                 return False
-            ctx = ssl._create_unverified_context() if self.tls else None  # our own process: readiness only
             try:
-                with urllib.request.urlopen(f"{self.url}/v2/", timeout=1, context=ctx) as r:
-                    if r.status == 200:
-                        return True
-            except urllib.error.HTTPError as e:
-                if e.code == 401:  # up, and asking for credentials
+                if probe.ping() in (200, 401):  # up (401: and asking for credentials)
                     return True
-                time.sleep(0.05)
-            except OSError:
-                time.sleep(0.05)
+            except (*REGISTRY_ERRORS, OSError):
+                pass
+            time.sleep(0.05)
         return False
 
     def stop(self) -> None:

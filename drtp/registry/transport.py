@@ -8,6 +8,14 @@ httptools (llhttp, the C parser uvicorn uses): ~75 µs.  It speaks just what a
 registry client needs: a bytes body or a stream of chunks with a known length,
 Content-Length or chunked answers, HEAD, keep-alive, TLS through an
 ``ssl.SSLContext``, a timeout per socket operation.
+
+This is the replay's path only: the nodes (``drtp.client.executor`` with
+:class:`Connection`, ``drtp.client.loop_engine`` with :class:`AsyncConnection`),
+and the preflight check and ``drtp bench``, which must behave as the nodes do.
+Every other registry request — warmup, the demo, the local registry's
+readiness probe — goes through :class:`drtp.registry.client.RegistryClient`,
+which trades this speed for python-dxf's whole protocol (mounts, manifests,
+token auth).
 """
 
 from __future__ import annotations
