@@ -41,7 +41,6 @@ from drtp.registry.auth import auth_for, config_auth, dxf_options, registry_name
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.content import digest as stream_digest
 from drtp.registry.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
-from drtp.replay.messages import registry_base
 from drtp.trace.reader import TraceReader
 
 DEFAULT_BLOB_SIZE = 1024  # a blob only ever HEADed: the trace has no size for it
@@ -55,16 +54,6 @@ class WarmupPlan:
     # (registry, repository, tag) -> size
     manifests: dict[tuple[str, str, str], int] = field(default_factory=dict)
     records: int = 0
-
-
-def check_registries(registries: list[str]) -> None:
-    """A RunError (exit 3) naming the first registry that does not answer ``/v2/``."""
-    for reg in registries:
-        url = registry_base(reg) + "/v2/"
-        try:
-            requests.get(url, timeout=5)
-        except requests.RequestException as e:
-            raise RunError(f"registry {reg} does not answer ({type(e).__name__})") from None
 
 
 def plan_warmup(reader: TraceReader, registries: list[str], prefix: str = "") -> WarmupPlan:
@@ -264,15 +253,15 @@ class Warmup:
                 for job, weight in it:  # keep the queue short: memory stays bounded
                     futures[pool.submit(fn, *job)] = (job, weight)
                     if len(futures) >= 4 * threads:
-                        self._collect(futures, out, bar, block=True)
+                        self._collect(futures, out, bar)
                 while futures:
-                    self._collect(futures, out, bar, block=True)
+                    self._collect(futures, out, bar)
             except KeyboardInterrupt:
                 for f in futures:
                     f.cancel()
                 raise
 
-    def _collect(self, futures: dict, out, bar, block: bool) -> None:
+    def _collect(self, futures: dict, out, bar) -> None:
         finished, _ = wait(list(futures), return_when=FIRST_COMPLETED)
         for f in finished:
             job, weight = futures.pop(f)
