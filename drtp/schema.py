@@ -29,7 +29,7 @@ _TYPE_WORDS = {
     "str": "a string",
     "bool": "true or false",
     "array": "a list",
-    "object": "a mapping",
+    "object": "a mapping of keys",
     "null": "nothing",
 }
 _BACKTICKED = re.compile(r"`([^`]+)`")
@@ -83,6 +83,7 @@ def explain(
         return f"missing key '{_join(_join(prefix, at), field.group(1))}'"
     detail = text[0].lower() + text[1:] if text else "invalid value"
     value = _value_at(data, at)
+    wrong_type = re.search(r", got `[^`]+`$", detail) is not None
     detail = re.sub(r", got `[^`]+`$", "", detail)
     detail = _BACKTICKED.sub(_words, detail).replace(">=", "≥").replace("<=", "≤")
     detail = re.sub(r"(\d)\.0\b", r"\1", detail)  # msgspec's bound 0.0 of a float key reads as 0
@@ -93,6 +94,8 @@ def explain(
         return f"key '{name}': {detail}"
     if value is not _MISSING and not isinstance(value, (dict, list)):
         detail += f", got {_shown(value)}"
+    elif wrong_type and isinstance(value, (dict, list)):  # a whole section is too long to show: its type says enough
+        detail += f", got {type(value).__name__}"
     return f"key '{name}': {detail}"
 
 

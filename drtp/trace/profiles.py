@@ -65,8 +65,8 @@ class ProfileFile(msgspec.Struct, forbid_unknown_fields=True):
     description: Any = ""
     published: Any = None
     known_gaps: Any = None
-    generator: GeneratorSection | None = None
-    targets: dict[str, Any] | None = None  # characteristic: [value, tolerance]
+    generator: GeneratorSection = msgspec.field(default_factory=GeneratorSection)
+    targets: dict[str, Any] = {}  # characteristic: [value, tolerance]
 
 
 def load_profile(name: str) -> dict[str, Any]:
@@ -75,8 +75,9 @@ def load_profile(name: str) -> dict[str, Any]:
     data = read_yaml_mapping(path)
     if not data.get("generator") and not data.get("targets"):
         raise ConfigError(f"{path}: an empty profile (it needs generator: or targets:)")
-    profile = convert(data, ProfileFile, str(path))
-    given = msgspec.structs.asdict(profile.generator) if profile.generator is not None else {}
+    # a key left empty (``generator:`` with nothing under it) reads as null: the same as no key
+    profile = convert({key: value for key, value in data.items() if value is not None}, ProfileFile, str(path))
+    given = msgspec.structs.asdict(profile.generator)
     gen = {key: value for key, value in given.items() if value is not msgspec.UNSET}
     per_day = gen.pop("requests_per_day", None)
     for key, value in gen.items():
@@ -85,7 +86,7 @@ def load_profile(name: str) -> dict[str, Any]:
             raise ConfigError(f"{path}: key 'generator.{key}': {problem}")
     if per_day is not None and not (_finite(per_day) and 0 < per_day <= 1e12):
         raise ConfigError(f"{path}: key 'generator.requests_per_day': expected a number > 0, got {per_day!r}")
-    targets = profile.targets or {}
+    targets = profile.targets
     for key, value in targets.items():
         if not (isinstance(value, list) and len(value) == 2 and all(_finite(v) for v in value)):
             raise ConfigError(f"{path}: key 'targets.{key}': expected [value, tolerance] (two numbers), got {value!r}")
