@@ -11,25 +11,40 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from drtp.errors import ConfigError, DrtpError
+from drtp.schema import convert
 from drtp.yamlfile import read_yaml_mapping
 
 PRICING_DIR = Path(__file__).resolve().parent.parent / "configs" / "pricing"
 GB = 1e9  # providers bill decimal gigabytes
-_PLAN_KEYS = {
-    "monthly_fee",
-    "included_storage_gb",
-    "storage_gb_month",
-    "operations_per_gb",
-    "price_per_10k_operations",
-    "egress_gb",
-    "included_egress_gb",
-    "limits",
-}
-
 Tiers = list[tuple[float | None, float]]
+# A price or an amount of GB: a number ≥ 0, finite (no table comes near a billion terabytes); not a bool.
+Amount = Annotated[float, msgspec.Meta(ge=0, le=1e15)]
+
+
+class PlanSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """One plan of a pricing file, as written (``storage_gb_month`` and ``egress_gb``: a price or tiers)."""
+
+    monthly_fee: Amount = 0.0
+    included_storage_gb: Amount = 0.0
+    storage_gb_month: Any = 0  # checked by _tiers, which says what tiers look like
+    operations_per_gb: Amount = 0.0
+    price_per_10k_operations: Amount = 0.0
+    egress_gb: Any = 0
+    included_egress_gb: Amount = 0.0
+    limits: Any = ""  # free text about the plan's limits
+
+
+class PricingFile(msgspec.Struct, forbid_unknown_fields=True):
+    """A pricing file; each plan is validated on its own, so an error names the plan (``plans.<name>.<key>``)."""
+
+    provider: Any = msgspec.UNSET  # default: the file's name
+    source: Any = None  # where the prices were read
+    plans: dict[Any, Any] | None = None
 
 
 @dataclass
@@ -65,13 +80,6 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
 
 
-def _price(spec: dict, key: str, where: str) -> float:
-    value = spec.get(key, 0)
-    if not _number(value):
-        raise ConfigError(f"{where}.{key}': expected a number ≥ 0, got {value!r}")
-    return float(value)
-
-
 def _tiers(value: Any, where: str) -> Tiers:
     if _number(value):
         return [(None, float(value))]
@@ -104,33 +112,23 @@ def load_pricing(paths: list[Path] | None = None) -> list[Plan]:
             raise ConfigError(f"{p}: pricing file not found")
     plans = []
     for f in files:
-        data = read_yaml_mapping(f)
-        unknown = set(data) - {"provider", "source", "plans"}
-        if unknown:
-            raise ConfigError(f"{f}: unknown key '{sorted(unknown)[0]}'")
-        specs = data.get("plans") or {}
-        if not isinstance(specs, dict):
-            raise ConfigError(f"{f}: key 'plans': expected a mapping of plan names, got {type(specs).__name__}")
-        for name, spec in specs.items():
-            spec = spec or {}
-            if not isinstance(spec, dict):
-                raise ConfigError(f"{f}: key 'plans.{name}': expected a mapping of keys, got {type(spec).__name__}")
-            bad = set(spec) - _PLAN_KEYS
-            if bad:
-                raise ConfigError(f"{f}: unknown key 'plans.{name}.{sorted(map(str, bad))[0]}'")
+        pricing = convert(read_yaml_mapping(f), PricingFile, str(f))
+        provider = f.stem if pricing.provider is msgspec.UNSET else str(pricing.provider)
+        for name, raw in (pricing.plans or {}).items():
+            spec = convert(raw or {}, PlanSpec, str(f), prefix=f"plans.{name}.")
             where = f"{f}: key 'plans.{name}"
             plans.append(
                 Plan(
-                    provider=str(data.get("provider", f.stem)),
+                    provider=provider,
                     name=str(name),
-                    monthly_fee=_price(spec, "monthly_fee", where),
-                    included_storage_gb=_price(spec, "included_storage_gb", where),
-                    storage=_tiers(spec.get("storage_gb_month", 0), f"{where}.storage_gb_month'"),
-                    operations_per_gb=_price(spec, "operations_per_gb", where),
-                    price_per_10k_operations=_price(spec, "price_per_10k_operations", where),
-                    egress=_tiers(spec.get("egress_gb", 0), f"{where}.egress_gb'"),
-                    included_egress_gb=_price(spec, "included_egress_gb", where),
-                    limits=str(spec.get("limits", "")),
+                    monthly_fee=spec.monthly_fee,
+                    included_storage_gb=spec.included_storage_gb,
+                    storage=_tiers(spec.storage_gb_month, f"{where}.storage_gb_month'"),
+                    operations_per_gb=spec.operations_per_gb,
+                    price_per_10k_operations=spec.price_per_10k_operations,
+                    egress=_tiers(spec.egress_gb, f"{where}.egress_gb'"),
+                    included_egress_gb=spec.included_egress_gb,
+                    limits=str(spec.limits),
                 )
             )
     if not plans:

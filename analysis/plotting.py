@@ -16,7 +16,6 @@ from matplotlib.ticker import EngFormatter, NullFormatter, PercentFormatter
 
 STYLE = {"axes.grid": True, "grid.alpha": 0.35, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8}
 BYTES = EngFormatter(unit="B", places=0, sep="")
-SECONDS = EngFormatter(unit="s", places=0, sep="")
 
 
 def new_figure(nrows: int = 1, ncols: int = 1, width: float = 6.0, height: float = 4.0, title: str | None = None):

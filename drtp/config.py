@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import types
-import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,6 +21,7 @@ from drtp.errors import ConfigError
 from drtp.registry.names import base_url_error, host_port_error
 from drtp.replay.failure_budget import parse_max_failed
 from drtp.replay.signing import token_error
+from drtp.schema import convert
 from drtp.yamlfile import read_yaml
 
 __all__ = ["Config", "ConfigError", "config_from_dict", "load_config", "read_yaml", "redacted"]
@@ -227,101 +226,6 @@ def _expand(value: Any, where: str, path: str) -> Any:
     return value
 
 
-_TYPE_WORDS = {
-    "int": "an integer",
-    "float": "a number",
-    "str": "a string",
-    "bool": "true or false",
-    "array": "a list",
-    "object": "a mapping",
-    "null": "nothing",
-}
-_BACKTICKED = re.compile(r"`([^`]+)`")
-_MISSING = object()
-_PATH_PART = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
-
-
-def shown(value: Any, width: int = 60) -> str:
-    """A value as an error line shows it: its repr, cut short (a key may hold a whole file)."""
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _words(match: re.Match) -> str:
-    """msgspec's `int | null` as 'an integer or nothing'."""
-    return " or ".join(_TYPE_WORDS.get(t.strip(), t.strip()) for t in match.group(1).split("|"))
-
-
-def _value_at(data: Any, at: str) -> Any:
-    """The value at msgspec's path (``a.b[2].c``) in the data given, or ``_MISSING``."""
-    for m in _PATH_PART.finditer("." + at if at else ""):
-        key, index = m.group(1), m.group(2)
-        if index is not None and isinstance(data, list) and int(index) < len(data):
-            data = data[int(index)]
-        elif key is not None and isinstance(data, dict) and key in data:
-            data = data[key]
-        else:
-            return _MISSING
-    return data
-
-
-def explain(e: msgspec.ValidationError, data: Any = _MISSING, prefix: str = "", root: type | None = None) -> str:
-    """Turn msgspec's message into 'unknown key x.y' / "key 'x.y': expected an integer ≥ 1, got 0".
-
-    ``data`` is what was validated (to show the value refused), ``prefix`` is
-    put before every key path (``simulate.args.``), ``root`` is the struct
-    validated against (to list a key's choices).
-    """
-    msg = str(e)
-    key = re.fullmatch(r"Expected `str` - at `key` in `\$\.?(.*)`", msg)
-    if key:
-        return f"key '{_join(prefix, key.group(1)) or '(top level)'}': every key in it must be a name (a string)"
-    m = re.match(r"(.*?)(?: - at `\$(.*)`)?$", msg)
-    text, at = (m.group(1), (m.group(2) or "")) if m else (msg, "")
-    at = at.lstrip(".")
-    name = _join(prefix, at) or "(top level)"
-    field = re.search(r"field `([^`]+)`", text)
-    if text.startswith("Object contains unknown field") and field:
-        return f"unknown key '{_join(_join(prefix, at), field.group(1))}'"
-    if text.startswith("Object missing required field") and field:
-        return f"missing key '{_join(_join(prefix, at), field.group(1))}'"
-    detail = text[0].lower() + text[1:] if text else "invalid value"
-    value = _value_at(data, at)
-    detail = re.sub(r", got `[^`]+`$", "", detail)
-    detail = _BACKTICKED.sub(_words, detail).replace(">=", "≥").replace("<=", "≤")
-    detail = re.sub(r"(\d)\.0\b", r"\1", detail)  # msgspec's bound 0.0 of a float key reads as 0
-    if detail.startswith("invalid enum value"):
-        allowed = _allowed_values(at, root or Config)
-        if allowed:
-            return f"key '{name}': {shown(value)} is not one of {', '.join(allowed)}"
-        return f"key '{name}': {detail}"
-    if value is not _MISSING and not isinstance(value, (dict, list)):
-        detail += f", got {shown(value)}"
-    return f"key '{name}': {detail}"
-
-
-def _allowed_values(at: str, root: type) -> list[str]:
-    """The choices of the Literal key at msgspec's path, for an error that says what would do."""
-    tp: Any = root
-    for m in _PATH_PART.finditer("." + at):
-        if m.group(2) is not None:
-            continue  # a list index: the element type was unwrapped below
-        hints = typing.get_type_hints(tp, include_extras=True) if isinstance(tp, type) else {}
-        tp = hints.get(m.group(1))
-        for _ in range(3):  # unwrap Optional / list / Annotated down to the key's own type
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
-            if typing.get_origin(tp) in (typing.Union, types.UnionType, list, Annotated) and args:
-                tp = args[0]
-    return [str(a) for a in typing.get_args(tp)] if typing.get_origin(tp) is Literal else []
-
-
-def _join(at: str, key: str) -> str:
-    """``a.b`` + ``c``; a prefix that ends in a dot (``simulate.args.``) takes the key as is."""
-    if not at or not key:
-        return key or at.rstrip(".")
-    return f"{at}{key}" if at.endswith(".") else f"{at}.{key}"
-
-
 def load_config(path: str | Path) -> Config:
     """Load and validate a config file; raises ConfigError with one clear line."""
     data = read_yaml(path)
@@ -338,10 +242,7 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
     data = _expand(data, source, "")
     if isinstance(data.get("registry"), str):  # the original allowed a single host:port
         data["registry"] = [data["registry"]]
-    try:
-        cfg = msgspec.convert(data, Config)
-    except msgspec.ValidationError as e:
-        raise ConfigError(f"{source}: {explain(e, data)}") from None
+    cfg = convert(data, Config, source)
     if cfg.client_info.engine == "loop" and cfg.client_info.wait:
         raise ConfigError(
             f"{source}: key 'client_info.engine': loop replays as fast as possible; as-is (wait: true) "

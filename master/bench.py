@@ -41,8 +41,6 @@ from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, 
 from drtp.replay.messages import RegistryAuth, ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import HTTP, OK
 
-MODES = ("push", "pull", "manifest")
-
 
 class Layer:
     """One random layer: in memory when small, else a seeded chunk stream (hash pass + send pass)."""

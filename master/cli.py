@@ -72,8 +72,6 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     from drtp.master.warmup import run_warmup
 
     cfg = load_config(args.config)
-    if args.fresh and args.resume:
-        raise DrtpError("--fresh and --resume contradict each other")
     if cfg.registries and not cfg.registry:
         raise DrtpError(
             f"{args.config}: has a 'registries:' list: use 'drtp experiment -c CONFIG' (warmup + run per registry)"
@@ -176,9 +174,6 @@ def register(sub) -> None:
     )
     p.add_argument("-c", "--config", required=True, help="YAML config file")
     p.add_argument("--fresh", action="store_true", help="ignore the existing warmup map and start over")
-    p.add_argument(
-        "--resume", action="store_true", help="continue from the warmup map (the default; says so explicitly)"
-    )
     p.set_defaults(func=cmd_warmup)
 
     p = sub.add_parser(

@@ -248,15 +248,15 @@ class Warmup:
                 for job, weight in it:  # keep the queue short: memory stays bounded
                     futures[pool.submit(fn, *job)] = (job, weight)
                     if len(futures) >= 4 * threads:
-                        self._collect(futures, out, bar, block=True)
+                        self._collect(futures, out, bar)
                 while futures:
-                    self._collect(futures, out, bar, block=True)
+                    self._collect(futures, out, bar)
             except KeyboardInterrupt:
                 for f in futures:
                     f.cancel()
                 raise
 
-    def _collect(self, futures: dict, out, bar, block: bool) -> None:
+    def _collect(self, futures: dict, out, bar) -> None:
         finished, _ = wait(list(futures), return_when=FIRST_COMPLETED)
         for f in finished:
             job, weight = futures.pop(f)

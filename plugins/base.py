@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 import msgspec
 import pandas as pd
 
-from drtp.config import explain
 from drtp.errors import ConfigError, DrtpError
 from drtp.plugins.compact import CompactTrace
+from drtp.schema import convert
 from drtp.units import parse_duration, parse_size
 
 
@@ -127,20 +127,15 @@ def resolve_duration(value: int | float | str, key: str) -> float:
 
 def parse_plugin_args(plugin: type[SimPlugin], raw: dict[str, Any], source: str = "") -> PluginArgs:
     """Validate ``simulate.args`` for a plugin; a ConfigError names the config, the plugin and the key."""
-    where = f"{source}: " if source else ""
+    in_file = f"{source}: " if source else ""
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}simulate.args must be a mapping, not {type(raw).__name__}")
-    try:
-        args = msgspec.convert(raw, plugin.Args)
-    except msgspec.ValidationError as e:
-        explained = explain(e, raw, prefix="simulate.args.", root=plugin.Args)
-        if explained.startswith("unknown key"):
-            explained += f" (allowed: {', '.join(plugin.Args.__struct_fields__)})"
-        raise ConfigError(f"{where}plugin '{plugin.name}': {explained}") from None
+        raise ConfigError(f"{in_file}simulate.args must be a mapping, not {type(raw).__name__}")
+    where = f"{in_file}plugin '{plugin.name}'"
+    args = convert(raw, plugin.Args, where, prefix="simulate.args.", list_allowed=True)
     try:
         plugin.check(args)
     except DrtpError as e:
-        raise ConfigError(f"{where}plugin '{plugin.name}': {e}") from None
+        raise ConfigError(f"{where}: {e}") from None
     return args
 
 

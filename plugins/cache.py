@@ -25,7 +25,7 @@ import pandas as pd
 from drtp.errors import DrtpError
 from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, check_size, resolve_size
 from drtp.plugins.compact import CompactTrace
-from drtp.plugins.policies import LRU, LibCacheSim, Outcome, TwoLevel, libcachesim_policies
+from drtp.plugins.policies import LRU, LibCacheSim, Outcome, TwoLevel
 
 ARG_HELP = {
     "capacity": "cache size: bytes (1073741824), a size (64MB, 2GiB) or a percentage of percent_of (5%)",
@@ -276,7 +276,3 @@ def libcachesim_plugin(policy: str) -> type[SimPlugin]:
             return simulate_cache(trace, self.args, full, full)
 
     return _LibCacheSimPlugin
-
-
-def libcachesim_names() -> list[str]:
-    return [cls.__name__ for cls in libcachesim_policies().values()]

@@ -24,8 +24,6 @@ import numpy as np
 
 from drtp.errors import DrtpError
 
-MISS, LEVEL1, LEVEL2 = 0, 1, 2
-
 
 @dataclass
 class Outcome:

@@ -350,7 +350,6 @@ class Deployment:
         r.run(f"mkdir -p {shlex.quote(lay.exp)}/logs {shlex.quote(lay.exp)}/results")
         with r.sftp.open(f"{lay.exp}/config.yaml", "w") as f:
             f.write(config_text)
-        self.last_copy = (copied, skipped)
 
     def install(self, r: Remote, lay: Layout) -> None:
         py = f"{shlex.quote(lay.venv)}/bin/python"

@@ -133,7 +133,6 @@ def registry_base(entry: str) -> str:
     return entry if entry.startswith(("http://", "https://")) else f"http://{entry}"
 
 
-batch_encoder = msgspec.json.Encoder()
 batch_decoder = msgspec.json.Decoder(Batch)
 spec_decoder = msgspec.json.Decoder(RunSpec)
 result_decoder = msgspec.json.Decoder(ReplayResult)  # the stream also carries blank keep-alive lines

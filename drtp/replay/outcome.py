@@ -47,7 +47,6 @@ LOST = "lost"
 ERROR = "error"
 
 OUTCOMES = (OK, HTTP, TIMEOUT, REFUSED, RESET, TRUNCATED, TLS, PROTOCOL, NOT_SENT, LOST, ERROR)
-FAILURES = OUTCOMES[1:]
 
 
 def is_failed(outcome: str) -> bool:

@@ -15,12 +15,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from drtp.errors import ConfigError
+from drtp.schema import convert
 from drtp.trace.generate import GenerateOptions, option_problem
 from drtp.yamlfile import read_yaml_mapping
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "configs" / "profiles"
-_OPTION_FIELDS = {f.name for f in dataclasses.fields(GenerateOptions)} - {"requests", "seed", "start", "span_s"}
 
 
 def builtin_profiles() -> list[str]:
@@ -41,17 +43,30 @@ def profile_path(name: str) -> Path:
     raise ConfigError(f"unknown profile {name!r} (built-in: {', '.join(builtin_profiles())}; or a path to a .yaml)")
 
 
-def _mapping(value: Any, path: Path, key: str) -> dict[str, Any]:
-    """A section of the profile that must be a mapping (absent: empty)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: key '{key}': expected a mapping of keys, got {type(value).__name__}")
-    return value
-
-
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# ``generator:`` takes the generator's options (minus what the command line sets) and the rate the default span
+# follows; the values are checked by option_problem, which knows the ranges the generator can work with.
+_GENERATOR_KEYS = [
+    f.name for f in dataclasses.fields(GenerateOptions) if f.name not in {"requests", "seed", "start", "span_s"}
+]
+GeneratorSection = msgspec.defstruct(
+    "GeneratorSection",
+    [(name, Any, msgspec.UNSET) for name in [*_GENERATOR_KEYS, "requests_per_day"]],
+    forbid_unknown_fields=True,
+)
+
+
+class ProfileFile(msgspec.Struct, forbid_unknown_fields=True):
+    """The keys of a profile file; ``description``, ``published`` and ``known_gaps`` are notes for people."""
+
+    description: Any = ""
+    published: Any = None
+    known_gaps: Any = None
+    generator: GeneratorSection = msgspec.field(default_factory=GeneratorSection)
+    targets: dict[str, Any] = {}  # characteristic: [value, tolerance]
 
 
 def load_profile(name: str) -> dict[str, Any]:
@@ -60,24 +75,22 @@ def load_profile(name: str) -> dict[str, Any]:
     data = read_yaml_mapping(path)
     if not data.get("generator") and not data.get("targets"):
         raise ConfigError(f"{path}: an empty profile (it needs generator: or targets:)")
-    unknown = set(data) - {"description", "published", "generator", "targets", "known_gaps"}
-    if unknown:
-        raise ConfigError(f"{path}: unknown key '{sorted(map(str, unknown))[0]}'")
-    gen = dict(_mapping(data.get("generator"), path, "generator"))
+    # a key left empty (``generator:`` with nothing under it) reads as null: the same as no key
+    profile = convert({key: value for key, value in data.items() if value is not None}, ProfileFile, str(path))
+    given = msgspec.structs.asdict(profile.generator)
+    gen = {key: value for key, value in given.items() if value is not msgspec.UNSET}
     per_day = gen.pop("requests_per_day", None)
     for key, value in gen.items():
-        if key not in _OPTION_FIELDS:
-            raise ConfigError(f"{path}: unknown key 'generator.{key}'")
         problem = option_problem(key, value)
         if problem:
             raise ConfigError(f"{path}: key 'generator.{key}': {problem}")
     if per_day is not None and not (_finite(per_day) and 0 < per_day <= 1e12):
         raise ConfigError(f"{path}: key 'generator.requests_per_day': expected a number > 0, got {per_day!r}")
-    targets = _mapping(data.get("targets"), path, "targets")
+    targets = profile.targets
     for key, value in targets.items():
         if not (isinstance(value, list) and len(value) == 2 and all(_finite(v) for v in value)):
             raise ConfigError(f"{path}: key 'targets.{key}': expected [value, tolerance] (two numbers), got {value!r}")
-    description = data.get("description", "")
+    description = profile.description
     return {
         "path": path,
         "generator": gen,

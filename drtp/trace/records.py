@@ -195,25 +195,6 @@ def uris_valid(uris: list[str]) -> bool:
     return IBM_URI_LINES.fullmatch(text) is not None or URI_LINES.fullmatch(text) is not None
 
 
-def record_problem(rec: TraceRecord) -> str | None:
-    """What is wrong with a record that was built, not decoded (Parquet rows); None when it is valid.
-
-    Decoded records get the same checks from their field types and the reader.
-    """
-    if rec.method not in METHODS:
-        return f"unknown method {rec.method!r}"
-    if not isinstance(rec.size, int) or not 0 <= rec.size <= MAX_SIZE:
-        return f"size (http.response.written) {rec.size!r} outside 0..{MAX_SIZE}"
-    if not isinstance(rec.duration, (int, float)) or not 0 <= rec.duration <= MAX_DURATION_S:
-        return f"duration {rec.duration!r} outside 0..{MAX_DURATION_S:g} s"
-    if not isinstance(rec.status, int) or not MIN_STATUS <= rec.status <= MAX_STATUS:
-        return f"status {rec.status!r} outside {MIN_STATUS}..{MAX_STATUS}"
-    for name in ("host", "client", "uri", "id"):
-        if not isinstance(getattr(rec, name), str):
-            return f"{name} is not a string"
-    return time_problem(rec.timestamp) or uri_error(rec.uri)
-
-
 def time_problem(ts: _dt.datetime) -> str | None:
     """None when ``ts`` is an aware time between MIN_TIME and MAX_TIME; otherwise what is wrong."""
     if not isinstance(ts, _dt.datetime) or ts.tzinfo is None:
