@@ -1,6 +1,6 @@
-"""The one YAML config file (NFR3), validated on load.
+"""The one YAML config file that holds every parameter of a run, validated on load.
 
-The original trace player's keys are accepted unchanged (REFERENCE §3):
+The original trace player's keys are accepted unchanged, so its users' files still load:
 ``client_info``, ``verbose``, ``trace``, ``registry``, ``warmup``,
 ``simulate``; drtp's own keys extend those sections.  Validation is done by
 msgspec against the structs below, and every error becomes one line naming

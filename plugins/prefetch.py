@@ -309,7 +309,7 @@ def _iso(t: float) -> str:
 
 class PrefetchPlugin(SimPlugin):
     name = "prefetch"
-    description = "paper Algorithm 1: prefetch pushed layers on GET manifest; hits per prefetch, peak memory"
+    description = "prefetch pushed layers on GET manifest; hits per prefetch, peak memory"
     Args = PrefetchArgs
     arg_help = ARG_HELP
 
