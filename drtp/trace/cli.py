@@ -89,7 +89,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    from drtp.trace.capture import Anonymizer, capture_files, follow_file, salt_from
+    from drtp.trace.anonymize import Anonymizer, salt_from
+    from drtp.trace.capture import capture_files, follow_file
     from drtp.trace.reader import write_ibm
 
     anon = Anonymizer(salt_from(args.salt))
@@ -134,7 +135,8 @@ def _bad_lines_note(stats) -> str:
 def cmd_convert(args: argparse.Namespace) -> int:
     import msgspec
 
-    from drtp.trace.capture import PlainNames, capture_files
+    from drtp.trace.anonymize import PlainNames
+    from drtp.trace.capture import capture_files
     from drtp.trace.columnar import write_parquet
     from drtp.trace.reader import TraceReader, detect_format, write_ibm
     from drtp.trace.records import TraceRecord
