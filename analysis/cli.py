@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from drtp.cli import _positive_duration, add_trace_options
+from drtp.cli_options import add_trace_options, positive_duration
 
 
 def _headless() -> None:
@@ -80,13 +80,13 @@ def register(sub) -> None:
     )
     t.add_argument(
         "--session",
-        type=_positive_duration,
+        type=positive_duration,
         default=60.0,
         help="client session threshold for follow-ups (default 1 min)",
     )
     t.add_argument(
         "--push-window",
-        type=_positive_duration,
+        type=positive_duration,
         default=None,
         help="how long after a PUT a GET manifest counts as 'after a push' (default: the session threshold)",
     )
@@ -96,7 +96,7 @@ def register(sub) -> None:
         help="check every trace against this workload profile's targets (default: labels named like a "
         "built-in profile, e.g. dal, are checked against it)",
     )
-    t.add_argument("--bin", type=_positive_duration, default=60.0, help="bin width for concurrency (default 60 s)")
+    t.add_argument("--bin", type=positive_duration, default=60.0, help="bin width for concurrency (default 60 s)")
     add_trace_options(t)
     t.set_defaults(func=cmd_analyze_trace)
 

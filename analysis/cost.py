@@ -8,6 +8,8 @@ from replay run directories (``requests.csv``), or is given directly.
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +17,10 @@ from typing import Annotated, Any
 
 import msgspec
 
+from drtp.cli_options import positive_float
 from drtp.errors import ConfigError, DrtpError
+from drtp.outputs import prepare_output_dir
 from drtp.schema import convert
-from drtp.yamlfile import read_yaml_mapping
 
 PRICING_DIR = Path(__file__).resolve().parent.parent / "configs" / "pricing"
 GB = 1e9  # providers bill decimal gigabytes
@@ -101,6 +104,8 @@ def _tiers(value: Any, where: str) -> Tiers:
 
 def load_pricing(paths: list[Path] | None = None) -> list[Plan]:
     """Plans from pricing YAML files (default: every file in configs/pricing/)."""
+    from drtp.yamlfile import read_yaml_mapping  # YAML only when pricing is read: every drtp start imports this module
+
     files: list[Path] = []
     for p in paths or [PRICING_DIR]:
         p = Path(p)
@@ -233,3 +238,75 @@ def plot_costs(plans: list[Plan], path: Path, max_tb: float = 200.0, mark_gb: fl
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# -- the command ------------------------------------------------------------------
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from drtp.units import parse_size
+
+    if args.out:
+        prepare_output_dir(Path(args.out), "--out")
+    plans = load_pricing([Path(p) for p in args.pricing] if args.pricing else None)
+    if args.plans:
+        wanted = set(args.plans.split(","))
+        unknown = wanted - {p.name for p in plans}
+        if unknown:
+            raise DrtpError(f"--plans: unknown plan '{sorted(unknown)[0]}' (see drtp cost --list)")
+        plans = [p for p in plans if p.name in wanted]
+    if args.list:
+        for p in plans:
+            print(f"{p.name:<22} {p.provider:<26} {p.limits}")
+        return 0
+    inputs = [Path(x) for x in args.inputs]
+    if inputs and all(p.is_dir() for p in inputs):
+        volume, source = run_volume(inputs), "replay runs"
+    elif inputs:
+        volume, source = trace_volume(inputs), "trace"
+    else:
+        volume = {}
+        for option, key, text in (("--storage", "storage_gb", args.storage), ("--egress", "egress_gb", args.egress)):
+            try:
+                volume[key] = parse_size(text or "0") / 1e9
+            except ValueError as e:
+                raise DrtpError(f"{option}: {e}") from None
+        source = "given"
+    rows = cost_rows(plans, volume["storage_gb"], volume["egress_gb"], args.months)
+    print(
+        f"volume ({source}): storage {volume['storage_gb']:,.3f} GB, egress {volume['egress_gb']:,.3f} GB, "
+        f"{args.months:g} month(s); USD, list prices from the pricing tables"
+    )
+    print(f"{'plan':<22} {'fee':>10} {'storage':>10} {'ops':>8} {'egress':>10} {'total':>11}")
+    for r in rows:
+        print(
+            f"{r['plan']:<22} {r['fee']:>10,.2f} {r['storage']:>10,.2f} {r['operations']:>8,.2f} "
+            f"{r['egress']:>10,.2f} {r['total']:>11,.2f}"
+        )
+    if args.out:
+        out = Path(args.out)
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(out / "cost.csv", index=False)
+        (out / "cost.json").write_text(json.dumps({"volume": volume, "months": args.months, "plans": rows}, indent=2))
+        plot_costs(plans, out / "cost_vs_volume.png", mark_gb=max(volume.values()) or None)
+        print(f"results: {out}/cost.csv, cost.json, cost_vs_volume.png")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "cost",
+        help="storage and egress cost of a trace or run for registry pricing tables",
+        description="Cost of a workload (trace files, replay run directories, or --storage/--egress) for the "
+        "pricing tables in configs/pricing/ (list prices; editable YAML).",
+    )
+    p.add_argument("inputs", nargs="*", help="trace files or run directories (optional)")
+    p.add_argument("--storage", help="storage volume when no inputs are given, e.g. 2TB")
+    p.add_argument("--egress", help="egress volume per month when no inputs are given, e.g. 10TB")
+    p.add_argument("--months", type=positive_float, default=1.0, help="months the storage is kept (default 1)")
+    p.add_argument("--pricing", nargs="+", help="pricing YAML files or folders (default configs/pricing/)")
+    p.add_argument("--plans", help="comma-separated plan names to include")
+    p.add_argument("--list", action="store_true", help="list the plans and exit")
+    p.add_argument("--out", help="write cost.csv, cost.json and cost_vs_volume.png here")
+    p.set_defaults(func=cmd_cost)

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from drtp.cli import _positive_int, _positive_size, _sizes
+from drtp.cli_options import positive_int, positive_size, sizes
 from drtp.errors import DrtpError
 from drtp.outputs import check_output_file, prepare_output_dir
 from drtp.replay.failure_budget import FailureBudget, parse_max_failed
@@ -218,14 +218,14 @@ def register(sub) -> None:
     p.add_argument("--username", help="with a URL: user (password from $DRTP_REGISTRY_PASSWORD)")
     p.add_argument("--ca-file", help="with a URL: CA bundle (PEM)")
     p.add_argument("--insecure", action="store_true", help="with a URL: allow http, or https without verification")
-    p.add_argument("--layers", type=_positive_int, default=3, help="layers per image (default 3)")
+    p.add_argument("--layers", type=positive_int, default=3, help="layers per image (default 3)")
     p.add_argument(
-        "--size", type=_sizes, default=[1_000_000], help="layer size(s), comma-separated, used in turn (default 1MB)"
+        "--size", type=sizes, default=[1_000_000], help="layer size(s), comma-separated, used in turn (default 1MB)"
     )
-    p.add_argument("--iterations", type=_positive_int, default=1, help="images to push/pull (default 1)")
-    p.add_argument("--concurrency", type=_positive_int, default=1, help="images in parallel (default 1)")
+    p.add_argument("--iterations", type=positive_int, default=1, help="images to push/pull (default 1)")
+    p.add_argument("--concurrency", type=positive_int, default=1, help="images in parallel (default 1)")
     p.add_argument(
-        "--chunk", type=_positive_size, help="chunked upload: PATCH pieces of this size (default: monolithic PUT)"
+        "--chunk", type=positive_size, help="chunked upload: PATCH pieces of this size (default: monolithic PUT)"
     )
     p.add_argument("--repository", default="drtp-bench", help="repository prefix (default drtp-bench)")
     p.add_argument("--out", help="run directory (default: <results>/bench-<mode>-<date>-<time>)")

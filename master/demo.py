@@ -9,6 +9,7 @@ prints the summary; the run's ``requests.csv`` and ``summary.json`` land in
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import secrets
@@ -17,18 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
-from drtp.analysis.trace_summary import format_summary, summarize
-from drtp.registry.client import RegistryClient
-from drtp.registry.local import LocalRegistry
-from drtp.registry.manifest import digest_of
-from drtp.trace.generate import GenerateOptions, generate
-from drtp.trace.reader import TraceReader, write_ibm
+from drtp.cli_options import positive_int
+from drtp.outputs import prepare_output_dir
 
 
 def registry_roundtrip(host: str, size: int = 300_000) -> dict:
     """Push and pull one blob through drtp.registry.client; returns timings in seconds."""
+    from drtp.registry.client import RegistryClient
+    from drtp.registry.manifest import digest_of
+
     data = os.urandom(size)
     digest = digest_of(data)
     client = RegistryClient(host)
@@ -86,9 +84,16 @@ def stop_nodes(nodes) -> None:
 
 
 def run_demo(out: Path, requests: int = 2000, seed: int = 1) -> int:
+    # imported here, not at the top: every drtp command registers this module's parser on start-up
+    import yaml
+
+    from drtp.analysis.trace_summary import format_summary, summarize
     from drtp.config import load_config
     from drtp.master.run import run_replay
     from drtp.master.warmup import run_warmup
+    from drtp.registry.local import LocalRegistry
+    from drtp.trace.generate import GenerateOptions, generate
+    from drtp.trace.reader import TraceReader, write_ibm
 
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.json"
@@ -139,3 +144,16 @@ def run_demo(out: Path, requests: int = 2000, seed: int = 1) -> int:
     analyze_results([out / "run"], out / "analysis", [str(trace)], log=lambda *_: None)
     print(f"plots and report.html (measured beside the trace's own latencies) in {out / 'analysis'}/")
     return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    prepare_output_dir(Path(args.out), "--out")
+    return run_demo(Path(args.out), requests=args.requests, seed=args.seed)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="the main job on a local registry: generate, start a registry, replay, summarise")
+    p.add_argument("--out", default="results/demo", help="output directory (default results/demo)")
+    p.add_argument("--requests", type=positive_int, default=2000, help="trace length (default 2000)")
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(func=cmd_demo)

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from drtp.cli import _positive_int
+from drtp.cli_options import positive_int
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -78,7 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-c", "--config", help="YAML config with trace: and simulate: sections")
     p.add_argument("--out", help="results directory (default <results>/simulate-<name>-<time>)")
     p.add_argument(
-        "--jobs", type=_positive_int, default=os.cpu_count() or 1, help="worker processes for sweeps (default: CPUs)"
+        "--jobs", type=positive_int, default=os.cpu_count() or 1, help="worker processes for sweeps (default: CPUs)"
     )
     p.add_argument("--list", action="store_true", help="list the plugins and their arguments")
     p.set_defaults(func=cmd_simulate)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from drtp.errors import DrtpError
-from drtp.trace.capture import Anonymizer, PlainNames, capture_files, follow_file
+from drtp.trace.anonymize import Anonymizer, PlainNames
+from drtp.trace.capture import capture_files, follow_file
 from drtp.trace.reader import TraceReader, write_ibm
 from tests.conftest import registry_log_line
 from tests.images import build_image, random_files

@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drtp.errors import DrtpError
-from drtp.trace.capture import Anonymizer, PlainNames, capture_files
+from drtp.trace.anonymize import Anonymizer, PlainNames
+from drtp.trace.capture import capture_files
 from drtp.trace.columnar import SCHEMA
 from drtp.trace.reader import read_trace
 from drtp.trace.records import (

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from drtp.errors import DrtpError, TraceError
-from drtp.trace.reader import TraceReader, detect_format, parse_go_duration, read_trace, write_ibm
+from drtp.trace.reader import TraceReader, detect_format, read_trace, write_ibm
+from drtp.trace.registry_log import parse_go_duration
 from tests.conftest import ibm_record, registry_log_line, write_json
 
 

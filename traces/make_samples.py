@@ -15,7 +15,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from drtp.registry.local import LocalRegistry  # noqa: E402
-from drtp.trace.capture import Anonymizer, capture_files  # noqa: E402
+from drtp.trace.anonymize import Anonymizer  # noqa: E402
+from drtp.trace.capture import capture_files  # noqa: E402
 from drtp.trace.generate import generate  # noqa: E402
 from drtp.trace.profiles import builtin_profiles, load_profile, options_for  # noqa: E402
 from drtp.trace.reader import write_ibm  # noqa: E402

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from drtp.cli import _positive_float
+from drtp.cli_options import positive_float
 
 
 def _experiment(args: argparse.Namespace):
@@ -132,7 +132,7 @@ def register(sub) -> None:
         q.add_argument("-c", "--config", help="YAML config file: its latest experiment")
         q.add_argument("--exp", help="the experiment folder (<slurm.workdir>/<name>)")
         if action == "wait":
-            q.add_argument("--poll", type=_positive_float, default=2.0, help="seconds between polls (default 2)")
+            q.add_argument("--poll", type=positive_float, default=2.0, help="seconds between polls (default 2)")
         q.set_defaults(func=func)
 
     q = ssub.add_parser("render", help="print the sbatch scripts the config makes (nothing is submitted)")
@@ -141,7 +141,7 @@ def register(sub) -> None:
 
     q = ssub.add_parser("nodes", help="(inside the master job) wait for the client tasks, write run-config.yaml")
     q.add_argument("--exp", required=True, help="the experiment folder")
-    q.add_argument("--timeout", type=_positive_float, help="seconds to wait (default slurm.register_timeout)")
+    q.add_argument("--timeout", type=positive_float, help="seconds to wait (default slurm.register_timeout)")
     q.set_defaults(func=cmd_nodes)
 
     p = sub.add_parser(

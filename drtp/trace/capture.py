@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-import hashlib
 import heapq
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -37,75 +35,19 @@ from itertools import chain
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import msgspec
-
 from drtp.errors import DrtpError
-from drtp.trace.reader import MAX_RECORD_BYTES, check_input_file, decode_log_line, line_chunks, parse_go_duration
-from drtp.trace.reader import RegistryLogLine as LogLine
-from drtp.trace.records import (
-    MAX_DURATION_S,
-    MAX_SIZE,
-    MAX_STATUS,
-    METHODS,
-    MIN_STATUS,
-    AwareDatetime,
-    format_timestamp,
-    is_object_uri,
-    parse_uri,
-    time_problem,
-    uri_error,
+from drtp.trace.anonymize import Anonymizer
+from drtp.trace.input_files import MAX_RECORD_BYTES, check_input_file
+from drtp.trace.log_requests import (
+    CaptureStats,
+    arrival_and_duration,
+    completion_time,
+    parse_request,
+    request_lines,
+    time_or_none,
 )
-
-_datetime = msgspec.json.Decoder(AwareDatetime).decode
-
-
-class Anonymizer:
-    """Keyed hashes (BLAKE2b with the salt as key): same name → same token; other salt → unlinkable."""
-
-    def __init__(self, salt: str) -> None:
-        if not salt:
-            raise DrtpError("capture needs a salt (--salt or DRTP_CAPTURE_SALT) to anonymize names")
-        self.key = hashlib.blake2b(salt.encode(), digest_size=32).digest()
-
-    def token(self, kind: str, value: str, length: int = 8) -> str:
-        h = hashlib.blake2b(value.encode(), key=self.key, person=kind.encode()[:16], digest_size=16)
-        return h.hexdigest()[:length]
-
-    def name(self, name: str) -> str:
-        """``user/repo``: the first component is the user (``library`` for one-part names)."""
-        user, _, repo = name.partition("/")
-        if not repo:
-            user, repo = "library", user
-        return f"{self.token('user', user)}/{self.token('repo', repo)}"
-
-    def reference(self, ref: str) -> str:
-        """Digests map alike wherever they appear (blob, manifest by digest); tags separately."""
-        if ":" in ref:
-            return self.token("digest", ref, 16)
-        return self.token("tag", ref)
-
-    def client(self, remoteaddr: str) -> str:
-        """The client host without its port (one host = one client, as in the IBM traces)."""
-        host = remoteaddr.rsplit(":", 1)[0] if remoteaddr.count(":") == 1 else remoteaddr
-        if remoteaddr.startswith("["):  # [ipv6]:port
-            host = remoteaddr[1:].split("]")[0]
-        return self.token("client", host)
-
-
-class PlainNames(Anonymizer):
-    """The same interface without hashing: for converting a log to a trace (``drtp convert``)."""
-
-    def __init__(self) -> None:
-        pass
-
-    def token(self, kind: str, value: str, length: int = 8) -> str:
-        return value
-
-    def name(self, name: str) -> str:
-        return name
-
-    def reference(self, ref: str) -> str:
-        return ref
+from drtp.trace.records import MAX_SIZE, format_timestamp, parse_uri, uri_error
+from drtp.trace.registry_log import RegistryLogLine as LogLine
 
 
 @dataclass
@@ -117,30 +59,6 @@ class _Upload:
     digest: str = ""
     post_id: str = ""
     repo: str = ""
-
-
-@dataclass
-class CaptureStats:
-    lines: int = 0
-    requests: int = 0  # records written
-    ignored: int = 0  # log lines that are not object requests
-    uploads: int = 0
-    sizes_from_log: int = 0
-    sizes_from_registry: int = 0
-    unresolved_sizes: int = 0
-    bad_lines: int = 0  # lines left out: not JSON, or a request with garbage in it
-    first_bad: str = ""  # "FILE line N: what is wrong" of the first of them
-
-    def bad(self, where: str, reason: str) -> None:
-        self.bad_lines += 1
-        if not self.first_bad:
-            self.first_bad = f"{where}: {reason}"
-
-    def warning(self) -> str | None:
-        """One line about the lines left out, or None when there were none."""
-        if not self.bad_lines:
-            return None
-        return f"left out {self.bad_lines:,} bad log line(s); the first: {self.first_bad}"
 
 
 def _state(query: dict[str, list[str]]) -> tuple[int, str] | None:
@@ -162,15 +80,6 @@ def _state(query: dict[str, list[str]]) -> tuple[int, str] | None:
     return offset, started if isinstance(started, str) else ""
 
 
-def _time_or_none(text: str) -> _dt.datetime | None:
-    """An aware time in range from the log's text, or None."""
-    try:
-        ts = _datetime(msgspec.json.encode(text))
-    except msgspec.ValidationError:
-        return None
-    return ts if time_problem(ts) is None else None
-
-
 class Capture:
     """Two passes over the log (``observe`` then ``records``), or one delayed pass when following."""
 
@@ -183,61 +92,6 @@ class Capture:
         self.manifest_sizes: dict[tuple[str, str], int] = {}
         self.posts: list[tuple[_dt.datetime, _dt.datetime, str, str]] = []  # arrival, done, repo, id
         self.post_upload: dict[str, str] = {}  # POST request id -> upload uuid
-
-    # -- parsing -------------------------------------------------------------------
-
-    def parse(self, raw: bytes, where: str = "") -> LogLine | None:
-        """The log line when it is an object request with sane values; None (counted) otherwise.
-
-        ``where`` (``FILE line N``) names the line in the report of bad lines.
-        """
-        line = decode_log_line(raw)
-        if isinstance(line, str):
-            self.stats.bad(where, line)
-            return None
-        if not line.msg.startswith("response completed"):
-            return None
-        self.stats.lines += 1
-        if not is_object_uri(line.uri):
-            self.stats.ignored += 1
-            return None
-        problem = self.problem(line)
-        if problem is not None:
-            self.stats.bad(where, problem)
-            return None
-        return line
-
-    @staticmethod
-    def problem(line: LogLine) -> str | None:
-        """What makes a request line unusable (garbage time, duration, status…); None when it is fine."""
-        problem = uri_error(line.uri)
-        if problem is not None:
-            return problem
-        if line.method not in METHODS:
-            return f"unknown method {line.method[:20]!r}"
-        if not MIN_STATUS <= line.status <= MAX_STATUS:
-            return f"status {line.status} outside {MIN_STATUS}..{MAX_STATUS}"
-        if not 0 <= line.written <= MAX_SIZE:
-            return f"written {line.written} outside 0..{MAX_SIZE}"
-        try:
-            duration = parse_go_duration(line.duration)
-        except ValueError as e:
-            return str(e)
-        if not duration <= MAX_DURATION_S:
-            return f"duration {line.duration[:40]!r} longer than {MAX_DURATION_S:g} s"
-        done = _time_or_none(line.time)
-        if done is None:
-            return f"time {line.time[:40]!r} is not an ISO time with a zone between 1970 and 2099"
-        if time_problem(done - _dt.timedelta(seconds=duration)) is not None:
-            return f"time {line.time[:40]!r} minus the duration is before 1970"
-        return None
-
-    @staticmethod
-    def times(line: LogLine) -> tuple[_dt.datetime, float]:
-        """(arrival, duration) of a line :meth:`parse` accepted."""
-        done = _datetime(msgspec.json.encode(line.time))
-        duration = parse_go_duration(line.duration)
-        return done - _dt.timedelta(seconds=duration), duration
 
     # -- pass 1: learn sizes and uploads ---------------------------------------------
 
@@ -254,7 +108,7 @@ class Capture:
             return
         uuid = parts.reference[len("uploads/") :]
         if line.method == "POST":
-            arrival, duration = self.times(line)
+            arrival, duration = arrival_and_duration(line)
             self.posts.append((arrival, arrival + _dt.timedelta(seconds=duration), parts.repository, line.request_id))
             return
         if not uuid:
@@ -264,7 +118,7 @@ class Capture:
         if state is not None:
             up.offsets[line.request_id], started = state
             precise = "." in started
-            when = _time_or_none(started) if started else None
+            when = time_or_none(started) if started else None
             if when is not None and (up.started is None or (precise and not up.precise)):
                 up.started, up.precise = when, precise
         if line.method == "PUT":
@@ -302,7 +156,7 @@ class Capture:
         """The trace record of a parsed line; None when the URI it gets is outside the grammar
         (a mount source or pushed digest of the query that is not a name or a digest)."""
         parts = parse_uri(line.uri)
-        arrival, duration = self.times(line)
+        arrival, duration = arrival_and_duration(line)
         repo = self.anon.name(parts.repository)
         written = line.written
         query = parse_qs(urlsplit(line.uri).query)
@@ -400,17 +254,6 @@ class Capture:
         return int(r.headers["Content-Length"])
 
 
-def _lines(path: Path, capture: Capture) -> Iterator[tuple[str, LogLine]]:
-    """(``FILE line N``, line) of the object requests of a log, the bad lines counted on the way."""
-    for first, body in line_chunks(path, 1 << 20):
-        for i, raw in enumerate(body.split(b"\n")):
-            if raw.strip():
-                where = f"{path} line {first + i + 1}"
-                line = capture.parse(raw, where)
-                if line is not None:
-                    yield where, line
-
-
 def _sorted_by_arrival(records: Iterator[tuple[_dt.datetime, dict]], window_s: float = 300.0) -> Iterator[dict]:
     """Log lines come in completion order; arrival = completion − duration: reorder with a heap."""
     heap: list[tuple[_dt.datetime, int, dict]] = []
@@ -435,7 +278,7 @@ def capture_files(paths: list[Path], anonymizer: Anonymizer, registry_url: str |
     for p in paths:
         found = 0
         seen = replace(cap.stats)
-        for _, line in _lines(p, cap):
+        for _, line in request_lines(p, cap.stats):
             cap.observe(line)
             found += 1
         if not found:
@@ -445,12 +288,12 @@ def capture_files(paths: list[Path], anonymizer: Anonymizer, registry_url: str |
 
     def completed() -> Iterator[tuple[_dt.datetime, dict]]:
         for p in paths:
-            for where, line in _lines(p, cap):
+            for where, line in request_lines(p, cap.stats):
                 rec = cap.record(line)
                 if rec is None:
                     cap.stats.bad(where, f"URI {line.uri[:100]!r} does not make a valid trace URI")
                 else:
-                    yield _datetime(msgspec.json.encode(line.time)), rec
+                    yield completion_time(line), rec
 
     records = _sorted_by_arrival(completed())
     first = next(records, None)
@@ -503,7 +346,7 @@ def follow_file(
                 for raw in lines:
                     number += 1
                     where = f"{path} line {number}"
-                    line = cap.parse(raw, where) if raw.strip() else None
+                    line = parse_request(raw, where, cap.stats) if raw.strip() else None
                     if line is not None:
                         cap.observe(line)
                         pending.append((now, where, line))
@@ -516,7 +359,7 @@ def follow_file(
                         if rec is None:
                             cap.stats.bad(where, f"URI {line.uri[:100]!r} does not make a valid trace URI")
                         else:
-                            yield _datetime(msgspec.json.encode(line.time)), rec
+                            yield completion_time(line), rec
                     del pending[:ready]
                 if finished:
                     return
@@ -524,10 +367,3 @@ def follow_file(
                     time.sleep(0.2)
 
     return cap, _counted(cap, _sorted_by_arrival(completed(), window_s=max(delay, 1.0)))
-
-
-def salt_from(value: str | None) -> str:
-    salt = value or os.environ.get("DRTP_CAPTURE_SALT", "")
-    if not salt:
-        raise DrtpError("capture needs a salt: --salt SECRET or the environment variable DRTP_CAPTURE_SALT")
-    return salt

@@ -1,0 +1,142 @@
+"""What every command's options share: the parser class, option types, and the trace-reading options.
+
+Each package's ``cli`` module builds its subcommands with these, so that a bad
+option reads the same everywhere: one line naming the command and the option,
+exit 2.  The option types raise :class:`argparse.ArgumentTypeError`, and
+argparse names the option in front of their message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import sys
+from typing import NoReturn
+
+from drtp.exit_codes import ExitCode
+from drtp.trace.reader import FORMATS, TraceReader
+
+
+class DrtpArgumentParser(argparse.ArgumentParser):
+    """argparse, with a bad option reported as one line naming the command and the option (exit 2).
+
+    argparse prints the usage and then the error: two lines where drtp promises
+    one.  Sub-parsers are made with the parent's class, so every subcommand
+    (and sub-subcommand) reports this way.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        message = message.removeprefix("argument ")
+        print(f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(ExitCode.BAD_INPUT)
+
+
+def _integer(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be an integer ≥ {minimum}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer ≥ 1: counts of things to make or do (records, jobs, layers, threads)."""
+    return _integer(text, 1)
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (months, seconds between polls…)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def size(text: str) -> int:
+    """A size in bytes, with or without a unit (``4MB``, ``1GiB``, ``512``)."""
+    from drtp.units import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def positive_size(text: str) -> int:
+    """A size of at least one byte (a layer, a chunk)."""
+    value = size(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
+
+
+def sizes(text: str) -> list[int]:
+    """Comma-separated sizes of at least one byte each: ``1MB,10MB``."""
+    return [positive_size(part) for part in text.split(",")]
+
+
+def duration(text: str) -> float:
+    """Seconds, with or without a unit (``30``, ``1h``, ``1d``)."""
+    from drtp.units import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def positive_duration(text: str) -> float:
+    """A duration longer than 0 s."""
+    seconds = duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be longer than 0 s, got {text!r}")
+    return seconds
+
+
+def timestamp(text: str) -> _dt.datetime:
+    """An ISO timestamp; one without a zone is UTC."""
+    try:
+        ts = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO timestamp: {text!r}") from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=_dt.timezone.utc)
+
+
+def add_trace_options(p: argparse.ArgumentParser, limits: bool = True) -> None:
+    """Options every command that reads trace files shares (and, with ``limits``, how much to read)."""
+    p.add_argument(
+        "--format",
+        default="auto",
+        choices=FORMATS,
+        help="input format (default: detected from the file)",
+    )
+    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records instead of stopping")
+    p.add_argument("--sort-files", action="store_true", help="sort each file in memory (files not in time order)")
+    if not limits:
+        return
+    limit = p.add_mutually_exclusive_group()
+    limit.add_argument("--requests", type=positive_int, metavar="N", help="read only the first N records")
+    limit.add_argument("--seconds", type=duration, metavar="S", help="read only the first S seconds of the trace")
+
+
+def reader_from_args(args: argparse.Namespace) -> TraceReader:
+    """The reader of ``args.files`` that the options of :func:`add_trace_options` ask for."""
+    limit_type, amount = (None, None)
+    if args.requests is not None:
+        limit_type, amount = "requests", args.requests
+    elif args.seconds is not None:
+        limit_type, amount = "seconds", args.seconds
+    return TraceReader(
+        args.files,
+        fmt=args.format,
+        skip_bad=args.skip_bad,
+        sort_files=args.sort_files,
+        limit_type=limit_type,
+        amount=amount,
+    )
