@@ -2,7 +2,7 @@
 
 A :class:`RegistryClient` is what drtp's tools use to talk to a registry —
 warmup's existence checks, blob pushes and cross-repository mounts, manifest
-puts, the demo's round trip, the local registry's readiness probe — so that
+puts, capture's object sizes, the demo's round trip, the local registry's readiness probe — so that
 no module outside ``drtp.registry`` sends a registry request of its own.  It
 is built on python-dxf (a ``requests`` session per request), reached with the
 credentials and TLS trust of :mod:`drtp.registry.auth`.
@@ -88,6 +88,17 @@ class RegistryClient:
     def put_manifest(self, repo: str, tag: str, body: bytes) -> None:
         """``PUT`` a manifest (JSON naming its ``mediaType``) under ``tag``."""
         self._repository(repo).set_manifest(tag, body.decode())
+
+    def size(self, kind: str, repo: str, ref: str, accept: str | None = None) -> int | None:
+        """The ``Content-Length`` of a ``HEAD`` of a blob or manifest, or None when the registry has no answer."""
+        headers = {"Accept": accept} if accept else {}
+        try:
+            r = self._repository(repo)._request("head", f"{OBJECT_PATHS[kind]}/{ref}", headers=headers)
+        except REGISTRY_ERRORS:
+            return None
+        if r.status_code != 200 or "Content-Length" not in r.headers:
+            return None
+        return int(r.headers["Content-Length"])
 
     def pull_blob(self, repo: str, digest: str) -> bytes:
         """A blob's bytes, checked against ``digest``."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from drtp.errors import TraceError
+from drtp.schema import explain
 from drtp.trace.records import TraceRecord, uri_error
 
 TOO_DEEP = "JSON nested too deeply"
@@ -39,7 +40,7 @@ def decode_record(path, index, raw: bytes, decoder, skip_bad, stats):
     try:
         record = decoder.decode(raw)
     except msgspec.ValidationError as e:  # a subclass of DecodeError: test it first
-        return reject(path, index, _explain(e), skip_bad, stats)
+        return reject(path, index, explain(e, plain=True), skip_bad, stats)
     except msgspec.DecodeError as e:
         return reject(path, index, f"invalid JSON ({e})", skip_bad, stats)
     except UnicodeDecodeError as e:
@@ -51,11 +52,6 @@ def decode_record(path, index, raw: bytes, decoder, skip_bad, stats):
         if problem is not None:
             return reject(path, index, problem, skip_bad, stats)
     return record
-
-
-def _explain(e: msgspec.ValidationError) -> str:
-    msg = str(e).replace("`$.", "`").replace(" - at `$`", "")
-    return msg.replace("Object missing required field", "missing field")
 
 
 def reject(path, index: int, reason: str, skip_bad: bool, stats: ReadStats) -> None:

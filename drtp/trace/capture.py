@@ -80,12 +80,22 @@ def _state(query: dict[str, list[str]]) -> tuple[int, str] | None:
     return offset, started if isinstance(started, str) else ""
 
 
+MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+
+
+def _registry_client(url: str):
+    """The live registry that answers sizes the log does not hold (python-dxf is loaded only then)."""
+    from drtp.registry.client import RegistryClient
+
+    return RegistryClient(url.rstrip("/"), timeout=10)
+
+
 class Capture:
     """Two passes over the log (``observe`` then ``records``), or one delayed pass when following."""
 
     def __init__(self, anonymizer: Anonymizer, registry_url: str | None = None) -> None:
         self.anon = anonymizer
-        self.registry_url = registry_url.rstrip("/") if registry_url else None
+        self.registry = _registry_client(registry_url) if registry_url else None
         self.stats = CaptureStats()
         self.uploads: dict[str, _Upload] = {}
         self.blob_sizes: dict[str, int] = {}
@@ -217,7 +227,7 @@ class Capture:
         if digest in self.blob_sizes:
             self.stats.sizes_from_log += 1
             return self.blob_sizes[digest]
-        size = self._ask_registry(f"/v2/{repo}/blobs/{digest}")
+        size = self._ask_registry("blob", repo, digest)
         if size is not None:
             self.blob_sizes[digest] = size
             return size
@@ -228,30 +238,21 @@ class Capture:
         if (repo, ref) in self.manifest_sizes:
             self.stats.sizes_from_log += 1
             return self.manifest_sizes[(repo, ref)]
-        size = self._ask_registry(
-            f"/v2/{repo}/manifests/{ref}",
-            accept="application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json",
-        )
+        size = self._ask_registry("manifest", repo, ref, accept=MANIFEST_TYPES)
         if size is not None:
             self.manifest_sizes[(repo, ref)] = size
             return size
         self.stats.unresolved_sizes += 1
         return 0
 
-    def _ask_registry(self, path: str, accept: str | None = None) -> int | None:
+    def _ask_registry(self, kind: str, repo: str, ref: str, accept: str | None = None) -> int | None:
         """Content-Length of a HEAD on the live registry, when one was given."""
-        if not self.registry_url:
+        if self.registry is None:
             return None
-        import requests
-
-        try:
-            r = requests.head(self.registry_url + path, timeout=10, headers={"Accept": accept} if accept else {})
-        except requests.RequestException:
-            return None
-        if r.status_code != 200 or "Content-Length" not in r.headers:
-            return None
-        self.stats.sizes_from_registry += 1
-        return int(r.headers["Content-Length"])
+        size = self.registry.size(kind, repo, ref, accept=accept)
+        if size is not None:
+            self.stats.sizes_from_registry += 1
+        return size
 
 
 def _sorted_by_arrival(records: Iterator[tuple[_dt.datetime, dict]], window_s: float = 300.0) -> Iterator[dict]:
