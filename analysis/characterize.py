@@ -1,6 +1,6 @@
 """The paper's workload characterization (§4) as numbers, from a trace's columns.
 
-Every function takes the frame of :mod:`drtp.analysis.columns` (time-ordered)
+Every function takes the frame of :mod:`drtp.analysis.trace_frame` (time-ordered)
 and returns plain JSON-ready dicts; :func:`characterize` gathers them all.
 Distributions are stored as CDF points (values at 201 evenly spaced
 probabilities) plus a few named percentiles, so figures for any trace length

@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, resolve_duration
-from drtp.plugins.compact import BLOB, GET, MANIFEST, PATCH, PUT, UPLOAD, CompactTrace
+from drtp.trace.columns import BLOB, GET, MANIFEST, PATCH, PUT, UPLOAD
+from drtp.trace.columns import TraceColumns as CompactTrace
 
 ARG_HELP = {
     "lm_thresh": "how long a pushed layer waits for GET manifests (LM_thresh), e.g. 1h, 12h, 1d",

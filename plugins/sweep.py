@@ -3,7 +3,7 @@
 ``capacity: [2%, 4%, 6%, 8%, 10%]`` with ``ssd_multiplier: [10, 15, 20]`` is the
 paper's Fig. 17 grid; ``lm_thresh: [1h, 12h, 1d]`` with ``ml_thresh: [1h, 12h, 1d]``
 its Fig. 18.  The trace is converted once in the parent; grid points run in
-worker processes forked from it (the compact trace is shared copy-on-write,
+worker processes forked from it (the trace's columns are shared copy-on-write,
 never pickled), each returning its summary as one row of ``sweep.csv``.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 import pandas as pd
 
 from drtp.plugins.base import SimPlugin, parse_plugin_args
-from drtp.plugins.compact import CompactTrace
+from drtp.trace.columns import TraceColumns
 
-_TRACE: CompactTrace | None = None  # set in the parent before forking workers
+_TRACE: TraceColumns | None = None  # set in the parent before forking workers
 _PLUGIN: type[SimPlugin] | None = None
 
 
@@ -67,7 +67,7 @@ def worker_count(jobs: int | None, points: int) -> int:
 
 
 def run_sweep(
-    plugin: type[SimPlugin], args: dict[str, Any], trace: CompactTrace, jobs: int | None = None
+    plugin: type[SimPlugin], args: dict[str, Any], trace: TraceColumns, jobs: int | None = None
 ) -> pd.DataFrame:
     """Run the plugin at every grid point; one row per point (the swept values, then the summary)."""
     global _TRACE, _PLUGIN
