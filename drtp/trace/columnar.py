@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +27,6 @@ import pyarrow.parquet as pq
 
 from drtp.errors import DrtpError, TraceError
 from drtp.outputs import replaced_on_success
-from drtp.trace.columns import ColumnBuilder
 from drtp.trace.records import (
     MAX_DURATION_S,
     MAX_SIZE,
@@ -40,6 +40,9 @@ from drtp.trace.records import (
     uri_error,
     uris_valid,
 )
+
+if TYPE_CHECKING:  # reading records needs no pandas: the columns module is imported by its users
+    from drtp.trace.columns import ColumnBuilder
 
 _text = pa.dictionary(pa.int32(), pa.string())
 SCHEMA = pa.schema(
