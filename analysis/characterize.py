@@ -6,7 +6,7 @@ FAST '18), so a trace can be set beside the published numbers; the figure
 names (``fig04_request_types`` … ``fig15_arrivals``, drawn by
 :mod:`drtp.analysis.trace_figures`) carry that study's figure numbers.
 
-Every function takes the frame of :mod:`drtp.analysis.columns` (time-ordered)
+Every function takes the frame of :mod:`drtp.analysis.trace_frame` (time-ordered)
 and returns plain JSON-ready dicts; :func:`characterize` gathers them all.
 Distributions are stored as CDF points (values at 201 evenly spaced
 probabilities) plus a few named percentiles, so figures for any trace length

@@ -245,7 +245,7 @@ def trace_latencies(trace_files: list[str], trace_ids: set[str] | None = None) -
     When ``trace_ids`` is given and matches some records, only those records are
     kept (the part of the trace that was replayed).
     """
-    from drtp.analysis.columns import load_trace
+    from drtp.analysis.trace_frame import load_trace
 
     tr = load_trace(trace_files, with_ids=bool(trace_ids))
     if trace_ids:

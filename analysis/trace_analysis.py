@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from drtp.analysis.characterize import DEFAULT_BIN_S, DEFAULT_SESSION_S, characterize
-from drtp.analysis.columns import load_trace
 from drtp.analysis.report import Section, write_report
 from drtp.analysis.targets import check_targets, profile_for, targets_table
 from drtp.analysis.trace_figures import draw_all
+from drtp.analysis.trace_frame import load_trace
 from drtp.errors import DrtpError
 
 _AZ = re.compile(r"^(?:prod|stage|dev)?-?([a-z]+)\d*-logstash")

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from drtp.plugins.base import find_plugin, parse_plugin_args
-from drtp.plugins.compact import compact
 from drtp.plugins.policies import LRU, LibCacheSim, TwoLevel
 from drtp.plugins.sweep import run_sweep
+from drtp.trace.columns import TraceColumns
 from drtp.trace.generate import GenerateOptions, generate
 from drtp.trace.reader import TraceReader, write_ibm
 
@@ -66,7 +66,7 @@ def measure(path: Path, repeat: int = 3, pcts: tuple = (2, 10), jobs: int = 2, s
     records = sum(len(b) for b in TraceReader([path]).batches())
     read_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    trace = compact(TraceReader([path]).batches())
+    trace = TraceColumns.from_batches(TraceReader([path]).batches())
     load_s = time.perf_counter() - t0
 
     csv_dir = tempfile.TemporaryDirectory()
@@ -157,7 +157,7 @@ def rss_child(path: str) -> None:
     """``drtp simulate``'s path (read + compact, then the lru plugin) over a trace; print peak RSS (MB) as JSON."""
 
     start = time.perf_counter()
-    trace = compact(TraceReader([path]).batches())
+    trace = TraceColumns.from_batches(TraceReader([path]).batches())
     cls = find_plugin("lru")
     cls(parse_plugin_args(cls, {"capacity": "10%"})).run(trace)
     rss_mb = peak_rss_mb()

@@ -2,7 +2,7 @@
 
 Every simulation is a :class:`SimPlugin`: it declares its arguments as a
 msgspec struct (validated from ``simulate.args``, unknown keys refused), is
-given the whole trace in time order as a :class:`~drtp.plugins.compact.CompactTrace`
+given the whole trace in time order as a :class:`~drtp.trace.columns.TraceColumns`
 and returns a :class:`SimResult` — a flat summary (``summary.json``) and named
 tables (CSV files).  The same few hooks for every policy is what lets caches,
 libCacheSim policies and the prefetcher share the runner, the sweep and the
@@ -25,8 +25,8 @@ import msgspec
 import pandas as pd
 
 from drtp.errors import ConfigError, DrtpError
-from drtp.plugins.compact import CompactTrace
 from drtp.schema import convert
+from drtp.trace.columns import TraceColumns
 from drtp.units import parse_duration, parse_size
 
 
@@ -60,7 +60,7 @@ class SimPlugin(ABC):
         return None
 
     @abstractmethod
-    def run(self, trace: CompactTrace) -> SimResult:
+    def run(self, trace: TraceColumns) -> SimResult:
         """Simulate over ``trace`` and return the result."""
 
 

@@ -24,8 +24,8 @@ import pandas as pd
 
 from drtp.errors import DrtpError
 from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, check_size, resolve_size
-from drtp.plugins.compact import CompactTrace
 from drtp.plugins.policies import LRU, LibCacheSim, Outcome, TwoLevel
+from drtp.trace.columns import TraceColumns
 
 ARG_HELP = {
     "capacity": "cache size: bytes (1073741824), a size (64MB, 2GiB) or a percentage of percent_of (5%)",
@@ -85,7 +85,7 @@ def check_cache_args(args: LRUArgs, policy: str) -> None:
     _policy_factory(policy, args)
 
 
-def simulate_cache(trace: CompactTrace, args: LRUArgs, policy: str, plugin: str) -> SimResult:
+def simulate_cache(trace: TraceColumns, args: LRUArgs, policy: str, plugin: str) -> SimResult:
     """Run a cache policy over the trace's GET layer requests and tabulate hits."""
     make, levels = _policy_factory(policy, args)
     gets = trace.layer_gets()
@@ -225,7 +225,7 @@ class LRUPlugin(SimPlugin):
     def check(cls, args: LRUArgs) -> None:
         check_cache_args(args, "lru")
 
-    def run(self, trace: CompactTrace) -> SimResult:
+    def run(self, trace: TraceColumns) -> SimResult:
         return simulate_cache(trace, self.args, "lru", self.name)
 
 
@@ -239,7 +239,7 @@ class TwoLevelPlugin(SimPlugin):
     def check(cls, args: TwoLevelArgs) -> None:
         check_cache_args(args, "two-level")
 
-    def run(self, trace: CompactTrace) -> SimResult:
+    def run(self, trace: TraceColumns) -> SimResult:
         return simulate_cache(trace, self.args, "two-level", self.name)
 
 
@@ -253,7 +253,7 @@ class CachePlugin(SimPlugin):
     def check(cls, args: CacheArgs) -> None:
         check_cache_args(args, args.policy)
 
-    def run(self, trace: CompactTrace) -> SimResult:
+    def run(self, trace: TraceColumns) -> SimResult:
         return simulate_cache(trace, self.args, self.args.policy, self.name)
 
 
@@ -272,7 +272,7 @@ def libcachesim_plugin(policy: str) -> type[SimPlugin]:
         def check(cls, args: LibCacheSimArgs) -> None:
             check_cache_args(args, full)
 
-        def run(self, trace: CompactTrace) -> SimResult:
+        def run(self, trace: TraceColumns) -> SimResult:
             return simulate_cache(trace, self.args, full, full)
 
     return _LibCacheSimPlugin

@@ -13,7 +13,7 @@ Whatever ``init`` returns is kept: a dict becomes ``summary.json``, a list of
 dicts or a pandas DataFrame becomes ``result.csv``.
 
 A file may instead define ``Plugin``, a :class:`~drtp.plugins.base.SimPlugin`
-subclass: it then runs like a built-in (compact trace, argument checks, sweeps).
+subclass: it then runs like a built-in (the trace as columns, argument checks, sweeps).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, resolve_duration
-from drtp.plugins.compact import BLOB, GET, MANIFEST, PATCH, PUT, UPLOAD, CompactTrace
+from drtp.trace.columns import BLOB, GET, MANIFEST, PATCH, PUT, UPLOAD, TraceColumns
 
 ARG_HELP = {
     "lm_thresh": "how long a pushed layer waits for GET manifests (LM_thresh), e.g. 1h, 12h, 1d",
@@ -220,7 +220,7 @@ class _Simulation:
             self.log[held.row].hits += 1
 
 
-def simulate_prefetch(trace: CompactTrace, lm: float, ml: float, per_server: bool) -> SimResult:
+def simulate_prefetch(trace: TraceColumns, lm: float, ml: float, per_server: bool) -> SimResult:
     method, kind, status = trace.method, trace.kind, trace.status
     ok = status < 400
     put_layer = (method == PUT) & (kind == BLOB) & ok
@@ -262,7 +262,7 @@ def simulate_prefetch(trace: CompactTrace, lm: float, ml: float, per_server: boo
     return SimResult(summary, {"prefetches": _table(log, trace, per_server)}, kind="prefetch")
 
 
-def _summary(sim: _Simulation, trace: CompactTrace, lm: float, ml: float, per_server: bool, elapsed: float) -> dict:
+def _summary(sim: _Simulation, trace: TraceColumns, lm: float, ml: float, per_server: bool, elapsed: float) -> dict:
     counts, log = sim.counts, sim.log
     prefetches = len(log)
     used = sum(1 for p in log if p.hits > 0)
@@ -285,7 +285,7 @@ def _summary(sim: _Simulation, trace: CompactTrace, lm: float, ml: float, per_se
     }
 
 
-def _table(log: list[_Prefetch], trace: CompactTrace, per_server: bool) -> pd.DataFrame:
+def _table(log: list[_Prefetch], trace: TraceColumns, per_server: bool) -> pd.DataFrame:
     """The prefetches, one row each, with times as ISO text and ids as the trace's names."""
     return pd.DataFrame(
         {
@@ -318,7 +318,7 @@ class PrefetchPlugin(SimPlugin):
         resolve_duration(args.lm_thresh, "lm_thresh")
         resolve_duration(args.ml_thresh, "ml_thresh")
 
-    def run(self, trace: CompactTrace) -> SimResult:
+    def run(self, trace: TraceColumns) -> SimResult:
         lm = resolve_duration(self.args.lm_thresh, "lm_thresh")
         ml = resolve_duration(self.args.ml_thresh, "ml_thresh")
         return simulate_prefetch(trace, lm, ml, self.args.per_server)

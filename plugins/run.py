@@ -21,9 +21,9 @@ from drtp.config import Config, redacted
 from drtp.errors import ConfigError
 from drtp.plugins import figures
 from drtp.plugins.base import SimResult, find_plugin, parse_plugin_args
-from drtp.plugins.compact import CompactTrace, compact
 from drtp.plugins.legacy import is_plugin_path, load_module, run_legacy, user_plugin_class
 from drtp.plugins.sweep import grid, run_sweep, sweep_keys, worker_count
+from drtp.trace.columns import TraceColumns
 from drtp.trace.reader import TraceReader
 
 
@@ -33,9 +33,9 @@ def default_out_dir(cfg: Config, name: str) -> Path:
     return cfg.path(cfg.results) / f"simulate-{safe}-{stamp}"
 
 
-def load_trace(cfg: Config) -> CompactTrace:
+def load_trace(cfg: Config) -> TraceColumns:
     reader = TraceReader(cfg.trace_paths(), **cfg.reader_options())
-    return compact(reader.batches())
+    return TraceColumns.from_batches(reader.batches())
 
 
 def simulate(cfg: Config, out: Path, jobs: int | None = None) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 cache grid of the IBM Cloud registry workload study (Anwar et al., FAST '18);
 ``lm_thresh: [1h, 12h, 1d]`` with ``ml_thresh: [1h, 12h, 1d]`` its prefetch
 grid.  The trace is converted once in the parent; grid points run in
-worker processes forked from it (the compact trace is shared copy-on-write,
+worker processes forked from it (the trace's columns are shared copy-on-write,
 never pickled), each returning its summary as one row of ``sweep.csv``.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 import pandas as pd
 
 from drtp.plugins.base import SimPlugin, parse_plugin_args
-from drtp.plugins.compact import CompactTrace
+from drtp.trace.columns import TraceColumns
 
-_TRACE: CompactTrace | None = None  # set in the parent before forking workers
+_TRACE: TraceColumns | None = None  # set in the parent before forking workers
 _PLUGIN: type[SimPlugin] | None = None
 
 
@@ -68,7 +68,7 @@ def worker_count(jobs: int | None, points: int) -> int:
 
 
 def run_sweep(
-    plugin: type[SimPlugin], args: dict[str, Any], trace: CompactTrace, jobs: int | None = None
+    plugin: type[SimPlugin], args: dict[str, Any], trace: TraceColumns, jobs: int | None = None
 ) -> pd.DataFrame:
     """Run the plugin at every grid point; one row per point (the swept values, then the summary)."""
     global _TRACE, _PLUGIN

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-from drtp.plugins.compact import CompactTrace, compact
+from drtp.trace.columns import TraceColumns
 from drtp.trace.generate import GenerateOptions, generate
 from drtp.trace.reader import TraceReader, write_ibm
 from drtp.trace.records import TraceRecord
@@ -33,8 +33,8 @@ def layer_get(t: float, layer: str, size: int, client: str = "c1", host: str = "
     return rec(t, "GET", f"v2/{repo}/blobs/{layer}", size, client, host)
 
 
-def hand_trace(records: list[TraceRecord]) -> CompactTrace:
-    return compact([sorted(records, key=lambda r: r.timestamp)])
+def hand_trace(records: list[TraceRecord]) -> TraceColumns:
+    return TraceColumns.from_records(records)
 
 
 def gen_trace_file(path: Path, requests: int = 6000, seed: int = 3, **kw) -> Path:
@@ -43,5 +43,5 @@ def gen_trace_file(path: Path, requests: int = 6000, seed: int = 3, **kw) -> Pat
     return path
 
 
-def load(path: Path) -> CompactTrace:
-    return compact(TraceReader([path]).batches())
+def load(path: Path) -> TraceColumns:
+    return TraceColumns.from_batches(TraceReader([path]).batches())

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from drtp.analysis import characterize as ch
-from drtp.analysis.columns import frame_from_records
+from drtp.analysis.trace_frame import frame_from_records
 from drtp.analysis.trace_summary import summarize
 from tests.trace_records import rec
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from drtp.analysis.characterize import characterize
-from drtp.analysis.columns import frame_from_records
 from drtp.analysis.targets import MEASURES, check_targets, profile_for
+from drtp.analysis.trace_frame import frame_from_records
 from drtp.cli import main
 from drtp.errors import DrtpError
 from drtp.trace.profiles import builtin_profiles, load_profile

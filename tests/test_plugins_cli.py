@@ -148,7 +148,7 @@ NEW_STYLE_PLUGIN = """
 import numpy as np
 
 from drtp.plugins.base import PluginArgs, SimPlugin, SimResult
-from drtp.plugins.compact import GET
+from drtp.trace.columns import GET
 
 
 class Args(PluginArgs):

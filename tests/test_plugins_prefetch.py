@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from drtp.errors import DrtpError
-from drtp.plugins.compact import BLOB, GET, MANIFEST, PATCH, PUT, UPLOAD
 from drtp.plugins.prefetch import simulate_prefetch
+from drtp.trace.columns import BLOB, GET, MANIFEST, PATCH, PUT, UPLOAD
 from tests.sim_helpers import gen_trace_file, hand_trace, load, rec
 from tests.test_plugins_lru import run_plugin
 

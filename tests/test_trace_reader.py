@@ -531,7 +531,7 @@ def test_parquet_rows_are_checked_like_records(tmp_path, small_trace):
 
 def test_long_spans_are_refused_before_allocating(tmp_path):
     from drtp.analysis.characterize import characterize
-    from drtp.analysis.columns import frame_from_records
+    from drtp.analysis.trace_frame import frame_from_records
 
     recs = [ibm_record(0, timestamp="1971-01-01T00:00:00.000Z"), ibm_record(1, timestamp="2099-01-01T00:00:00.000Z")]
     df = frame_from_records(read_trace([write_json(tmp_path / "span.json", recs)]))

@@ -1,8 +1,9 @@
 """Traces: the stage before any replay or simulation.
 
 Reading trace files of every format into :class:`~drtp.trace.records.TraceRecord`
-(:mod:`.reader`), their columnar form and Parquet cache (:mod:`.columnar`),
-turning a registry's own log into a trace (:mod:`.capture`), and making traces:
-cutting a sample (:mod:`.sample`) or generating one from a workload profile
-(:mod:`.generate`, :mod:`.profiles`).
+(:mod:`.reader`), the trace as columns that simulation and analysis compute on
+(:mod:`.columns`) and its Parquet cache (:mod:`.columnar`), turning a registry's
+own log into a trace (:mod:`.capture`), and making traces: cutting a sample
+(:mod:`.sample`) or generating one from a workload profile (:mod:`.generate`,
+:mod:`.profiles`).
 """

@@ -1,9 +1,11 @@
 """Parquet traces: a columnar cache of a trace for repeated runs and analysis.
 
-A converted trace holds the record fields plus the parsed URI parts
-(``repository``, ``kind``, ``reference``), sorted by time, in row groups of
-64 k records, so it is written and read as a stream.  ``useragent`` is not
-kept (drtp's records do not carry it).
+A converted trace holds the record fields plus the URI's parts as
+:func:`~drtp.trace.records.parse_uri` splits it (``repository``, ``kind``,
+``reference``), sorted by time, in row groups of 64 k records, so it is written
+and read as a stream.  ``useragent`` is not kept (drtp's records do not carry
+it).  It is read back as records (:func:`read_parquet`, for TraceReader) or
+straight into the trace's columns (:func:`add_parquet`, no records built).
 
 A Parquet file is input like any trace: its types and every row are checked
 against the same ranges and grammar as decoded records (vectorised per row
@@ -16,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +40,9 @@ from drtp.trace.records import (
     uri_error,
     uris_valid,
 )
+
+if TYPE_CHECKING:  # reading records needs no pandas: the columns module is imported by its users
+    from drtp.trace.columns import ColumnBuilder
 
 _text = pa.dictionary(pa.int32(), pa.string())
 SCHEMA = pa.schema(
@@ -102,6 +108,13 @@ def read_parquet(
         if batch.num_rows:  # a batch whose every row was bad and skipped yields nothing
             cols = [uris if f == "uri" else _pylist(batch.column(f)) for f in FIELDS]
             yield start, [TraceRecord(*row) for row in zip(*cols, strict=True)]
+
+
+def add_parquet(builder: ColumnBuilder, path: Path, on_bad: OnBad | None = None) -> None:
+    """Add the rows of a Parquet trace to ``builder`` a row group at a time, each checked like a decoded record."""
+    wanted = ["timestamp", "duration", "method", "status", "size", "client", "host", "uri"]
+    for _, batch, uris in checked_batches(path, wanted + (["id"] if builder.with_ids else []), ROW_GROUP, on_bad):
+        builder.add_arrow(batch, uris)
 
 
 def checked_batches(

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from drtp.analysis.characterize import characterize
-from drtp.analysis.columns import load_trace
+from drtp.analysis.trace_frame import load_trace
 from drtp.errors import DrtpError
 from drtp.trace.columnar import write_parquet
 from drtp.trace.generate import GenerateOptions, generate
