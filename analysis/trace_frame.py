@@ -115,7 +115,7 @@ def load_parquet(
 ) -> pd.DataFrame:
     """Frame of Parquet traces, a row group at a time; files are merged by time and the
     ``requests``/``seconds`` limits applied like TraceReader applies them."""
-    from drtp.trace.columnar import add_parquet  # pyarrow is imported only for Parquet input
+    from drtp.trace.parquet import add_parquet  # pyarrow is imported only for Parquet input
 
     for p in paths:
         check_input_file(p)

@@ -27,8 +27,8 @@ import numpy as np
 from drtp.analysis import characterize as ch
 from drtp.analysis.trace_analysis import analyze_traces
 from drtp.analysis.trace_frame import load_trace
-from drtp.trace.columnar import write_parquet
 from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.parquet import write_parquet
 from drtp.trace.reader import TraceReader, write_ibm
 from drtp.trace.records import parse_uri
 

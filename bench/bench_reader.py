@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from drtp.trace.columnar import write_parquet
 from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.parquet import write_parquet
 from drtp.trace.reader import TraceReader, write_ibm
 
 

@@ -134,7 +134,7 @@ def _missing(folder: Path, env: Any) -> Path:
 
 def _parquet(folder: Path, name: str) -> Path:
     """A real Parquet trace of the valid records, written by drtp's own writer."""
-    from drtp.trace.columnar import write_parquet
+    from drtp.trace.parquet import write_parquet
     from drtp.trace.reader import TraceReader
 
     src = folder / "src.json"

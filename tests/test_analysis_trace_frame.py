@@ -8,8 +8,8 @@ import pytest
 from drtp.analysis.characterize import characterize
 from drtp.analysis.trace_frame import load_trace
 from drtp.errors import DrtpError
-from drtp.trace.columnar import write_parquet
 from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.parquet import write_parquet
 from drtp.trace.reader import TraceReader, write_ibm
 
 

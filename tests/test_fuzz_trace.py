@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from drtp.errors import DrtpError
 from drtp.trace.anonymize import Anonymizer, PlainNames
 from drtp.trace.capture import capture_files
-from drtp.trace.columnar import SCHEMA
+from drtp.trace.parquet import SCHEMA
 from drtp.trace.reader import read_trace
 from drtp.trace.records import (
     IBM_URI_LINES,
@@ -178,7 +178,7 @@ def test_a_valid_trace_cut_at_any_byte(tmp_path_factory, cut, fmt, chunk):
     if fmt == "parquet":
         buf = io.BytesIO()
         decoded = [msgspec.convert(r, TraceRecord, strict=False) for r in records]
-        from drtp.trace.columnar import _table
+        from drtp.trace.parquet import _table
 
         pq.write_table(_table(decoded), buf)
         data = buf.getvalue()

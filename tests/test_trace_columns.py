@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from drtp.trace.columnar import add_parquet, write_parquet
 from drtp.trace.columns import BLOB, GET, HEAD, MANIFEST, PATCH, POST, PUT, UPLOAD, ColumnBuilder, TraceColumns
 from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.parquet import add_parquet, write_parquet
 from drtp.trace.reader import TraceReader, write_ibm
 from tests.trace_records import rec
 

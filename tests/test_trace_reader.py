@@ -282,7 +282,7 @@ def test_parquet_cache_round_trip(tmp_path, generated_trace):
     import subprocess
     import sys
 
-    from drtp.trace.columnar import read_columns
+    from drtp.trace.parquet import read_columns
 
     pq_path = tmp_path / "t.parquet"
     res = subprocess.run(
@@ -302,12 +302,12 @@ def test_parquet_cache_round_trip(tmp_path, generated_trace):
 
 
 def test_parquet_fast_column_paths_equal_arrow_to_pylist():
-    """drtp.trace.columnar reads dictionary and timestamp columns its own (faster) way: same values as Arrow's."""
+    """drtp.trace.parquet reads dictionary and timestamp columns its own (faster) way: same values as Arrow's."""
     import datetime as dt
 
     import pyarrow as pa
 
-    from drtp.trace.columnar import _pylist
+    from drtp.trace.parquet import _pylist
 
     text = pa.array(["h1", "h2", "h1", "h3"]).dictionary_encode()
     with_null = pa.array(["a", None, "a"]).dictionary_encode()
@@ -345,7 +345,7 @@ def test_broken_gzip_is_one_error(tmp_path):
 
 
 def test_junk_or_truncated_parquet_is_one_error(tmp_path, small_trace):
-    from drtp.trace.columnar import write_parquet
+    from drtp.trace.parquet import write_parquet
 
     junk = tmp_path / "junk.parquet"
     junk.write_bytes(random.Random(1).randbytes(5000))
@@ -497,7 +497,7 @@ def test_parquet_rows_are_checked_like_records(tmp_path, small_trace):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from drtp.trace.columnar import write_parquet
+    from drtp.trace.parquet import write_parquet
 
     good = tmp_path / "good.parquet"
     write_parquet(good, TraceReader([small_trace]).batches())

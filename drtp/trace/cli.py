@@ -137,7 +137,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     from drtp.trace.anonymize import PlainNames
     from drtp.trace.capture import capture_files
-    from drtp.trace.columnar import write_parquet
+    from drtp.trace.parquet import write_parquet
     from drtp.trace.reader import TraceReader, detect_format, write_ibm
     from drtp.trace.records import TraceRecord
 

@@ -9,7 +9,7 @@ distinct name, never the records themselves.
 
 Rows come a batch at a time, from :class:`~drtp.trace.records.TraceRecord`
 batches (any trace format, through :class:`~drtp.trace.reader.TraceReader`) or
-from Arrow record batches of a Parquet trace (:mod:`drtp.trace.columnar`),
+from Arrow record batches of a Parquet trace (:mod:`drtp.trace.parquet`),
 which never become records.  Each distinct URI of a batch is split once.
 
 Codes: ``method`` is the index into :data:`~drtp.trace.records.METHODS`

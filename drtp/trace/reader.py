@@ -3,7 +3,7 @@
 Memory is bounded by a chunk (a few MB of input) plus the reorder window,
 never by the trace.  :class:`TraceReader` picks each file's format reader
 (:func:`detect_format`): IBM JSON arrays and JSON lines (drtp.trace.ibm_json),
-registry access logs (drtp.trace.registry_log) or Parquet (drtp.trace.columnar).
+registry access logs (drtp.trace.registry_log) or Parquet (drtp.trace.parquet).
 Each reads its file in chunks (drtp.trace.input_files); a chunk is decoded in
 one msgspec call, its URIs are checked with one regex over the whole chunk,
 and it is sorted.  Files are merged by timestamp with a watermark
@@ -202,7 +202,7 @@ def _nonempty(path: Path, fmt: str, chunks, stats: ReadStats):
 
 def _read_parquet(path, chunk_bytes, skip_bad, stats):
     """Chunks of a Parquet trace (``drtp convert``); rows are checked like decoded records."""
-    from drtp.trace.columnar import read_parquet
+    from drtp.trace.parquet import read_parquet
 
     def bad(index: int, reason: str) -> None:
         reject(path, index, reason, skip_bad, stats)

@@ -254,7 +254,7 @@ def _pylist(arr: pa.Array) -> list:
     Arrow's own to_pylist builds a string per row of a dictionary column and a
     zoneinfo datetime per timestamp (≈1 µs and ≈2.5 µs a row); indexing the
     dictionary's few values and adding microseconds to the epoch cost ≈0.02 and
-    ≈0.6 µs (the same values: tests/test_columnar.py).
+    ≈0.6 µs (the same values: tests/test_trace_reader.py).
     """
     if arr.null_count:
         return arr.to_pylist()
