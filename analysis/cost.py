@@ -1,4 +1,4 @@
-"""``drtp cost``: storage and egress cost of a workload for registry pricing tables (thesis §4.7, §5.2.4).
+"""``drtp cost``: storage and egress cost of a workload for registry pricing tables (list prices per provider and tier).
 
 Pricing is data: one YAML file per provider in ``configs/pricing/`` (editable;
 see its README).  A workload's volume comes from a trace (egress = bytes of
@@ -209,7 +209,7 @@ def cost_rows(plans: list[Plan], storage_gb: float, egress_gb: float, months: fl
 
 
 def plot_costs(plans: list[Plan], path: Path, max_tb: float = 200.0, mark_gb: float | None = None) -> None:
-    """Storage, egress and total cost against data volume (storage = egress), as thesis Fig. 5.35–5.37."""
+    """Storage, egress and total cost against data volume (storage = egress)."""
     import matplotlib
 
     matplotlib.use("Agg")
