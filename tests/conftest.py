@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +121,22 @@ def read_only_dir(tmp_path: Path) -> Iterator[Path]:
     finally:
         with contextlib.suppress(subprocess.CalledProcessError):
             subprocess.run(["umount", str(ro)], check=True)
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: int) -> Iterator[None]:
+    """Fail the test instead of hanging the suite when the block runs ``seconds`` (SIGALRM: main thread only).
+
+    The bound is far above what the block takes: it turns a hang into a failure, it does not time anything.
+    """
+
+    def alarm(signum, frame):
+        raise AssertionError(f"no answer within {seconds} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -11,8 +11,6 @@ guard is a generous per-example alarm, never an assertion on speed.
 from __future__ import annotations
 
 import math
-import signal
-from contextlib import contextmanager
 
 import pytest
 import yaml
@@ -26,6 +24,7 @@ from drtp.plugins.sweep import grid
 from drtp.trace.profiles import load_profile
 from drtp.units import parse_duration, parse_size
 from drtp.yamlfile import MAX_DEPTH, parse_yaml
+from tests.conftest import hang_guard
 
 FUZZ = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
@@ -33,25 +32,9 @@ FUZZ = settings(
 HANG_GUARD_S = 20  # one example taking this long is a hang, not a slow machine
 
 
-@contextmanager
-def hang_guard():
-    """Fail (instead of hanging the suite) if one example runs for HANG_GUARD_S seconds."""
-
-    def alarm(signum, frame):
-        raise AssertionError(f"no answer within {HANG_GUARD_S} s: a hang")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(HANG_GUARD_S)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def answers(call) -> object:
     """The call's value, or None when it raised a DrtpError; any other exception fails the test."""
-    with hang_guard():
+    with hang_guard(HANG_GUARD_S):
         try:
             return call()
         except DrtpError as e:
@@ -266,7 +249,7 @@ def test_nesting_100000_deep_is_refused_at_once(tmp_path, opening, closing):
     path = tmp_path / "deep.yaml"
     path.write_text(deep(100_000, opening, closing))
     with (
-        hang_guard(),
+        hang_guard(HANG_GUARD_S),
         pytest.raises(DrtpError, match=rf"deep.yaml:1:\d+: not valid YAML: nested deeper than {MAX_DEPTH}"),
     ):
         load_config(path)

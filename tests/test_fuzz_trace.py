@@ -8,13 +8,11 @@ Each example runs under an alarm, a hang guard far above the time an example tak
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import gzip
 import io
 import json
 import os
-import signal
 from pathlib import Path
 
 import msgspec
@@ -40,7 +38,7 @@ from drtp.trace.records import (
     parse_uri,
     uris_valid,
 )
-from tests.conftest import REGISTRY_LOG_LINE, ibm_record
+from tests.conftest import REGISTRY_LOG_LINE, hang_guard, ibm_record
 
 settings.register_profile(
     "fuzz-ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -48,22 +46,6 @@ settings.register_profile(
 settings.register_profile("fuzz-deep", max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 FUZZ = settings(settings.get_profile("fuzz-deep" if os.environ.get("DRTP_FUZZ") == "deep" else "fuzz-ci"))
 HANG_GUARD_S = 30  # one example takes milliseconds; this only turns a hang into a failure
-
-
-@contextlib.contextmanager
-def bounded():
-    """Fail the example instead of hanging (SIGALRM, main thread only, as pytest runs tests)."""
-
-    def timeout(signum, frame):
-        raise TimeoutError(f"an example ran longer than {HANG_GUARD_S} s")
-
-    previous = signal.signal(signal.SIGALRM, timeout)
-    signal.alarm(HANG_GUARD_S)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def check_records(records: list[TraceRecord]) -> None:
@@ -79,7 +61,7 @@ def check_records(records: list[TraceRecord]) -> None:
 
 def read_or_refuse(path: Path, **kwargs) -> None:
     """Reading ``path`` returns valid records or raises a one-line DrtpError, within the guard."""
-    with bounded():
+    with hang_guard(HANG_GUARD_S):
         try:
             records = read_trace([path], **kwargs)
         except DrtpError as e:
@@ -260,7 +242,7 @@ log_line = st.one_of(
 
 def capture_or_refuse(path: Path, names) -> None:
     """Capture yields records that read back as a valid trace, or a one-line DrtpError."""
-    with bounded():
+    with hang_guard(HANG_GUARD_S):
         try:
             cap, records = capture_files([path], names)
             records = list(records)
