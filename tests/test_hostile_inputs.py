@@ -141,6 +141,11 @@ def _first(lines: list[str]) -> str:
     return lines[0][:200] if lines else "(nothing)"
 
 
+def _head(lines: list[str]) -> str:
+    """The first two stderr lines, joined and cut: enough to see what went wrong in a report row."""
+    return " | ".join(lines[:2])[:240]
+
+
 def _crash(outcome: Outcome) -> str | None:
     """A hang, a signal or a traceback: what failed, in a few words."""
     if outcome.code is None:
@@ -199,23 +204,23 @@ def verdict(outcome: Outcome, expect: Expect, logged_before: int) -> str | None:
     lines = outcome.lines
     if expect.warns:
         if outcome.code != 0:
-            return f"input with a bad part refused, exit {outcome.code}: {' | '.join(lines[:2])[:240]}"
+            return f"input with a bad part refused, exit {outcome.code}: {_head(lines)}"
         if len(lines) != 1:
-            return f"exit 0 with {len(lines)} stderr lines, not one warning: {' | '.join(lines[:2])[:240]}"
+            return f"exit 0 with {len(lines)} stderr lines, not one warning: {_head(lines)}"
         problem = _names_the_input(lines[0], expect)
         if problem:
             return f"exit 0, one warning line, but it {problem}"
     if expect.valid or expect.warns:
         if outcome.code != 0:
-            return f"valid input refused, exit {outcome.code}: {' | '.join(lines[:2])[:240]}"
+            return f"valid input refused, exit {outcome.code}: {_head(lines)}"
         missing = [p.name for p in expect.produces if not p.exists()]
         return f"exit 0 but wrote no {missing[0]}" if missing else None
     if outcome.code == 0:
         return f"exit 0 (accepted): {_first(outcome.stdout.splitlines())}"
     if outcome.code != 2:
-        return f"exit {outcome.code}: {' | '.join(lines[:2])[:240]}"
+        return f"exit {outcome.code}: {_head(lines)}"
     if len(lines) != 1:
-        return f"exit 2 with {len(lines)} stderr lines: {' | '.join(lines[:2])[:240]}"
+        return f"exit 2 with {len(lines)} stderr lines: {_head(lines)}"
     problem = _names_the_input(lines[0], expect)
     if problem:
         return f"exit 2, one line, but it {problem}"
