@@ -8,3 +8,19 @@ own top-level folders and are installed under this namespace.
 """
 
 __version__ = "0.1.0"
+
+# Loaded on first use, so ``import drtp`` stays cheap (pandas is imported only when a run is loaded).
+LAZY = {"load_run": "drtp.analysis.run_data", "load_runs": "drtp.analysis.run_data"}
+
+
+def __getattr__(name: str):
+    """``drtp.load_run`` and ``drtp.load_runs``: replay runs as pandas frames (drtp.analysis.run_data)."""
+    if name in LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(LAZY[name]), name)
+    raise AttributeError(f"module 'drtp' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *LAZY])
