@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from drtp.analysis.run_stats import STATS_COLUMNS, STATS_FILE, read_stats_histor
 from drtp.errors import DrtpError
 
 registry = pytest.mark.registry
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "analysis.md"
 
 
 def csv_rows(run_dir: Path) -> list[dict]:
@@ -224,3 +226,17 @@ def test_errors_name_the_file_row_and_column(real_runs, tmp_path):
     assert (
         one_line_error(run_dir) == f"{run_dir / 'config.json'}: not a saved run config (a JSON object), got a JSON list"
     )
+
+
+@registry
+def test_the_documented_example_runs_as_written(real_runs):
+    section = DOCS.read_text(encoding="utf-8").split("## In Python / Jupyter", 1)[1]
+    example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    lines = example.strip().splitlines()
+    assert len(lines) == 3 and lines[0] == "import drtp"
+    code = re.sub(r'load_run\("[^"]+"\)', f"load_run({str(real_runs.stress)!r})", "\n".join(lines[:-1]))
+    scope: dict = {}
+    exec(code, scope)
+    table = eval(lines[-1], scope)
+    assert set(table.index) == {"blob", "manifest"}
+    assert table["count"].sum() == scope["run"].requests["latency_ms"].notna().sum()
