@@ -117,8 +117,8 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     path = Path(path)
     try:
         raw, summary_json = load_run_files(path)
-        stats_path = path / STATS_FILE
-        stats = read_stats_history(stats_path) if stats_path.is_file() else stats_from_requests(raw)
+        stats_from_file = (path / STATS_FILE).is_file()
+        stats = read_stats_history(path / STATS_FILE) if stats_from_file else stats_from_requests(raw)
         config = _read_config(path / CONFIG_FILE)
     except RunDataError:
         raise
@@ -136,7 +136,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         stats=stats,
         config=config,
         summary_json=summary_json,
-        stats_from_file=stats_path.is_file(),
+        stats_from_file=stats_from_file,
     )
 
 
@@ -158,7 +158,7 @@ def load_runs(paths: Iterable[str | Path]) -> Runs:
 
 def requests_frame(raw: pd.DataFrame) -> pd.DataFrame:
     """The checked rows of ``requests.csv`` (drtp.analysis.results.load_requests) with ms columns and categoricals."""
-    frame = raw.copy()
+    frame = raw.copy(deep=False)  # new columns only: the rows themselves are shared, never changed
     for seconds, ms in MS_COLUMNS.items():
         frame[ms] = frame[seconds] * 1000.0
     frame["failed"] = ~frame["ok"].to_numpy(dtype=bool)

@@ -93,6 +93,9 @@ def test_summary_frame_is_the_runs_summary_in_ms(real_runs):
 def test_summary_without_summary_json_comes_from_the_rows(real_runs, tmp_path):
     run_dir = copy_run(real_runs.stress, tmp_path / "stress")
     (run_dir / "summary.json").unlink()
+    (run_dir / STATS_FILE).write_text(",".join(STATS_COLUMNS) + "\n1.0,3,0,12,3.0,1.5,oops\n")
+    assert one_line_error(run_dir) == f"{run_dir / STATS_FILE}: row 1: column p99_ms: not a number ≥ 0, got 'oops'"
+    (run_dir / STATS_FILE).unlink()
     rebuilt = drtp.load_run(run_dir)
     written = drtp.load_run(real_runs.stress)
     assert rebuilt.summary_json == {}
@@ -118,6 +121,11 @@ def test_stats_sum_to_the_trace_requests(real_runs, tmp_path):
     assert rebuilt.stats["requests"].sum() == len(trace_rows)
     assert rebuilt.stats["failures"].sum() == real_runs.missing_tags
     assert rebuilt.stats["elapsed_s"].iloc[-1] == pytest.approx(trace_rows["end_s"].max())
+    # written as the master writes it (p50/p99 empty where no request succeeded), read back the same
+    (old / STATS_FILE).write_text(rebuilt.stats.to_csv(index=False, na_rep=""))
+    again = drtp.load_run(old)
+    assert again.stats_from_file
+    pd.testing.assert_frame_equal(again.stats, rebuilt.stats)
     ok = trace_rows[~trace_rows["failed"]]
     slowest = rebuilt.stats["p99_ms"].max()
     assert slowest <= ok["latency_ms"].max() and slowest >= ok["latency_ms"].median()
@@ -222,6 +230,9 @@ def test_errors_name_the_file_row_and_column(real_runs, tmp_path):
     (run_dir / "summary.json").write_text("{")
     assert one_line_error(run_dir).startswith(f"{run_dir / 'summary.json'}: invalid JSON")
     (run_dir / "summary.json").unlink()
+    (run_dir / STATS_FILE).write_text(",".join(STATS_COLUMNS) + "\n1.0,3,0,12,3.0,1.5,oops\n")
+    assert one_line_error(run_dir) == f"{run_dir / STATS_FILE}: row 1: column p99_ms: not a number ≥ 0, got 'oops'"
+    (run_dir / STATS_FILE).unlink()
     (run_dir / "config.json").write_text("[1]")
     assert (
         one_line_error(run_dir) == f"{run_dir / 'config.json'}: not a saved run config (a JSON object), got a JSON list"
