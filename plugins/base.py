@@ -15,11 +15,12 @@ Plugins written for the original trace player (a ``.py`` file with
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import msgspec
 import pandas as pd
@@ -32,6 +33,15 @@ from drtp.units import parse_duration, parse_size
 
 class PluginArgs(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Base of every plugin's argument struct."""
+
+
+# ``compat`` of the plugins with a counterpart in the original trace player: "none" simulates as the
+# IBM Cloud registry workload study describes; "original" reproduces the original plugin's numbers
+Compat = Literal["none", "original"]
+COMPAT_HELP = (
+    "none (default: as the published study describes) or original (the original trace player's plugin, "
+    "its numbers exactly; docs/simulate.md lists the differences)"
+)
 
 
 @dataclass
@@ -62,6 +72,11 @@ class SimPlugin(ABC):
     @abstractmethod
     def run(self, trace: TraceColumns) -> SimResult:
         """Simulate over ``trace`` and return the result."""
+
+
+def iso_time(t: float) -> str:
+    """Seconds since the epoch as ISO 8601 UTC text (``2017-08-01T00:00:00Z``), as results tables show times."""
+    return _dt.datetime.fromtimestamp(float(t), _dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 # -- argument helpers ---------------------------------------------------------------

@@ -14,7 +14,6 @@ memory layer demoted to SSD.
 
 from __future__ import annotations
 
-import datetime as _dt
 import time
 from typing import Annotated, Literal
 
@@ -23,8 +22,18 @@ import numpy as np
 import pandas as pd
 
 from drtp.errors import DrtpError
-from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, check_size, resolve_size
-from drtp.plugins.policies import LRU, LibCacheSim, Outcome, TwoLevel
+from drtp.plugins.base import (
+    COMPAT_HELP,
+    Compat,
+    PluginArgs,
+    SimPlugin,
+    SimResult,
+    check_size,
+    iso_time,
+    resolve_size,
+)
+from drtp.plugins.original import original_cache_requests
+from drtp.plugins.policies import LRU, LibCacheSim, Outcome, TwoLevel, TwoLevelOriginal
 from drtp.trace.columns import TraceColumns
 
 ARG_HELP = {
@@ -37,6 +46,7 @@ ARG_HELP = {
     "policy": "lru, two-level, or libcachesim:<policy> (e.g. libcachesim:S3-FIFO)",
     "params": "libcachesim policy parameters, e.g. {small_size_ratio: 0.1} for S3-FIFO",
     "timeline_buckets": "number of time buckets in timeline.csv",
+    "compat": "two-level only: " + COMPAT_HELP,
 }
 
 
@@ -50,6 +60,7 @@ class LRUArgs(PluginArgs):
 class TwoLevelArgs(LRUArgs):
     ssd_multiplier: Annotated[float, msgspec.Meta(gt=0, le=1e6)] = 10.0  # the bounds refuse NaN and infinity
     threshold: int | str = "100MiB"
+    compat: Compat = "none"
 
 
 class LibCacheSimArgs(LRUArgs):
@@ -83,10 +94,17 @@ def check_cache_args(args: LRUArgs, policy: str) -> None:
     if hasattr(args, "threshold"):
         check_size(args.threshold, "threshold")
     _policy_factory(policy, args)
+    if getattr(args, "compat", "none") == "original" and policy.lower() != "two-level":
+        raise DrtpError(
+            f"simulate.args.compat: 'original' exists for the two-level cache only "
+            f"(the original trace player had no {policy} cache), not with policy {policy!r}"
+        )
 
 
 def simulate_cache(trace: TraceColumns, args: LRUArgs, policy: str, plugin: str) -> SimResult:
     """Run a cache policy over the trace's GET layer requests and tabulate hits."""
+    if getattr(args, "compat", "none") == "original":
+        return simulate_cache_original(trace, args, plugin)  # type: ignore[arg-type]
     make, levels = _policy_factory(policy, args)
     gets = trace.layer_gets()
     sizes_by_obj = trace.object_sizes(gets)
@@ -157,6 +175,87 @@ def simulate_cache(trace: TraceColumns, args: LRUArgs, policy: str, plugin: str)
     return SimResult(summary, tables, kind="cache")
 
 
+def simulate_cache_original(trace: TraceColumns, args: TwoLevelArgs, plugin: str) -> SimResult:
+    """The two-level cache as the original trace player simulated it, over its request list.
+
+    Its requests: every GET and PUT of a blob URI with bytes written (any
+    status), each with its own size.  Its warm-ups: the memory level's ratio
+    counts the requests after the memory's first eviction, the combined ratio
+    those after the SSD's first eviction.  ``lmu_hits``, ``lmu_misses``,
+    ``h_hits`` and ``h_misses`` are the four numbers the original printed.
+    """
+    rows, ids = original_cache_requests(trace)
+    ingress = trace.ingress_bytes()
+    gets = trace.layer_gets()
+    footprint = int(trace.object_sizes(gets).sum())
+    base = ingress if args.percent_of == "ingress" else footprint
+    capacity = resolve_size(args.capacity, "capacity", base, args.percent_of, minimum=1)
+    ssd_bytes = int(capacity * float(args.ssd_multiplier))
+    threshold = resolve_size(args.threshold, "threshold")
+    req_sizes = trace.size[rows]
+    hosts = trace.host[rows] if args.per_server else np.zeros(len(rows), dtype=np.int32)
+    level = np.zeros(len(rows), dtype=np.uint8)
+    warm_memory = np.zeros(len(rows), dtype=bool)
+    warm = np.zeros(len(rows), dtype=bool)  # after the SSD's first eviction
+    servers = []
+    evictions = demotions = 0
+    t0 = time.perf_counter()
+    for h in np.unique(hosts):
+        idx = np.flatnonzero(hosts == h)
+        out = TwoLevelOriginal(capacity, ssd_bytes, threshold).run(ids[idx].tolist(), req_sizes[idx].tolist())
+        level[idx] = out.level
+        memory_first, ssd_first = out.first_eviction_by_level
+        if memory_first >= 0:
+            warm_memory[idx[memory_first + 1 :]] = True
+        if ssd_first >= 0:
+            warm[idx[ssd_first + 1 :]] = True
+        evictions += out.evictions
+        demotions += out.demotions
+        name = trace.hosts[h] if args.per_server else "all"
+        first_t = trace.time[rows[idx[out.first_eviction]]] if out.first_eviction >= 0 else None
+        servers.append(_counts(name, out.level, out.level.astype(bool), req_sizes[idx], first_t, warm[idx]))
+    elapsed = time.perf_counter() - t0
+    hit, memory_hit = level > 0, level == 1
+    summary: dict = {
+        "plugin": plugin,
+        "policy": "two-level",
+        "compat": "original",
+        "capacity": args.capacity,
+        "capacity_bytes": capacity,
+        "percent_of": args.percent_of,
+        "ingress_bytes": ingress,
+        "footprint_bytes": footprint,
+        "per_server": args.per_server,
+        "caches": len(servers),
+        "trace_requests": len(trace),
+        "objects": int(ids.max()) + 1 if len(ids) else 0,
+        **_ratios("", hit, warm, req_sizes),
+        "lmu_hits": int((memory_hit & warm_memory).sum()),
+        "lmu_misses": int((~memory_hit & warm_memory).sum()),
+        "h_hits": int((hit & warm).sum()),
+        "h_misses": int((~hit & warm).sum()),
+    }
+    first_times = [s["first_eviction_time"] for s in servers if s["first_eviction_time"]]
+    summary["first_eviction_time"] = min(first_times) if first_times else None
+    summary["evictions"] = evictions
+    summary["ssd_bytes"] = ssd_bytes
+    summary["threshold_bytes"] = threshold
+    summary["demotions"] = demotions
+    table_levels = [_level_row("combined", hit, warm, req_sizes)]
+    for code, (lname, lwarm) in enumerate(zip(TwoLevelOriginal.levels, (warm_memory, warm), strict=True), start=1):
+        lhit = level == code
+        summary.update(_ratios(f"_{lname}", lhit, lwarm, req_sizes, brief=True))
+        table_levels.insert(code - 1, _level_row(lname, lhit, lwarm, req_sizes))
+    summary["simulate_s"] = round(elapsed, 4)
+    summary["requests_per_s"] = round(len(rows) / elapsed) if elapsed > 0 else None
+    tables = {
+        "levels": pd.DataFrame(table_levels),
+        "servers": pd.DataFrame(servers),
+        "timeline": _timeline(trace.time[rows], level, TwoLevelOriginal.levels, args.timeline_buckets),
+    }
+    return SimResult(summary, tables, kind="cache")
+
+
 def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
@@ -186,12 +285,8 @@ def _level_row(name: str, hit: np.ndarray, warm: np.ndarray, sizes: np.ndarray) 
 
 def _counts(name, level, hit, sizes, first_t, warm) -> dict:
     row = {"server": name, **_ratios("", hit, warm, sizes)}
-    row["first_eviction_time"] = _iso(first_t) if first_t is not None else None
+    row["first_eviction_time"] = iso_time(first_t) if first_t is not None else None
     return row
-
-
-def _iso(t: float) -> str:
-    return _dt.datetime.fromtimestamp(float(t), _dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _timeline(times: np.ndarray, level: np.ndarray, levels: tuple[str, ...], buckets: int) -> pd.DataFrame:
@@ -203,7 +298,7 @@ def _timeline(times: np.ndarray, level: np.ndarray, levels: tuple[str, ...], buc
     n = max(1, int(buckets))
     width = (t1 - t0) / n or 1.0
     b = np.minimum(((times - t0) / width).astype(np.int64), n - 1)
-    data = {"start": [_iso(t0 + i * width) for i in range(n)], "requests": np.bincount(b, minlength=n)}
+    data = {"start": [iso_time(t0 + i * width) for i in range(n)], "requests": np.bincount(b, minlength=n)}
     for code, name in enumerate(levels, start=1):
         data[f"hits_{name}"] = np.bincount(b, weights=(level == code), minlength=n).astype(np.int64)
     df = pd.DataFrame(data)

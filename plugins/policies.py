@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -33,12 +33,16 @@ class Outcome:
     first_eviction: int  # index of the request whose admission caused the first eviction; -1: none
     evictions: int  # objects that left the cache (a demotion from memory to SSD is not one)
     demotions: int = 0  # two-level only: memory evictions moved to the SSD level
+    # policies whose levels warm up apart: per level, the request that caused its first eviction (-1: none)
+    first_eviction_by_level: tuple[int, ...] = ()
 
 
 class CachePolicy(ABC):
     """A cache simulated over a sequence of object requests."""
 
     levels: ClassVar[tuple[str, ...]] = ("cache",)
+    # False: ``sizes`` is indexed by object (one size each); True: by request (each request's own bytes)
+    sizes_per_request: ClassVar[bool] = False
 
     @abstractmethod
     def run(self, ids: list[int], sizes: list[int]) -> Outcome:
@@ -148,6 +152,106 @@ class TwoLevel(CachePolicy):
                         sused -= ssd_pop(last=False)[1]
                         evictions += 1
         return Outcome(np.frombuffer(level, dtype=np.uint8), first, evictions, demotions)
+
+
+class TwoLevelOriginal(CachePolicy):
+    """The two-level cache as the original trace player's cache plugin simulated it (``compat: original``).
+
+    It differs from :class:`TwoLevel` in three ways that change hit counts:
+
+    * the SSD keeps its recency list as a queue of marks (one per admission or
+      hit, with a count of live marks per layer); a layer promoted to memory
+      leaves the SSD but not its marks, so when it comes back (demoted) its old,
+      stale marks count as its own and it is evicted earlier than LRU order says;
+    * each request is admitted with its own size (not the layer's largest), and
+      a layer of exactly the memory's size goes to the SSD (the threshold is
+      capped at the memory size, and sizes at or above it go to the SSD);
+    * the memory and the SSD warm up separately: ``first_eviction_by_level``
+      gives the request of each level's first eviction (memory, then SSD).
+
+    Memory itself is an exact LRU.  ``sizes`` is per request.
+    """
+
+    levels = ("memory", "ssd")
+    sizes_per_request = True
+
+    def __init__(self, memory: int, ssd: int, threshold: int) -> None:
+        self.memory = int(memory)
+        self.ssd = int(ssd)
+        self.threshold = int(threshold)
+
+    def run(self, ids: list[int], sizes: list[int]) -> Outcome:
+        mcap, scap = self.memory, self.ssd
+        large = min(self.threshold, mcap)  # sizes at or above this go to the SSD
+        mem: OrderedDict[int, int] = OrderedDict()
+        mem_hit, mem_pop = mem.move_to_end, mem.popitem
+        ssd: dict[int, int] = {}  # layer -> size admitted with
+        marks: dict[int, int] = {}  # layer -> its marks in the queue that still count
+        queue: deque[int] = deque()  # recency marks, oldest first; a promoted layer's marks stay (stale)
+        level = bytearray(len(ids))
+        mused = sused = 0
+        evictions = demotions = 0
+        mem_first = ssd_first = -1
+
+        def ssd_admit(obj: int, size: int, i: int) -> bool:
+            """Admit ``obj`` at the SSD's recent end, evicting by marks; False: larger than the SSD."""
+            nonlocal sused, evictions, ssd_first
+            if size + sused > scap:
+                if size > scap:
+                    return False
+                if ssd_first < 0:
+                    ssd_first = i
+                while size + sused > scap:
+                    victim = queue.popleft()
+                    if victim not in ssd:
+                        continue
+                    marks[victim] -= 1
+                    if marks[victim]:
+                        continue
+                    sused -= ssd.pop(victim)
+                    del marks[victim]
+                    evictions += 1
+            ssd[obj] = size
+            marks[obj] = 1
+            queue.append(obj)
+            sused += size
+            return True
+
+        for i, obj in enumerate(ids):
+            if obj in mem:
+                mem_hit(obj)
+                level[i] = 1
+                continue
+            size = sizes[i]
+            if size >= large:  # an SSD layer: a hit adds a mark, a miss is admitted
+                if obj in ssd:
+                    queue.append(obj)
+                    marks[obj] += 1
+                    level[i] = 2
+                else:
+                    ssd_admit(obj, size, i)
+                continue
+            if obj in ssd:  # promote: the layer leaves the SSD, its marks stay in the queue
+                sused -= ssd.pop(obj)
+                del marks[obj]
+                level[i] = 2
+            if size + mused > mcap:
+                if mem_first < 0:
+                    mem_first = i
+                while size + mused > mcap:
+                    victim, vsize = mem_pop(last=False)
+                    mused -= vsize
+                    demotions += 1
+                    # a layer in memory is never in the SSD (every request for it is a memory hit),
+                    # so a demotion always admits it anew; one larger than the SSD is dropped
+                    if not ssd_admit(victim, vsize, i):
+                        evictions += 1
+            mem[obj] = size
+            mused += size
+        firsts = [f for f in (mem_first, ssd_first) if f >= 0]
+        return Outcome(
+            np.frombuffer(level, dtype=np.uint8), min(firsts, default=-1), evictions, demotions, (mem_first, ssd_first)
+        )
 
 
 # -- libCacheSim -------------------------------------------------------------------

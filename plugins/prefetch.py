@@ -17,7 +17,6 @@ upload (a chunked push ends with an empty PUT).
 
 from __future__ import annotations
 
-import datetime as _dt
 import heapq
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,13 +24,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from drtp.plugins.base import PluginArgs, SimPlugin, SimResult, resolve_duration
+from drtp.plugins.base import COMPAT_HELP, Compat, PluginArgs, SimPlugin, SimResult, iso_time, resolve_duration
+from drtp.plugins.original import simulate_prefetch_original
 from drtp.trace.columns import BLOB, GET, MANIFEST, PATCH, PUT, UPLOAD, TraceColumns
 
 ARG_HELP = {
     "lm_thresh": "how long a pushed layer waits for GET manifests (LM_thresh), e.g. 1h, 12h, 1d",
     "ml_thresh": "how long a prefetched layer is kept (ML_thresh), e.g. 1h, 12h, 1d",
     "per_server": "one lookup table and prefetch memory per trace host (default: shared)",
+    "compat": COMPAT_HELP + "; with original the thresholds have no effect",
 }
 
 
@@ -39,6 +40,7 @@ class PrefetchArgs(PluginArgs):
     lm_thresh: float | str = "1h"
     ml_thresh: float | str = "1h"
     per_server: bool = False
+    compat: Compat = "none"
 
 
 # What each request the simulation looks at does (every other request is left out before the loop)
@@ -280,7 +282,7 @@ def _summary(sim: _Simulation, trace: TraceColumns, lm: float, ml: float, per_se
         "get_layer_hit_ratio": counts.prefetch_hits / counts.get_layers if counts.get_layers else None,
         "prefetched_bytes": int(sum(p.size for p in log)),
         "peak_memory_bytes": int(sim.peak),
-        "peak_memory_time": _iso(sim.peak_time) if sim.peak_time is not None else None,
+        "peak_memory_time": iso_time(sim.peak_time) if sim.peak_time is not None else None,
         "simulate_s": round(elapsed, 4),
     }
 
@@ -289,22 +291,18 @@ def _table(log: list[_Prefetch], trace: TraceColumns, per_server: bool) -> pd.Da
     """The prefetches, one row each, with times as ISO text and ids as the trace's names."""
     return pd.DataFrame(
         {
-            "time": [_iso(p.time) for p in log],
+            "time": [iso_time(p.time) for p in log],
             "server": [trace.hosts[p.server] if per_server else "all" for p in log],
             "repository": [trace.repositories[p.repository] for p in log],
             "layer": [trace.objects[p.layer] for p in log],
             "size": [p.size for p in log],
             "client": [trace.clients[p.client] for p in log],
             "renewals": [p.renewals for p in log],
-            "expired": [_iso(p.expired) if p.expired is not None else None for p in log],
+            "expired": [iso_time(p.expired) if p.expired is not None else None for p in log],
             "hits": [p.hits for p in log],
         },
         columns=["time", "server", "repository", "layer", "size", "client", "renewals", "expired", "hits"],
     )
-
-
-def _iso(t: float) -> str:
-    return _dt.datetime.fromtimestamp(float(t), _dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 class PrefetchPlugin(SimPlugin):
@@ -319,6 +317,8 @@ class PrefetchPlugin(SimPlugin):
         resolve_duration(args.ml_thresh, "ml_thresh")
 
     def run(self, trace: TraceColumns) -> SimResult:
+        if self.args.compat == "original":
+            return simulate_prefetch_original(trace, self.args.per_server)
         lm = resolve_duration(self.args.lm_thresh, "lm_thresh")
         ml = resolve_duration(self.args.ml_thresh, "ml_thresh")
         return simulate_prefetch(trace, lm, ml, self.args.per_server)
