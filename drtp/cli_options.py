@@ -191,6 +191,7 @@ def effective_config_from_args(args: argparse.Namespace, path=None):
     effective = effective_config(path if path is not None else args.config, os.environ, getattr(args, "overrides", []))
     if effective.config.verbose:
         set_verbosity(1)
+    effective.log()
     return effective
 
 

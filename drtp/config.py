@@ -269,6 +269,15 @@ class EffectiveConfig(msgspec.Struct):
         """``--set`` or the environment variable that set the dotted ``key`` (None: the file or the default)."""
         return origin_of(key, self.overrides, inside=False)
 
+    def log(self) -> None:
+        """Log where the keys came from (INFO; each override at DEBUG), once logging is set as asked."""
+        from_env = sum(1 for ov in self.overrides if ov.origin != "--set")
+        n_set = len(self.overrides) - from_env
+        log.info("config %s: %d keys from the environment, %d from --set", self.config.source, from_env, n_set)
+        for ov in self.overrides:
+            log.debug("config key %s set by %s", ov.key, ov.origin)  # never the value: it may be a secret
+        _note_unused_port(self.config)
+
 
 def effective_config(path: str | Path, environ: Mapping[str, str], sets: Iterable[Override] = ()) -> EffectiveConfig:
     """The file's config with the environment's ``DRTP_CONFIG__*`` keys over it, and ``--set`` keys over both.
@@ -288,11 +297,6 @@ def effective_config(path: str | Path, environ: Mapping[str, str], sets: Iterabl
         cfg = config_from_dict(merged, source=str(path), base_dir=str(path.parent))
     except ConfigError as e:
         raise with_origin(e, overrides) from None
-    from_env = sum(1 for ov in overrides if ov.origin != "--set")
-    log.info("config %s: %d keys from the environment, %d from --set", path, from_env, len(overrides) - from_env)
-    for ov in overrides:
-        log.debug("config key %s set by %s", ov.key, ov.origin)  # never the value: it may be a secret
-    _note_unused_port(cfg)
     return EffectiveConfig(cfg, overrides)
 
 
