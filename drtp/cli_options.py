@@ -140,3 +140,61 @@ def reader_from_args(args: argparse.Namespace) -> TraceReader:
         limit_type=limit_type,
         amount=amount,
     )
+
+
+SET_HELP = (
+    "set a config key over the file's, e.g. client_info.threads=8 or client_info.client_list=[a:8081,b:8081] "
+    "(YAML value; repeatable; the environment sets keys as DRTP_CONFIG__CLIENT_INFO__THREADS=8; "
+    "precedence: file < environment < --set)"
+)
+
+
+def config_override(text: str):
+    """One ``--set key=value`` (drtp.config_overrides.Override); a malformed one is argparse's one-line error."""
+    from drtp.config_overrides import parse_set
+    from drtp.errors import ConfigError
+
+    try:
+        return parse_set(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--set ")) from None
+
+
+def add_config_options(p: argparse.ArgumentParser, required: bool = True, help: str = "YAML config file") -> None:
+    """``-c/--config``, ``--set KEY=VALUE`` and ``-v/--verbose``: the options of every command that reads a config."""
+    p.add_argument("-c", "--config", required=required, help=help)
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], type=config_override, metavar="KEY=VALUE",
+        help=SET_HELP,
+    )  # fmt: skip
+    add_verbose_option(p)
+
+
+def add_verbose_option(p: argparse.ArgumentParser) -> None:
+    """``-v`` (INFO) / ``-vv`` (DEBUG); left unset when not given, so ``drtp -v COMMAND`` is not reset to 0."""
+    p.add_argument(
+        "-v", "--verbose", action="count", default=argparse.SUPPRESS,
+        help="log what drtp does on stderr (-vv: debug detail); the config's verbose: true is -v",
+    )  # fmt: skip
+
+
+def effective_config_from_args(args: argparse.Namespace, path=None):
+    """The config of ``args.config`` (or ``path``) with the environment's keys and ``--set`` over it.
+
+    drtp.config.EffectiveConfig; its ``verbose: true`` raises logging to INFO here.
+    """
+    import os
+
+    from drtp.config import effective_config
+    from drtp.verbosity import set_verbosity
+
+    effective = effective_config(path if path is not None else args.config, os.environ, getattr(args, "overrides", []))
+    if effective.config.verbose:
+        set_verbosity(1)
+    effective.log()
+    return effective
+
+
+def config_from_args(args: argparse.Namespace, path=None):
+    """drtp.config.Config of :func:`effective_config_from_args`: what a command that takes ``-c`` runs with."""
+    return effective_config_from_args(args, path).config

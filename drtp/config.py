@@ -10,13 +10,16 @@ variable's value; values of secret keys (token, password) are never printed.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
 
+from drtp.config_overrides import Override, apply_overrides, env_overrides, origin_of, with_origin
 from drtp.errors import ConfigError
 from drtp.registry.names import base_url_error, host_port_error
 from drtp.replay.failure_budget import parse_max_failed
@@ -24,7 +27,18 @@ from drtp.replay.signing import token_error
 from drtp.schema import convert
 from drtp.yamlfile import read_yaml
 
-__all__ = ["Config", "ConfigError", "config_from_dict", "load_config", "read_yaml", "redacted"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "EffectiveConfig",
+    "config_from_dict",
+    "effective_config",
+    "load_config",
+    "read_yaml",
+    "redacted",
+]
+
+log = logging.getLogger("drtp.config")
 
 SECRET_KEYS = ("token", "password")
 WEEK_S = 7 * 86_400.0
@@ -41,8 +55,19 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 
 class ClientInfo(_Section):
+    """``client_info:``: the client nodes and how they replay.
+
+    ``port`` is the original trace player's key: there, the port of the
+    master's own server, on which the client nodes sent their results back.
+    drtp has no such callback (results come back on the connection the master
+    opened to each node), so the key is accepted, checked as a port, and not
+    used: an original config loads and replays unchanged.  Every
+    ``client_list`` entry names its node's port itself (``host:port``), as in
+    the original's configs.
+    """
+
     client_list: list[str] = []  # host:port of client nodes
-    port: Port = 8081
+    port: Port | None = None  # the original's master callback port: accepted, unused (drtp needs none)
     threads: Threads = 16
     wait: bool = False  # True: replay "as is" (trace timing); False: as fast as possible
     route: bool = False  # True: consistent hash of the client address; False: round-robin
@@ -63,7 +88,8 @@ class ClientInfo(_Section):
 
 class Limit(_Section):
     type: Literal["seconds", "requests"]
-    amount: Annotated[float, msgspec.Meta(gt=0, le=1e15)]  # a limit of nothing would read nothing
+    # a limit of nothing would read nothing; an int stays an int (a count of requests prints as one)
+    amount: Annotated[int, msgspec.Meta(ge=1, le=10**15)] | Annotated[float, msgspec.Meta(gt=0, le=1e15)]
 
 
 class TraceSection(_Section):
@@ -227,10 +253,61 @@ def _expand(value: Any, where: str, path: str) -> Any:
 
 
 def load_config(path: str | Path) -> Config:
-    """Load and validate a config file; raises ConfigError with one clear line."""
+    """Load and validate a config file as written (no environment, no ``--set``); one clear line on error."""
     data = read_yaml(path)
     path = Path(path)
     return config_from_dict(data if data is not None else {}, source=str(path), base_dir=str(path.parent))
+
+
+class EffectiveConfig(msgspec.Struct):
+    """The config a command runs with, and which keys the environment or ``--set`` gave it."""
+
+    config: Config
+    overrides: list[Override]  # in the order applied: environment (by name), then --set (as given)
+
+    def origin(self, key: str) -> str | None:
+        """``--set`` or the environment variable that set the dotted ``key`` (None: the file or the default)."""
+        return origin_of(key, self.overrides, inside=False)
+
+    def log(self) -> None:
+        """Log where the keys came from (INFO; each override at DEBUG), once logging is set as asked."""
+        from_env = sum(1 for ov in self.overrides if ov.origin != "--set")
+        n_set = len(self.overrides) - from_env
+        log.info("config %s: %d keys from the environment, %d from --set", self.config.source, from_env, n_set)
+        for ov in self.overrides:
+            log.debug("config key %s set by %s", ov.key, ov.origin)  # never the value: it may be a secret
+        _note_unused_port(self.config)
+
+
+def effective_config(path: str | Path, environ: Mapping[str, str], sets: Iterable[Override] = ()) -> EffectiveConfig:
+    """The file's config with the environment's ``DRTP_CONFIG__*`` keys over it, and ``--set`` keys over both.
+
+    Every command that takes ``-c CONFIG`` loads its config here, so the same
+    key means the same thing from any of the three, and one schema validates
+    the result.  An invalid value names its key and where it came from.
+    """
+    overrides = [*env_overrides(environ), *sets]
+    path = Path(path)
+    data = read_yaml(path)
+    data = data if data is not None else {}
+    if overrides and not isinstance(data, dict):  # the overlay needs keys to lay over: say what the file holds
+        config_from_dict(data, source=str(path))
+    merged = apply_overrides(data, overrides) if overrides else data
+    try:
+        cfg = config_from_dict(merged, source=str(path), base_dir=str(path.parent))
+    except ConfigError as e:
+        raise with_origin(e, overrides) from None
+    return EffectiveConfig(cfg, overrides)
+
+
+def _note_unused_port(cfg: Config) -> None:
+    """Say, when asked for detail, that ``client_info.port`` (an original config's callback port) is not used."""
+    if cfg.client_info.port is not None:
+        log.info(
+            "client_info.port %d not used: it is the original trace player's master callback port; drtp's "
+            "results come back on its connection to each client node",
+            cfg.client_info.port,
+        )
 
 
 def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -> Config:
@@ -288,11 +365,17 @@ def _check_addresses(cfg: Config, source: str) -> None:
             raise ConfigError(f"{source}: key 'registries[{i}].url': {why}")
     for i, node in enumerate(cfg.client_info.client_list):
         if why := host_port_error(node):
+            if ":" not in node:  # the original's configs always name the port; client_info.port is not it
+                why += " (name each client node's port: client_info.port is not a default port for them)"
             raise ConfigError(f"{source}: key 'client_info.client_list[{i}]': {why}")
 
 
-def redacted(cfg: Config) -> dict:
-    """The config as a dict with secret values masked, for printing and results."""
+def redacted(cfg: Config, full: bool = False) -> dict:
+    """The config as a dict with secret values masked, for printing and results.
+
+    ``full``: every key, those left at their default too (``drtp config``
+    shows what a run will use); otherwise only the keys that differ from it.
+    """
 
     def mask(value: Any) -> Any:
         if isinstance(value, dict):
@@ -301,7 +384,18 @@ def redacted(cfg: Config) -> dict:
             return [mask(v) for v in value]
         return value
 
-    data = msgspec.to_builtins(cfg)
+    data = _every_key(cfg) if full else msgspec.to_builtins(cfg)
     data.pop("base_dir", None)
     data.pop("source", None)
     return mask(data)
+
+
+def _every_key(value: Any) -> Any:
+    """A struct as builtins with every field, defaults included (``omit_defaults`` drops them from msgspec's)."""
+    if isinstance(value, msgspec.Struct):
+        return {name: _every_key(getattr(value, name)) for name in value.__struct_fields__}
+    if isinstance(value, dict):
+        return {k: _every_key(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_every_key(v) for v in value]
+    return msgspec.to_builtins(value)

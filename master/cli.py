@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from drtp.cli_options import positive_int, positive_size, sizes
+from drtp.cli_options import add_config_options, config_from_args, positive_int, positive_size, sizes
 from drtp.errors import DrtpError
 from drtp.outputs import check_output_file, prepare_output_dir
 from drtp.replay.failure_budget import FailureBudget, parse_max_failed
@@ -68,10 +68,9 @@ def say(message: str) -> None:
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
-    from drtp.config import load_config
     from drtp.master.warmup import run_warmup
 
-    cfg = load_config(args.config)
+    cfg = config_from_args(args)
     if cfg.registries and not cfg.registry:
         raise DrtpError(
             f"{args.config}: has a 'registries:' list: use 'drtp experiment -c CONFIG' (warmup + run per registry)"
@@ -85,11 +84,10 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from drtp.config import load_config
     from drtp.master.run import run_replay
     from drtp.master.verdict import judge
 
-    cfg = load_config(args.config)
+    cfg = config_from_args(args)
     if args.resume and not args.out:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted run")
     if cfg.registries and not cfg.registry:  # a registry list: one experiment, warmup + run per registry
@@ -103,11 +101,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from drtp.config import load_config
     from drtp.exit_codes import worst
     from drtp.master.experiment import run_experiment
 
-    cfg = load_config(args.config)
+    cfg = config_from_args(args)
     if args.resume and not args.out:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted experiment")
     apply_token_file(args, cfg)
@@ -120,7 +117,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import datetime as _dt
     import os
 
-    from drtp.config import load_config
     from drtp.master.bench import Bench, append_dataset, print_summary
     from drtp.registry.auth import entry_auth
     from drtp.replay.messages import RegistryAuth
@@ -129,7 +125,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     registry = args.registry
     results = Path("results")
     if args.config:
-        cfg = load_config(args.config)
+        cfg = config_from_args(args)
         results = cfg.path(cfg.results)
         entry = next((e for e in cfg.registries if e.id == args.registry), None)
         if entry is not None:
@@ -172,7 +168,7 @@ def register(sub) -> None:
         description="Push the blobs and manifests the trace reads (but does not push itself) into the registry, "
         "and save the trace reference → digest map (warmup.output) as it goes.",
     )
-    p.add_argument("-c", "--config", required=True, help="YAML config file")
+    add_config_options(p)
     p.add_argument("--fresh", action="store_true", help="ignore the existing warmup map and start over")
     p.set_defaults(func=cmd_warmup)
 
@@ -182,7 +178,7 @@ def register(sub) -> None:
         description="Replay the trace through the client nodes (client_info.client_list) against the registry; "
         "writes requests.csv and summary.json into the run directory. " + EXIT_CODES_HELP,
     )
-    p.add_argument("-c", "--config", required=True, help="YAML config file")
+    add_config_options(p)
     p.add_argument("--out", help="run directory (default: <results>/run-<date>-<time>)")
     p.add_argument(
         "--resume", action="store_true", help="continue the interrupted run in --out DIR; completed requests are kept"
@@ -198,7 +194,7 @@ def register(sub) -> None:
         "OUT/<id>/; a registry that fails is recorded in OUT/experiment.json and the next one runs. "
         "The exit code is the highest of the registries' runs (130 > 3 > 2 > 1 > 0). " + EXIT_CODES_HELP,
     )
-    p.add_argument("-c", "--config", required=True, help="YAML config file")
+    add_config_options(p)
     p.add_argument("--out", help="experiment directory (default: <results>/experiment-<date>-<time>)")
     p.add_argument("--resume", action="store_true", help="skip registries done in --out DIR, resume the others")
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP + ", for each registry's run")
@@ -214,7 +210,7 @@ def register(sub) -> None:
     )
     p.add_argument("mode", choices=["push", "pull", "manifest"])
     p.add_argument("--registry", required=True, help="an id of the config's registries:, or http(s)://host:port")
-    p.add_argument("-c", "--config", help="YAML config with a registries: list (credentials, CA)")
+    add_config_options(p, required=False, help="YAML config with a registries: list (credentials, CA)")
     p.add_argument("--username", help="with a URL: user (password from $DRTP_REGISTRY_PASSWORD)")
     p.add_argument("--ca-file", help="with a URL: CA bundle (PEM)")
     p.add_argument("--insecure", action="store_true", help="with a URL: allow http, or https without verification")

@@ -28,6 +28,7 @@ from pathlib import Path
 from drtp.config import Config, redacted
 from drtp.errors import DrtpError, RunError
 from drtp.master.nodes import NodeLink
+from drtp.master.original_output import write_original_results
 from drtp.master.plan import HeldRecords, Planner, with_prefix
 from drtp.master.preflight import preflight_all
 from drtp.master.results import RunResults, format_table
@@ -186,6 +187,7 @@ class Replay:
         if incomplete is not None:
             extra["incomplete_reason"] = incomplete
         summary = self._close_results(extra, stop)
+        write_original_results(self.cfg, self.out_dir, start_epoch, quiet=self.quiet)  # trace.output, if set
         if not self.quiet:
             print(format_table(summary))
             for name, d in self.dead.items():

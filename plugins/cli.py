@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from drtp.cli_options import positive_int
+from drtp.cli_options import add_config_options, config_from_args, positive_int
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -20,11 +20,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise DrtpError("simulate: give -c CONFIG (or --list)")
     import pandas as pd
 
-    from drtp.config import load_config
     from drtp.outputs import prepare_output_dir
     from drtp.plugins.run import default_out_dir, format_summary, format_sweep, simulate
 
-    cfg = load_config(args.config)
+    cfg = config_from_args(args)
     if cfg.simulate is None:
         from drtp.errors import ConfigError
 
@@ -75,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Feed the trace to a simulation plugin (simulate.name / simulate.args in the config). "
         "A list as an argument value runs a sweep over it in parallel processes.",
     )
-    p.add_argument("-c", "--config", help="YAML config with trace: and simulate: sections")
+    add_config_options(p, required=False, help="YAML config with trace: and simulate: sections")
     p.add_argument("--out", help="results directory (default <results>/simulate-<name>-<time>)")
     p.add_argument(
         "--jobs", type=positive_int, default=os.cpu_count() or 1, help="worker processes for sweeps (default: CPUs)"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 import sys
 import traceback
 from collections.abc import Iterable
@@ -54,9 +55,13 @@ def load_module(path: Path) -> ModuleType:
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:  # the file as Python 3 cannot read it: name the line (Python 2 is the usual cause)
-        hint = " (a Python 2 file? plugins run under Python 3)" if _looks_like_python2(e) else ""
         where = f"{path}:{e.lineno}" if e.lineno else str(path)
-        raise DrtpError(f"{where}: cannot load plugin: SyntaxError: {e.msg}{hint}") from None
+        if construct := python2_construct(e):
+            raise DrtpError(
+                f"{where}: cannot load plugin: this is Python 2 code ({construct}); plugins run under Python 3: "
+                f"convert it, e.g. pip install fissix && python -m fissix -w {path} (2to3's maintained fork)"
+            ) from None
+        raise DrtpError(f"{where}: cannot load plugin: SyntaxError: {e.msg}") from None
     except (Exception, SystemExit) as e:  # a user's module: report, never a traceback (nor a silent exit)
         raise DrtpError(f"{_where(path, e)}: cannot load plugin: {type(e).__name__}: {e}") from None
     finally:
@@ -68,9 +73,33 @@ def load_module(path: Path) -> ModuleType:
     return module
 
 
-def _looks_like_python2(e: SyntaxError) -> bool:
-    """Python 3's own hints for the usual Python 2 lines: print statements, ``except X, e``, backticks…"""
-    return any(s in (e.msg or "") for s in ("Missing parentheses in call to", "multiple exception types", "print"))
+# Python 2 lines Python 3 cannot parse, by what Python 3 says or what the line holds (the original's
+# plugins were Python 2; its print statements and ``except X, e`` are what users meet first)
+_PY2_MESSAGES = (
+    ("Missing parentheses in call to 'print'", "print statement"),
+    ("Missing parentheses in call to 'exec'", "exec statement"),
+    ("multiple exception types must be parenthesized", "except X, e"),
+    ("leading zeros in decimal integer literals", "octal literal 0NNN"),
+    ("Function parameters cannot be parenthesized", "tuple parameter"),
+)
+_PY2_LINES = (
+    (re.compile(r"^\s*raise\s+[\w.]+\s*,"), "raise X, message"),
+    (re.compile(r"<>"), "<> operator"),
+    (re.compile(r"`"), "backquotes"),
+    (re.compile(r"\b\d+[lL]\b"), "long literal NNNL"),
+    (re.compile(r"\b[uU][rR]['\"]"), "ur'' string"),
+)
+
+
+def python2_construct(e: SyntaxError) -> str | None:
+    """The Python 2 construct that made Python 3 refuse a line (``"print statement"``), or None."""
+    for text, construct in _PY2_MESSAGES:
+        if text in (e.msg or ""):
+            return construct
+    for pattern, construct in _PY2_LINES:
+        if e.text and pattern.search(e.text):
+            return construct
+    return None
 
 
 def _where(path: Path, e: BaseException) -> str:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from drtp import __version__
 from tests.conftest import ibm_record, write_json
@@ -205,3 +208,194 @@ def test_trace_commands_refuse_bad_input_in_one_line(tmp_path, args, named):
     res = subprocess.run([sys.executable, "-m", "drtp.cli", *argv], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     assert res.stderr.count("\n") == 1 and named in res.stderr, res.stderr
+
+
+# -- the grouped help -----------------------------------------------------------------------------------
+
+
+def test_help_lists_every_registered_command_under_one_group_with_an_example():
+    from drtp.cli import COMMAND_GROUPS, build_parser
+
+    parser = build_parser()
+    registered = set(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
+    grouped = [name for group in COMMAND_GROUPS for name in group.commands]
+    assert sorted(grouped) == sorted(registered), "a registered command has no group (or a group names no command)"
+    text = drtp("--help").stdout
+    assert "other commands" not in text
+    for group in COMMAND_GROUPS:
+        assert f"{group.title}:" in text and f"e.g. {group.example}" in text
+        for name in group.commands:
+            assert f"\n  {name} " in text  # listed with its help line
+    assert "--set KEY=VALUE" in text and "DRTP_CONFIG__CLIENT_INFO__THREADS=8" in text
+    for name in registered:  # each command's own help still works
+        assert drtp(name, "--help").returncode == 0, name
+
+
+def test_a_command_no_group_names_is_listed_under_other_commands(monkeypatch):
+    import drtp.cli as cli
+
+    shorter = tuple(
+        g if "cost" not in g.commands else type(g)(g.title, ("analyze",), g.example) for g in cli.COMMAND_GROUPS
+    )
+    monkeypatch.setattr(cli, "COMMAND_GROUPS", shorter)
+    help_text = cli.build_parser().format_help()
+    assert "other commands:\n  cost " in help_text
+
+
+# -- config keys from --set and the environment; drtp config ------------------------------------------------
+
+BASE_CONFIG = """\
+trace: {location: ., traces: [t.json], limit: {type: requests, amount: 100}}
+registry: [localhost:5000]
+client_info:
+  client_list: [localhost:8081, localhost:8082]
+  port: 8080          # the original's master callback port
+  token: ${MY_SECRET}
+"""
+
+
+def run_env(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("DRTP_CONFIG__")} | (env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "drtp.cli", *args], capture_output=True, text=True, stdin=subprocess.DEVNULL, env=full
+    )
+
+
+def test_drtp_config_prints_every_key_typed_with_overrides_marked(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(BASE_CONFIG)
+    env = {"MY_SECRET": "s3cr3t-s3cr3t-s3cr3t", "DRTP_CONFIG__CLIENT_INFO__THREADS": "8",
+           "DRTP_CONFIG__WARMUP__THREADS": "3"}  # fmt: skip
+    out = run_env("config", "-c", str(cfg), "--set", "trace.limit.amount=1000", "--set", "warmup.threads=5",
+                  "--set", "client_info.client_list=[a:1,b:2]", env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "s3cr3t" not in out.stdout and "token: '***'" in out.stdout
+    shown = yaml.safe_load(out.stdout)  # the marks are comments: the text is the data
+    assert shown["trace"]["limit"] == {"type": "requests", "amount": 1000}  # an int stays an int
+    assert shown["client_info"]["threads"] == 8 and shown["client_info"]["client_list"] == ["a:1", "b:2"]
+    assert shown["warmup"]["threads"] == 5  # --set wins over the environment
+    # every key, the defaults too
+    assert shown["client_info"]["batch"] == 200 and shown["client_info"]["retries"] == 0
+    assert shown["client_info"]["timeout"] == 30.0 and shown["trace"]["output"] is None and shown["slurm"] is None
+    lines = out.stdout.splitlines()
+    assert "    amount: 1000  # from --set" in lines
+    assert "  threads: 8  # from DRTP_CONFIG__CLIENT_INFO__THREADS" in lines
+    assert "  threads: 5  # from --set" in lines
+    assert "  batch: 200" in lines and "  port: 8080" in lines
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--set", "client_info.threads=0"], {}, "key 'client_info.threads' (from --set): expected an integer ≥ 1"),
+        (["--set", "client_info.thread=8"], {}, "unknown key 'client_info.thread' (from --set)"),
+        (["--set", "client_info.engine=warp"], {}, "key 'client_info.engine' (from --set): 'warp' is not one of"),
+        (["--set", "trace.traces.x=1"], {}, "key 'trace.traces.x' (from --set): 'trace.traces' holds a list"),
+        (["--set", "threads"], {}, "--set: 'threads': expected key=value"),
+        (["--set", "client_info.threads=[1"], {}, "--set: client_info.threads:1:3: not valid YAML"),
+        ([], {"DRTP_CONFIG__CLIENT_INFO__THREADS": "many"},
+         "key 'client_info.threads' (from DRTP_CONFIG__CLIENT_INFO__THREADS): expected an integer, got 'many'"),
+        ([], {"DRTP_CONFIG__CLIENT-INFO": "1"}, "environment variable DRTP_CONFIG__CLIENT-INFO: not a config key"),
+    ],
+)  # fmt: skip
+def test_bad_overrides_are_one_line_naming_key_and_origin(tmp_path, args, env, message):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(BASE_CONFIG)
+    every_command = (["config"], ["run"], ["warmup"], ["simulate"], ["slurm", "render"], ["experiment"])
+    for command in every_command if "threads=0" in args else (["config"], ["run"]):
+        out = run_env(*command, "-c", str(cfg), *args, env={"MY_SECRET": "s3cr3t-s3cr3t-s3cr3t"} | env)
+        assert out.returncode == 2 and message in out.stderr and out.stderr.count("\n") == 1, (command, out.stderr)
+        assert "Traceback" not in out.stderr
+
+
+def test_environment_and_set_reach_the_command(tmp_path):
+    """A real command runs with the overridden keys: slurm render prints the nodes and partition set outside."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(BASE_CONFIG + "slurm: {partition: file-partition}\n")
+    env = {"MY_SECRET": "s3cr3t-s3cr3t-s3cr3t", "DRTP_CONFIG__SLURM__PARTITION": "env-partition"}
+    out = run_env("slurm", "render", "-c", str(cfg), "--set", "slurm.nodes=7", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "#SBATCH --partition=env-partition" in out.stdout and "#SBATCH --nodes=7" in out.stdout
+    out = run_env("slurm", "render", "-c", str(cfg), "--set", "slurm.partition=set-partition", env=env)
+    assert "#SBATCH --partition=set-partition" in out.stdout  # --set over the environment
+
+
+def test_deploy_refuses_keys_the_remote_would_not_see(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(BASE_CONFIG + "deploy: {host: example.invalid}\n")
+    out = run_env("deploy", "-c", str(cfg), "--set", "client_info.threads=4", env={"MY_SECRET": "x" * 20})
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "--set client_info.threads would not reach" in out.stderr
+
+
+# -- verbose -----------------------------------------------------------------------------------------------
+
+
+def test_verbose_flag_and_key_log_more_on_a_real_command(tmp_path):
+    trace = tmp_path / "t.json"
+    assert drtp("generate", "-o", str(trace), "-n", "500", "--seed", "3").returncode == 0
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        f"trace: {{location: {tmp_path}, traces: [t.json]}}\nsimulate: {{name: lru, args: {{capacity: 5%}}}}\n"
+    )
+
+    def simulate(*extra: str, verbose_key: bool = False) -> str:
+        path = cfg
+        if verbose_key:
+            path = tmp_path / "v.yaml"
+            path.write_text(cfg.read_text() + "verbose: true\n")
+        out = run_env("simulate", "-c", str(path), "--out", str(tmp_path / f"o{len(extra)}{verbose_key}"), *extra)
+        assert out.returncode == 0, out.stderr
+        return out.stderr
+
+    quiet = simulate()
+    assert "INFO" not in quiet and "DEBUG" not in quiet
+    for logged in (simulate("-v"), simulate(verbose_key=True)):
+        assert "drtp.config INFO config" in logged and "DEBUG" not in logged
+    debug = simulate("-vv", "--set", "simulate.args.capacity=10%")
+    assert "drtp.config DEBUG config key simulate.args.capacity set by --set" in debug
+    assert "10%" not in debug  # values are not logged: they may be secrets
+    assert "drtp.config INFO" in run_env("-v", "config", "-c", str(cfg)).stderr  # -v before the command too
+
+
+# -- a Python 2 plugin -------------------------------------------------------------------------------------
+
+PYTHON2_PLUGIN = """\
+import json
+
+
+def init(requests, args):
+    hits = {}
+    for r in requests:
+        hits[r['uri']] = hits.get(r['uri'], 0) + 1
+    for uri, n in hits.iteritems():
+        pass
+    print "requests:", len(requests)
+    return {'unique': len(hits)}
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "construct"),
+    [
+        ('    print "requests:", len(requests)', "print statement"),
+        ("    try:\n        pass\n    except ValueError, e:\n        pass", "except X, e"),
+        ('    raise ValueError, "bad"', "raise X, message"),
+        ("    return `hits`", "backquotes"),
+        ("    return 0777", "octal literal 0NNN"),
+        ("    if 1 <> 2: pass", "<> operator"),
+        ('    exec "x = 1"', "exec statement"),
+    ],
+)
+def test_a_python2_plugin_is_one_line_naming_file_line_and_conversion(tmp_path, line, construct):
+    trace = tmp_path / "t.json"
+    assert drtp("generate", "-o", str(trace), "-n", "50").returncode == 0
+    source = PYTHON2_PLUGIN.replace('    print "requests:", len(requests)', line)
+    (tmp_path / "plugin.py").write_text(source)
+    bad = source.splitlines().index(line.splitlines()[-2 if "except" in line else 0]) + 1
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"trace: {{location: {tmp_path}, traces: [t.json]}}\nsimulate: {{name: {tmp_path}/plugin.py}}\n")
+    out = drtp("simulate", "-c", str(cfg), "--out", str(tmp_path / "o"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert f"plugin.py:{bad}: cannot load plugin: this is Python 2 code ({construct})" in out.stderr
+    assert f"python -m fissix -w {tmp_path}/plugin.py" in out.stderr

@@ -231,3 +231,112 @@ def test_hostile_configs_through_every_config_command(tmp_path, text, message):
         )
         assert out.returncode == 2, (command, out.stderr)
         assert out.stderr.count("\n") == 1 and message in out.stderr, (command, out.stderr)
+
+
+# -- client_info.port: the original's master callback port ---------------------------------------------------
+
+ORIGINAL_EXAMPLE = """\
+client_info:
+    client_list:
+        - localhost:8081
+        - localhost:8082
+    port: 8080 # master's server port needed for clients to send information back
+    threads: 100
+    wait: true
+    route: true
+verbose: true
+trace:
+    location: /data
+    traces: [prod-dal09-logstash-2017.08.01-0.json]
+    limit: {type: requests, amount: 100}
+    output: results.json
+registry: [localhost:5005]
+warmup: {output: interm.json, threads: 100, random: true}
+"""
+
+
+def test_the_originals_callback_port_is_accepted_and_leaves_the_nodes_alone(tmp_path):
+    """The original's example config: port is the master's port (8080); the nodes keep their own ports."""
+    from drtp.master.run import node_addresses
+
+    cfg = load_config(write(tmp_path, ORIGINAL_EXAMPLE))
+    assert cfg.client_info.port == 8080
+    assert node_addresses(cfg) == ["localhost:8081", "localhost:8082"]
+    assert load_config(write(tmp_path, "client_info: {client_list: ['h:9000']}")).client_info.port is None
+
+
+def test_a_node_without_its_port_is_refused_saying_port_is_not_its_default(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, "client_info: {client_list: [localhost], port: 8081}"))
+    text = str(e.value)
+    assert "key 'client_info.client_list[0]': 'localhost' is not host:port" in text
+    assert "client_info.port is not a default port for them" in text
+
+
+def test_verbose_run_says_the_callback_port_is_unused(tmp_path, caplog):
+    from drtp.config import effective_config
+
+    effective = effective_config(write(tmp_path, ORIGINAL_EXAMPLE), {})
+    with caplog.at_level("INFO", logger="drtp"):
+        effective.log()
+    assert "client_info.port 8080 not used: it is the original trace player's master callback port" in caplog.text
+
+
+# -- the effective config: file < environment < --set ------------------------------------------------------
+
+
+def test_precedence_file_then_environment_then_set_in_order(tmp_path):
+    from drtp.config import effective_config
+    from drtp.config_overrides import parse_set
+
+    path = write(tmp_path, ORIGINAL_EXAMPLE)
+    env = {"DRTP_CONFIG__CLIENT_INFO__THREADS": "8", "DRTP_CONFIG__WARMUP__THREADS": "4", "DRTP_TOKEN": "not-a-key"}
+    sets = [
+        parse_set("warmup.threads=5"),
+        parse_set("warmup.threads=6"),
+        parse_set("trace.limit={type: seconds, amount: 1.5}"),
+    ]
+    eff = effective_config(path, env, sets)
+    cfg = eff.config
+    assert cfg.client_info.threads == 8 and cfg.warmup.threads == 6  # the later --set wins
+    assert cfg.trace.limit.type == "seconds" and cfg.trace.limit.amount == 1.5
+    assert cfg.client_info.wait is True and cfg.registry == ["localhost:5005"]  # the file's keys stay
+    assert eff.origin("client_info.threads") == "DRTP_CONFIG__CLIENT_INFO__THREADS"
+    assert eff.origin("warmup.threads") == "--set" and eff.origin("trace.limit.amount") == "--set"
+    assert eff.origin("client_info.wait") is None and eff.origin("client_info") is None
+    assert cfg.source == str(path) and cfg.base_dir == str(tmp_path)  # relative paths still from the file's folder
+    assert load_config(path).client_info.threads == 100  # the file alone: unchanged
+
+
+def test_set_can_make_a_section_the_file_lacks_and_clear_a_key(tmp_path):
+    from drtp.config import effective_config
+    from drtp.config_overrides import parse_set
+
+    path = write(tmp_path, ORIGINAL_EXAMPLE)
+    cfg = effective_config(path, {}, [parse_set("slurm.nodes=3"), parse_set("trace.limit=")]).config
+    assert cfg.slurm.nodes == 3 and cfg.trace.limit is None
+
+
+def test_override_values_are_read_as_yaml_and_checked_by_the_schema(tmp_path):
+    from drtp.config import effective_config
+    from drtp.config_overrides import parse_set
+
+    path = write(tmp_path, ORIGINAL_EXAMPLE)
+    cfg = effective_config(
+        path, {}, [parse_set("client_info.client_list=[a:1, 'b:2']"), parse_set("verbose=no")]
+    ).config
+    assert cfg.client_info.client_list == ["a:1", "b:2"] and cfg.verbose is False
+    with pytest.raises(
+        ConfigError, match=r"key 'client_info.wait' \(from --set\): expected true or false, got 'maybe'"
+    ):
+        effective_config(path, {}, [parse_set("client_info.wait=maybe")])
+    with pytest.raises(ConfigError, match=r"key 'client_info.token' \(from DRTP_CONFIG__CLIENT_INFO__TOKEN\)"):
+        effective_config(path, {"DRTP_CONFIG__CLIENT_INFO__TOKEN": "short"})
+
+
+def test_full_redacted_config_keeps_every_key_and_int_types(tmp_path):
+    cfg = load_config(write(tmp_path, ORIGINAL_EXAMPLE))
+    full = redacted(cfg, full=True)
+    assert full["trace"]["limit"]["amount"] == 100 and type(full["trace"]["limit"]["amount"]) is int
+    assert full["client_info"]["batch"] == 200 and "batch" not in redacted(cfg)["client_info"]
+    assert set(full) >= {"trace", "client_info", "verbose", "registry", "registries", "warmup", "simulate", "results"}

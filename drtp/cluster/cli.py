@@ -6,12 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from drtp.cli_options import positive_float
+from drtp.cli_options import add_config_options, config_from_args, effective_config_from_args, positive_float
 
 
 def _experiment(args: argparse.Namespace):
     from drtp.cluster.submission import Experiment, latest
-    from drtp.config import load_config
     from drtp.errors import DrtpError
 
     if args.exp:
@@ -21,15 +20,16 @@ def _experiment(args: argparse.Namespace):
         return exp
     if not args.config:
         raise DrtpError("give -c CONFIG (its latest experiment) or --exp FOLDER")
-    return latest(load_config(args.config))
+    return latest(config_from_args(args))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from drtp.cluster.submission import Experiment
-    from drtp.config import load_config
 
-    cfg = load_config(args.config)
+    effective = effective_config_from_args(args)
+    cfg = effective.config
     exp = Experiment.create(Path(args.config), cfg, args.name)
+    carry_set_options(exp.dir / "config.yaml", args.overrides)
     exp.submit(cfg)
     jobs = exp.state["jobs"]
     print(f"experiment {exp.name} in {exp.dir}")
@@ -77,9 +77,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from drtp.cluster import slurm
-    from drtp.config import load_config
 
-    cfg = load_config(args.config)
+    cfg = config_from_args(args)
     s = cfg.require("slurm")
     exp_dir = str(cfg.path(s.workdir).resolve() / "EXPERIMENT")
     print(slurm.render_clients(s, exp_dir, "drtp-EXPERIMENT"))
@@ -96,14 +95,40 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 
 def _register_timeout(exp) -> float:
-    from drtp.config import load_config
-
-    cfg = load_config(exp.dir / "config.yaml")
+    cfg = config_from_args(argparse.Namespace(), exp.dir / "config.yaml")  # the job's DRTP_CONFIG__* apply
     return cfg.slurm.register_timeout if cfg.slurm else 300.0
 
 
+def carry_set_options(copied: Path, overrides: list) -> None:
+    """Lay ``--set`` keys over the experiment's copy of the config: the Slurm jobs read that copy.
+
+    The environment's ``DRTP_CONFIG__*`` keys need no copy: the jobs inherit the environment.
+    """
+    if not overrides:
+        return
+    import yaml
+
+    from drtp.config_overrides import apply_overrides
+    from drtp.yamlfile import read_yaml_mapping
+
+    copied.write_text(yaml.safe_dump(apply_overrides(read_yaml_mapping(copied), overrides), sort_keys=False))
+
+
 def cmd_deploy(args: argparse.Namespace) -> int:
+    import os
+
     from drtp.cluster.deploy import run_deploy
+    from drtp.config_overrides import ENV_PREFIX
+    from drtp.errors import ConfigError
+
+    # the remote side runs the copied file in its own environment: keys set here would not reach it
+    carried = [f"--set {ov.key}" for ov in args.overrides] + sorted(n for n in os.environ if n.startswith(ENV_PREFIX))
+    if carried:
+        raise ConfigError(
+            f"drtp deploy: {carried[0]} would not reach {args.config}'s deploy host (it runs the config file "
+            "as copied): write the key into the file"
+        )
+    effective_config_from_args(args)  # verbose: true, and the config checked before anything is copied
 
     return run_deploy(Path(args.config), name=args.name, copy_only=args.copy_only, out=sys.stdout)
 
@@ -118,7 +143,7 @@ def register(sub) -> None:
     ssub = p.add_subparsers(dest="slurm_command", metavar="ACTION", required=True)
 
     q = ssub.add_parser("submit", help="submit the client and master jobs, follow them, gather the results")
-    q.add_argument("-c", "--config", required=True, help="YAML config file (with a slurm: section)")
+    add_config_options(q, help="YAML config file (with a slurm: section)")
     q.add_argument("--name", help="experiment name (default exp-<date>-<time>)")
     q.add_argument("--no-wait", action="store_true", help="submit and return (follow later with 'drtp slurm wait')")
     q.set_defaults(func=cmd_submit)
@@ -129,14 +154,14 @@ def register(sub) -> None:
         ("cancel", cmd_cancel, "cancel the jobs of an experiment"),
     ):
         q = ssub.add_parser(action, help=text)
-        q.add_argument("-c", "--config", help="YAML config file: its latest experiment")
+        add_config_options(q, required=False, help="YAML config file: its latest experiment")
         q.add_argument("--exp", help="the experiment folder (<slurm.workdir>/<name>)")
         if action == "wait":
             q.add_argument("--poll", type=positive_float, default=2.0, help="seconds between polls (default 2)")
         q.set_defaults(func=func)
 
     q = ssub.add_parser("render", help="print the sbatch scripts the config makes (nothing is submitted)")
-    q.add_argument("-c", "--config", required=True, help="YAML config file")
+    add_config_options(q)
     q.set_defaults(func=cmd_render)
 
     q = ssub.add_parser("nodes", help="(inside the master job) wait for the client tasks, write run-config.yaml")
@@ -151,7 +176,7 @@ def register(sub) -> None:
         "prepare a venv there, run the experiment (through Slurm, or client nodes on deploy.client_hosts) "
         "and copy the results back into the local results folder. Files already there are skipped.",
     )
-    p.add_argument("-c", "--config", required=True, help="YAML config file (with a deploy: section)")
+    add_config_options(p, help="YAML config file (with a deploy: section; --set is refused: the remote runs the file)")
     p.add_argument("--name", help="experiment name (default <config name>)")
     p.add_argument("--copy-only", action="store_true", help="copy and install, run nothing")
     p.set_defaults(func=cmd_deploy)
