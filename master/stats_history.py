@@ -31,7 +31,6 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -48,16 +47,6 @@ WRITE_LAG_S = 2.0  # how long after an interval's end its row waits for results 
 EDGE = 1e-9  # an end read back from the file lands on the boundary it was written at, despite rounding
 
 
-@dataclass
-class Interval:
-    """The figures of one interval while it is open."""
-
-    requests: int = 0
-    failures: int = 0
-    bytes: int = 0
-    latencies_s: list[float] = field(default_factory=list)
-
-
 class StatsHistory:
     """Groups result rows by the interval in which they ended and writes one CSV row per interval."""
 
@@ -68,7 +57,9 @@ class StatsHistory:
         self.interval_s = interval_s
         self.clock = clock  # seconds since the run's start
         self.pending: list[ResultRow] = []  # rows added since they were last grouped
-        self.open: dict[int, Interval] = {}  # interval index → its figures
+        # a row the master recorded: one append, nothing else (a helper's row is left out when grouped)
+        self.add: Callable[[ResultRow], None] = self.pending.append
+        self.open: dict[int, list[ResultRow]] = {}  # interval index → the trace requests that ended in it
         self.error: str | None = None  # why the history stopped, when a write failed
         self.late = 0  # rows that ended in an interval already written (counted in the oldest open one)
         written_until = _last_elapsed(path) if resume and path.exists() else None
@@ -82,15 +73,11 @@ class StatsHistory:
             self.csv.writerow(COLUMNS)
             self.file.flush()
 
-    def add(self, row: ResultRow) -> None:
-        """A row the master recorded (a helper's row is left out when grouped)."""
-        self.pending.append(row)
-
     def reloaded(self, row: ResultRow) -> None:
         """A row of the interrupted run being resumed: counted unless the file holds its interval already."""
-        if row.auxiliary or row.start_s is None:
+        if row.auxiliary or row.start_s is None or row.latency_s is None:
             return
-        if self.written_until is None or row.start_s + (row.latency_s or 0.0) > self.written_until:
+        if self.written_until is None or row.start_s + row.latency_s > self.written_until:
             self.pending.append(row)
 
     def tick(self) -> None:
@@ -136,7 +123,7 @@ class StatsHistory:
     def _failed(self, e: OSError) -> None:
         """A write failed: the history stops (requests.csv still holds every row it would have counted)."""
         self.error = f"{self.path}: {os_reason(e)}"
-        self.pending = []
+        self.pending.clear()
         self.open = {}
         try:
             self.file.close()
@@ -145,38 +132,42 @@ class StatsHistory:
 
     def _group(self, now: float) -> None:
         """Move the pending rows into their intervals."""
-        rows, self.pending = self.pending, []
+        rows = self.pending[:]
+        self.pending.clear()  # the same list: ``add`` is bound to it
         iv = self.interval_s
         first = self.next_index
+        lost_index = max(first, math.floor(now / iv))  # a lost row has no end: it counts when the master learned
+        floor = math.floor
+        index = -1
+        group: list[ResultRow] = []
         for row in rows:
             if row.auxiliary:
                 continue
-            if row.start_s is None:  # lost with its node: no end; counted when the master learned of it
-                index = math.floor(now / iv)
+            start = row.start_s
+            if start is None:
+                at = lost_index
             else:
-                index = math.floor((row.start_s + (row.latency_s or 0.0)) / iv)
-                if index < first:
+                at = floor((start + row.latency_s) / iv)  # a trace row with a start has its latency
+                if at < first:
                     self.late += 1
-                    index = first
-            stats = self.open.get(index)
-            if stats is None:
-                stats = self.open[index] = Interval()
-            stats.requests += 1
-            stats.bytes += row.bytes
-            if row.outcome == OK:
-                stats.latencies_s.append(row.latency_s)
-            else:
-                stats.failures += 1
+                    at = first
+            if at != index:  # rows come nearly in end order: most share the previous row's interval
+                index = at
+                group = self.open.setdefault(at, [])
+            group.append(row)
 
     def _write(self, index: int, end_s: float) -> None:
-        stats = self.open.pop(index, None) or Interval()
+        rows = self.open.pop(index, [])
+        latencies_s = [row.latency_s for row in rows if row.outcome == OK]
         length = end_s - index * self.interval_s
-        rate = stats.requests / length if length > 0 else 0.0
+        rate = len(rows) / length if length > 0 else 0.0
         p50 = p99 = ""
-        if stats.latencies_s:
-            p50_s, p99_s = np.percentile(np.asarray(stats.latencies_s, dtype=float), [50, 99])
+        if latencies_s:
+            p50_s, p99_s = np.percentile(np.asarray(latencies_s, dtype=float), [50, 99])
             p50, p99 = f"{p50_s * 1000:.3f}", f"{p99_s * 1000:.3f}"
-        self.csv.writerow([f"{end_s:.3f}", stats.requests, stats.failures, stats.bytes, f"{rate:.3f}", p50, p99])
+        nbytes = sum(row.bytes for row in rows)
+        failures = len(rows) - len(latencies_s)
+        self.csv.writerow([f"{end_s:.3f}", len(rows), failures, nbytes, f"{rate:.3f}", p50, p99])
         self.next_index = index + 1
 
 
