@@ -198,3 +198,21 @@ def effective_config_from_args(args: argparse.Namespace, path=None):
 def config_from_args(args: argparse.Namespace, path=None):
     """drtp.config.Config of :func:`effective_config_from_args`: what a command that takes ``-c`` runs with."""
     return effective_config_from_args(args, path).config
+
+
+def add_progress_options(p: argparse.ArgumentParser) -> None:
+    """``--progress-interval`` and ``-q`` of the long-running commands (see drtp.progress)."""
+    p.add_argument(
+        "--progress-interval",
+        type=positive_duration,
+        metavar="SECONDS",
+        help="when stderr is not a terminal (a batch job's log, 2> file): one progress line every SECONDS (default 10)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (neither bar nor lines)")
+
+
+def apply_progress_options(args: argparse.Namespace) -> None:
+    """Make the options of :func:`add_progress_options` the settings of this process's progress displays."""
+    from drtp.progress import configure
+
+    configure(args.progress_interval, args.quiet)

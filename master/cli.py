@@ -11,7 +11,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from drtp.cli_options import add_config_options, config_from_args, positive_int, positive_size, sizes
+from drtp.cli_options import (
+    add_config_options,
+    add_progress_options,
+    apply_progress_options,
+    config_from_args,
+    positive_duration,
+    positive_int,
+    positive_size,
+    sizes,
+)
 from drtp.errors import DrtpError
 from drtp.outputs import check_output_file, prepare_output_dir
 from drtp.replay.failure_budget import FailureBudget, parse_max_failed
@@ -70,6 +79,7 @@ def say(message: str) -> None:
 def cmd_warmup(args: argparse.Namespace) -> int:
     from drtp.master.warmup import run_warmup
 
+    apply_progress_options(args)
     cfg = config_from_args(args)
     if cfg.registries and not cfg.registry:
         raise DrtpError(
@@ -87,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from drtp.master.run import run_replay
     from drtp.master.verdict import judge
 
+    apply_progress_options(args)
     cfg = config_from_args(args)
     if args.resume and not args.out:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted run")
@@ -94,7 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return cmd_experiment(args)
     apply_token_file(args, cfg)
     budget = failure_budget(args, cfg)
-    summary = run_replay(cfg, Path(args.out) if args.out else None, resume=args.resume)
+    out = Path(args.out) if args.out else None
+    summary = run_replay(cfg, out, resume=args.resume, stats_interval_s=args.stats_interval)
     verdict = judge(summary, budget)
     say(verdict.message)
     return verdict.code
@@ -104,6 +116,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     from drtp.exit_codes import worst
     from drtp.master.experiment import run_experiment
 
+    apply_progress_options(args)
     cfg = config_from_args(args)
     if args.resume and not args.out:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted experiment")
@@ -170,6 +183,7 @@ def register(sub) -> None:
     )
     add_config_options(p)
     p.add_argument("--fresh", action="store_true", help="ignore the existing warmup map and start over")
+    add_progress_options(p)
     p.set_defaults(func=cmd_warmup)
 
     p = sub.add_parser(
@@ -185,6 +199,14 @@ def register(sub) -> None:
     )
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP)
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
+    p.add_argument(
+        "--stats-interval",
+        type=positive_duration,
+        default=1.0,
+        metavar="SECONDS",
+        help="width of the intervals of stats_history.csv (default 1)",
+    )
+    add_progress_options(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -199,6 +221,7 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true", help="skip registries done in --out DIR, resume the others")
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP + ", for each registry's run")
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
+    add_progress_options(p)
     p.set_defaults(func=cmd_experiment)
 
     p = sub.add_parser(

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from drtp.cli_options import positive_int
+from drtp.cli_options import add_progress_options, apply_progress_options, positive_int
 from drtp.outputs import prepare_output_dir
 
 
@@ -147,6 +147,7 @@ def run_demo(out: Path, requests: int = 2000, seed: int = 1) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    apply_progress_options(args)
     prepare_output_dir(Path(args.out), "--out")
     return run_demo(Path(args.out), requests=args.requests, seed=args.seed)
 
@@ -156,4 +157,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="results/demo", help="output directory (default results/demo)")
     p.add_argument("--requests", type=positive_int, default=2000, help="trace length (default 2000)")
     p.add_argument("--seed", type=int, default=1)
+    add_progress_options(p)
     p.set_defaults(func=cmd_demo)

@@ -1,4 +1,4 @@
-"""A run's results: ``requests.csv`` written as results arrive, and ``summary.json``.
+"""A run's results: ``requests.csv`` written as results arrive, ``summary.json``, and ``stats_history.csv``.
 
 The rows are :class:`~drtp.replay.result_row.ResultRow` (their fields are the
 file's columns); every number of the summary comes from
@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from drtp.errors import DrtpError
+from drtp.master.stats_history import StatsHistory
 from drtp.replay.messages import ReplayRequest, ReplayResult
 from drtp.replay.outcome import LOST
 from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_of
@@ -25,8 +26,11 @@ __all__ = ["COLUMNS", "PERCENTILES", "LogHistogram", "RunResults", "bucket", "fo
 class RunResults:
     """Writes rows as results arrive and keeps the run's model up to date."""
 
-    def __init__(self, out_dir: Path, timed: bool, on_time_s: float, resume: bool = False) -> None:
+    def __init__(
+        self, out_dir: Path, timed: bool, on_time_s: float, resume: bool = False, history: StatsHistory | None = None
+    ) -> None:
         self.out_dir = out_dir
+        self.history = history  # stats_history.csv: every row goes there too, grouped by interval
         self.model = ResultsModel(timed, on_time_s)
         # resume: what an earlier, interrupted run of this directory completed
         self.completed: set[str] = set()  # trace ids with a result (not lost)
@@ -68,6 +72,8 @@ class RunResults:
                     continue  # never answered: it is sent again
                 if not row.auxiliary:
                     self._completed(row)
+                    if self.history is not None:
+                        self.history.reloaded(row)
                 self.model.add(row)
                 self.csv.writerow(values)
         self.file.flush()
@@ -83,12 +89,18 @@ class RunResults:
 
     def add(self, node: str, req: ReplayRequest, res: ReplayResult | None, lost_reason: str = "") -> None:
         """Write and count a result (``res`` None: it never came back, for ``lost_reason``)."""
+        history = self.history
         for row in rows_of(node, req, res, lost_reason):
             self.model.add(row)
             self.csv.writerow(cells(row))
+            if history is not None:
+                history.add(row)
 
     def flush(self) -> None:
+        """Flush requests.csv, and write the stats history's intervals that are over."""
         self.file.flush()
+        if self.history is not None:
+            self.history.tick()
 
     def summary(self, **extra) -> dict:
         return self.model.summary(**extra)
@@ -103,6 +115,10 @@ class RunResults:
 
     def close(self, **extra) -> dict:
         self.file.close()
+        if self.history is not None:
+            self.history.close()
+            if self.history.error is not None:
+                extra["stats_history_error"] = f"could not write {self.history.error}"
         summary = self.summary(**extra)
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
         return summary

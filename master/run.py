@@ -34,6 +34,8 @@ from drtp.master.preflight import preflight_all
 from drtp.master.results import RunResults, format_table
 from drtp.master.results_dir import ResultsWriteError, remove_if_empty, write_failed
 from drtp.master.routing import Router
+from drtp.master.stats_history import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
+from drtp.master.stats_history import STATS_FILE, StatsHistory
 from drtp.master.warmup import load_map
 from drtp.outputs import prepare_output_dir
 from drtp.progress import progress
@@ -64,7 +66,14 @@ def default_out(cfg: Config) -> Path:
 
 
 class Replay:
-    def __init__(self, cfg: Config, out_dir: Path, quiet: bool = False, resume: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        out_dir: Path,
+        quiet: bool = False,
+        resume: bool = False,
+        stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
+    ) -> None:
         self.cfg = cfg
         self.resume = resume  # continue an interrupted run in out_dir: skip the trace ids it completed
         self.skip: set[str] = set()
@@ -72,6 +81,8 @@ class Replay:
         self.ci = cfg.client_info
         self.out_dir = out_dir
         self.quiet = quiet
+        self.stats_interval_s = stats_interval_s  # the width of stats_history.csv's intervals
+        self.start_epoch = 0.0  # the run's common start (wall-clock seconds); set when the run starts
         self.registries = cfg.require("registry")
         self.auths = config_auth(cfg)  # credentials/TLS of the registries: ``registries:`` entries
         self.prefix = repository_prefix(cfg)
@@ -140,6 +151,7 @@ class Replay:
                 print(f"resuming {self.out_dir}: {len(self.skip):,} requests done before")
         # resumed: the start moves back by the earlier run's length, so start_s keeps counting from one origin
         start_epoch = time.time() + (START_LEAD_S if timed else 0.0) - self.offset
+        self.start_epoch = start_epoch
         engine = self.ci.engine if self.ci.engine != "auto" else ("threads" if timed else "loop")
         ci = self.ci
         spec = RunSpec(
@@ -161,7 +173,7 @@ class Replay:
             self._cancel()  # the nodes that did start must not wait for batches that will never come
             raise
         t0 = time.perf_counter()
-        with progress(total=total, desc="replay", unit="req") as bar:
+        with progress(total=total, desc="replay", unit="req", final_line=True, quiet=self.quiet) as bar:
             self.bar = bar
             stop = self._replay(timed)
         wall = time.perf_counter() - t0
@@ -192,7 +204,7 @@ class Replay:
             print(format_table(summary))
             for name, d in self.dead.items():
                 print(f"client node {name} died ({d['reason']}); {d['lost']} requests lost")
-            print(f"results in {self.out_dir}/ (requests.csv, summary.json)")
+            print(f"results in {self.out_dir}/ (requests.csv, summary.json, {STATS_FILE})")
         if stop is Stop.INTERRUPTED:
             raise KeyboardInterrupt
         if incomplete is not None:
@@ -203,9 +215,14 @@ class Replay:
         """config.json and requests.csv's header, before any node starts: a failure here costs nothing."""
         try:
             (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
-            self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000, resume=self.resume)
+            history = StatsHistory(self.out_dir / STATS_FILE, self.stats_interval_s, self._run_clock, self.resume)
+            self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000, self.resume, history)
         except OSError as e:
             raise write_failed(Path(e.filename) if e.filename else self.out_dir, e) from None
+
+    def _run_clock(self) -> float:
+        """Seconds since the run's common start (the origin of the rows' start_s)."""
+        return time.time() - self.start_epoch
 
     def _replay(self, timed: bool) -> Stop | ResultsWriteError | None:
         """Send the trace and collect its results; None when it went to the end, else why it stopped."""
@@ -388,6 +405,10 @@ class Replay:
         try:
             event = self.events.get(timeout=timeout) if timeout > 0 else self.events.get_nowait()
         except queue.Empty:
+            if timeout > 0:  # a wait without results: the progress line and the stats history stay on time
+                if self.bar is not None:
+                    self.bar.tick()
+                self._flush_results()
             return 0
         while True:
             kind, node, payload = event
@@ -406,7 +427,9 @@ class Replay:
                 break
         self._flush_results()
         if self.bar is not None:
-            self.bar.update(self.unreported)  # once per drain: a tqdm update per result costs the master CPU
+            # once per drain: a bar update (and a look at the clock) per result would cost the master CPU
+            self.bar.set_failed(self.results.failed)
+            self.bar.update(self.unreported)
             self.unreported = 0
         return n
 
@@ -420,8 +443,6 @@ class Replay:
         self._record(owner, req, res)
         self.done += 1
         self.unreported += 1
-        if self.bar is not None and not res.ok:
-            self.bar.bar.set_postfix(failed=self.results.failed, refresh=False)
 
     def _node_dead(self, node: str, reason: str) -> None:
         if node in self.dead:
@@ -443,5 +464,12 @@ class Replay:
             print(f"\ndrtp: {msg}", flush=True)
 
 
-def run_replay(cfg: Config, out_dir: Path | None = None, quiet: bool = False, resume: bool = False) -> dict:
-    return Replay(cfg, out_dir or default_out(cfg), quiet=quiet, resume=resume).run()
+def run_replay(
+    cfg: Config,
+    out_dir: Path | None = None,
+    quiet: bool = False,
+    resume: bool = False,
+    stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
+) -> dict:
+    out = out_dir or default_out(cfg)
+    return Replay(cfg, out, quiet=quiet, resume=resume, stats_interval_s=stats_interval_s).run()

@@ -221,7 +221,11 @@ class Warmup:
                 blob_jobs.append((reg, ref, size or DEFAULT_BLOB_SIZE, repos))
         total = sum(len(j[3]) for j in blob_jobs) + len(plan.manifests)
         self.map_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.map_path, "a") as out, progress(total=total, desc="warmup", unit="obj") as bar:
+        with (
+            open(self.map_path, "a") as out,
+            progress(total=total, desc="warmup", unit="obj", final_line=True, quiet=self.quiet) as bar,
+        ):
+            bar.set_failed(self.stats.failed)
             self._pool_run(self._blob, blob_jobs, out, bar, weights=[len(j[3]) for j in blob_jobs])
             layers_of: dict[tuple[str, str], list[tuple[str, int]]] = {}
             for (reg, repo, kind, _ref), e in sorted(self.done.items()):
@@ -266,6 +270,7 @@ class Warmup:
                 self.stats.failed += 1
                 if len(self.stats.errors) < 20:
                     self.stats.errors.append(f"{job[:3]}: {type(e).__name__}: {e}"[:300])
+                bar.set_failed(self.stats.failed)
                 bar.update(weight)
                 continue
             for e in entries:

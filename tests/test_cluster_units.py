@@ -64,8 +64,13 @@ def test_rendered_scripts_hold_the_slurm_section(config):
     assert "#SBATCH --nodes=3" in clients and "#SBATCH --ntasks-per-node=2" in clients
     assert "#SBATCH --time=00:20:00" in clients and "DRTP_CLIENT_PORT=9100" in clients
     assert "#SBATCH --dependency=after:4711" in master and "scancel 4711" in master
-    # the runs in turn: warmup, then run, for each line of runs.txt
-    assert re.search(r"while .* read -r name; do\n.*\n.*warmup -c \S+ && \$DRTP_CMD run -c \S+ --out ", master)
+    # the runs in turn: warmup, then run, for each line of runs.txt, both with plain progress lines in the job's log
+    progress = re.escape('"${progress[@]}"')
+    assert re.search(
+        rf"while .* read -r name; do\n.*\n.*warmup -c \S+ {progress} && \$DRTP_CMD run -c \S+ --out \S+ {progress};",
+        master,
+    )
+    assert 'progress=(--progress-interval "${DRTP_PROGRESS_INTERVAL:-10}")' in master
 
 
 def test_render_command_prints_both_scripts(config, capsys):

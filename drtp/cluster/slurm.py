@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from drtp.config import Slurm
 from drtp.errors import DrtpError
+from drtp.progress import DEFAULT_INTERVAL_S
 
 # states after which a job will not run again (scontrol's JobState)
 TERMINAL = {
@@ -93,6 +94,7 @@ def render_clients(s: Slurm, exp_dir: str, job_name: str) -> str:
 def render_master(s: Slurm, exp_dir: str, job_name: str, client_job: str) -> str:
     values = _common(s, exp_dir, job_name)
     values.update(master_cpus=s.master_cpus, master_time=s.master_time or s.time, client_job=client_job)
+    values["progress_interval"] = f"{DEFAULT_INTERVAL_S:g}"  # the job's log is no terminal: plain progress lines
     return render(template("master"), values)
 
 

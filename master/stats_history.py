@@ -1,0 +1,202 @@
+"""``stats_history.csv``: the run's figures per interval of time, written as the run goes.
+
+One row per interval of ``interval_s`` seconds of the run's clock (seconds
+since the run's start, the origin of requests.csv's ``start_s``):
+
+* ``elapsed_s`` — the interval's end (the last row's: the run's real end);
+* ``requests``, ``failures``, ``bytes`` — the trace requests that ended in the
+  interval (``start_s + latency_s``), those of them that failed (any outcome
+  but ``ok``), and the bytes they moved; helper (auxiliary) requests are not
+  counted, as in summary.json's figures;
+* ``rate_per_s`` — ``requests`` per second of the interval;
+* ``p50_ms``, ``p99_ms`` — latency percentiles (numpy's, linear interpolation)
+  of the interval's requests that succeeded, in milliseconds; empty when none did.
+
+A request lost with its node has no end: it counts as a failure in the interval
+in which the master learned of it.  Results reach the master a little after
+they end, so an interval's row is written (and flushed) once the run's clock is
+:data:`WRITE_LAG_S` past its end; a result that comes later still counts in the
+oldest interval not yet written, never nowhere.
+
+Adding a row costs an append; the rows are grouped when an interval is due.
+A write that fails stops the history (its reason is kept for summary.json), not
+the run: requests.csv holds every row the history would have counted.
+On resume the file is appended to: the rows of the interrupted run stay, and
+the completed requests it had not yet written into an interval are counted
+in the first interval written now.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from drtp.errors import DrtpError
+from drtp.outputs import os_reason
+from drtp.replay.outcome import OK
+from drtp.replay.result_row import ResultRow
+
+STATS_FILE = "stats_history.csv"
+COLUMNS = ("elapsed_s", "requests", "failures", "bytes", "rate_per_s", "p50_ms", "p99_ms")
+DEFAULT_INTERVAL_S = 1.0
+WRITE_LAG_S = 2.0  # how long after an interval's end its row waits for results still on their way
+EDGE = 1e-9  # an end read back from the file lands on the boundary it was written at, despite rounding
+
+
+class StatsHistory:
+    """Groups result rows by the interval in which they ended and writes one CSV row per interval."""
+
+    def __init__(self, path: Path, interval_s: float, clock: Callable[[], float], resume: bool = False) -> None:
+        if not (math.isfinite(interval_s) and interval_s > 0):
+            raise ValueError(f"stats interval must be > 0 s, got {interval_s!r}")
+        self.path = path
+        self.interval_s = interval_s
+        self.clock = clock  # seconds since the run's start
+        self.pending: list[ResultRow] = []  # rows added since they were last grouped
+        # a row the master recorded: one append, nothing else (a helper's row is left out when grouped)
+        self.add: Callable[[ResultRow], None] = self.pending.append
+        self.open: dict[int, list[ResultRow]] = {}  # interval index → the trace requests that ended in it
+        self.error: str | None = None  # why the history stopped, when a write failed
+        self.late = 0  # rows that ended in an interval already written (counted in the oldest open one)
+        written_until = _last_elapsed(path) if resume and path.exists() else None
+        self.next_index = 0 if written_until is None else math.floor(written_until / interval_s + EDGE)
+        self.written_until = written_until  # reloaded rows that ended before it are in the file already
+        if written_until is not None:
+            _end_line(path)
+        self.file = open(path, "a" if written_until is not None else "w", newline="")
+        self.csv = csv.writer(self.file)
+        if written_until is None:
+            self.csv.writerow(COLUMNS)
+            self.file.flush()
+
+    def reloaded(self, row: ResultRow) -> None:
+        """A row of the interrupted run being resumed: counted unless the file holds its interval already."""
+        if row.auxiliary or row.start_s is None or row.latency_s is None:
+            return
+        if self.written_until is None or row.start_s + row.latency_s > self.written_until:
+            self.pending.append(row)
+
+    def tick(self) -> None:
+        """Write the intervals whose rows are due (cheap when none is)."""
+        if self.error is not None:
+            return
+        now = self.clock()
+        if (self.next_index + 1) * self.interval_s + WRITE_LAG_S > now:
+            return
+        try:
+            self._group(now)
+            while (self.next_index + 1) * self.interval_s + WRITE_LAG_S <= now:
+                self._write(self.next_index, (self.next_index + 1) * self.interval_s)
+            self.file.flush()
+        except OSError as e:
+            self._failed(e)
+
+    def close(self) -> None:
+        """Write every interval left, the last one ending at the run's end; close the file."""
+        if self.error is not None or self.file.closed:
+            return
+        try:
+            self._close(self.clock())
+        except OSError as e:
+            self._failed(e)
+
+    def _close(self, now: float) -> None:
+        self._group(now)
+        last = max(math.floor(now / self.interval_s), max(self.open, default=self.next_index), self.next_index)
+        if last > self.next_index and last not in self.open and now - last * self.interval_s < EDGE:
+            last -= 1  # the run ended on a boundary: no empty interval of zero length after it
+        while self.next_index < last:
+            self._write(self.next_index, (self.next_index + 1) * self.interval_s)
+        end = max(now, last * self.interval_s)
+        if self.written_until is not None and end <= self.written_until:
+            if last not in self.open:  # resumed with nothing left to do: the file ends where it ended
+                self.file.close()
+                return
+            end = (last + 1) * self.interval_s  # after the interrupted run's last row: the interval's end
+        self._write(last, end)
+        self.file.close()
+
+    def _failed(self, e: OSError) -> None:
+        """A write failed: the history stops (requests.csv still holds every row it would have counted)."""
+        self.error = f"{self.path}: {os_reason(e)}"
+        self.pending.clear()
+        self.open = {}
+        try:
+            self.file.close()
+        except OSError:
+            pass
+
+    def _group(self, now: float) -> None:
+        """Move the pending rows into their intervals."""
+        rows = self.pending[:]
+        self.pending.clear()  # the same list: ``add`` is bound to it
+        iv = self.interval_s
+        first = self.next_index
+        lost_index = max(first, math.floor(now / iv))  # a lost row has no end: it counts when the master learned
+        floor = math.floor
+        index = -1
+        group: list[ResultRow] = []
+        for row in rows:
+            if row.auxiliary:
+                continue
+            start = row.start_s
+            if start is None:
+                at = lost_index
+            else:
+                at = floor((start + row.latency_s) / iv)  # a trace row with a start has its latency
+                if at < first:
+                    self.late += 1
+                    at = first
+            if at != index:  # rows come nearly in end order: most share the previous row's interval
+                index = at
+                group = self.open.setdefault(at, [])
+            group.append(row)
+
+    def _write(self, index: int, end_s: float) -> None:
+        rows = self.open.pop(index, [])
+        latencies_s = [row.latency_s for row in rows if row.outcome == OK]
+        length = end_s - index * self.interval_s
+        rate = len(rows) / length if length > 0 else 0.0
+        p50 = p99 = ""
+        if latencies_s:
+            p50_s, p99_s = np.percentile(np.asarray(latencies_s, dtype=float), [50, 99])
+            p50, p99 = f"{p50_s * 1000:.3f}", f"{p99_s * 1000:.3f}"
+        nbytes = sum(row.bytes for row in rows)
+        failures = len(rows) - len(latencies_s)
+        self.csv.writerow([f"{end_s:.3f}", len(rows), failures, nbytes, f"{rate:.3f}", p50, p99])
+        self.next_index = index + 1
+
+
+def _last_elapsed(path: Path) -> float | None:
+    """The end of the last interval an interrupted run wrote; None when the file holds no row."""
+    last = None
+    with open(path, newline="") as f:
+        lines = csv.reader(f)
+        header = next(lines, None)
+        if header is None:
+            return None
+        if tuple(header) != COLUMNS:
+            raise DrtpError(
+                f"{path}: its columns are not this drtp version's ({', '.join(COLUMNS)}); "
+                "it cannot be resumed — start the run in a new results directory"
+            )
+        for values in lines:
+            try:
+                last = float(values[0])
+            except (ValueError, IndexError):
+                continue  # a line torn by the interruption
+    return last if last is not None else 0.0
+
+
+def _end_line(path: Path) -> None:
+    """A file cut in the middle of a row gets its line ended, so that appended rows start on a line of their own."""
+    with open(path, "rb+") as f:
+        if f.seek(0, 2) == 0:
+            return
+        f.seek(-1, 2)
+        if f.read(1) != b"\n":
+            f.write(b"\n")
