@@ -344,7 +344,7 @@ def run_table(results: dict[str, dict]) -> pd.DataFrame:
             "lateness_p99_ms": to_ms(late.get("p99")),
             "on_time_ratio": r.get("on_time_ratio"),
         }
-    frame = pd.DataFrame(table).T
+    frame = pd.DataFrame.from_dict(table, orient="index")  # per column types: counts stay integers
     frame.index.name = "run"
     return frame
 

@@ -228,7 +228,7 @@ def fig_lateness(results: dict[str, dict], frames: dict | None = None) -> Figure
 NO_LATENCY = "no successful trace request"
 NO_THROUGHPUT = "no successful trace request completed in a whole bin of any run"
 NO_FAILURES = "no failed trace request"
-NO_LATENESS = "no run in as-is mode (stress runs have no intended start times)"
+NO_LATENESS = "no run in as-is mode: stress runs have no intended start times"
 
 FIGURES: dict[str, Callable[..., Figure]] = {
     "latency_cdf": fig_latency_cdf,

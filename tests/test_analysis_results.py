@@ -184,7 +184,7 @@ def test_lateness_chart_only_for_as_is_runs(real_runs, tmp_path, mode):
     lines: list[str] = []
     analyze_results([getattr(real_runs, mode)], out, log=lines.append)
     html = (out / "report.html").read_text()
-    note = "lateness (no run in as-is mode (stress runs have no intended start times))"
+    note = "lateness (no run in as-is mode: stress runs have no intended start times)"
     if mode == "stress":
         assert not (out / "lateness.png").exists() and html.count("data:image/png;base64,") == 4
         assert "Chart &#x27;lateness&#x27; not drawn: no run in as-is mode" in html and note in lines[-1]
