@@ -217,6 +217,8 @@ def fig_lateness(results: dict[str, dict], frames: dict | None = None) -> Figure
             drawn |= cdf_line(ax, curve, label, colors[run], log=False, scale=MS_PER_S)
     if drawn:
         ax.set_xscale("symlog", linthresh=1.0)
+        if all(r["curves"]["lateness"]["min"] >= 0 for r in results.values() if r.get("curves", {}).get("lateness")):
+            ax.set_xlim(left=0)  # nothing early: no empty negative half
         ax.set_xlabel("lateness (ms, symlog scale: linear within ±1 ms; negative = early)")
         ax.legend(loc="lower right")
     else:
