@@ -1,8 +1,9 @@
 """One self-contained ``report.html``: key-number tables and the PNG figures embedded (base64).
 
 A report is a title and a list of sections; a section holds text, tables
-(pandas DataFrames) and figure files.  Nothing is linked from outside the
-file, so it can be mailed or attached as it is.
+(pandas DataFrames), figure files and notes (e.g. a chart left out because it
+had no data, and why).  Nothing is linked from outside the file, so it can be
+mailed or attached as it is.
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ import datetime as _dt
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from drtp.analysis.plotting import Charts
 
 CSS = """
 body { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1200px;
@@ -38,6 +43,15 @@ class Section:
     text: list[str] = field(default_factory=list)
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     figures: list[tuple[str, Path]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def with_charts(section: Section, charts: Charts, captions: dict[str, str], *names: str) -> Section:
+    """``section`` plus the named charts: each drawn one as a figure with its caption, each left out
+    (no data) as a note saying why, so a reader never wonders where a chart went."""
+    section.figures += [(captions[n], charts.written[n]) for n in names if n in charts.written]
+    section.notes += [f"Chart {n!r} not drawn: {charts.left_out[n]}." for n in names if n in charts.left_out]
+    return section
 
 
 def _anchor(title: str) -> str:
@@ -92,6 +106,7 @@ def write_report(path: Path, title: str, sections: list[Section], intro: str = "
                 body.append(f"<h3>{html.escape(caption)}</h3>")
             body.append(table_html(df))
         body += [image_html(caption, p) for caption, p in s.figures]
+        body += [f'<p class="note">{html.escape(note)}</p>' for note in s.notes]
     doc = (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"

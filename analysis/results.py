@@ -6,7 +6,9 @@ rows are loaded with pandas in one call, then fed to the same
 :class:`~drtp.replay.summary.ResultsModel` the master kept while the run went
 on, so every count, failure class, byte total, percentile and throughput here
 is the one in ``summary.json``.  pandas is used beyond that only for what the
-figures draw (CDF points, requests per second).
+figures draw (CDF points, requests per second).  The tables are for people:
+latency and lateness in milliseconds, in ``_ms`` columns; the frames and the
+model keep seconds, as requests.csv and summary.json do.
 
 Files from elsewhere are tolerated: extra columns are ignored; of the
 columns only ``method, kind, start_s, latency_s, status`` are required, the
@@ -27,6 +29,7 @@ from drtp.errors import DrtpError
 from drtp.replay.outcome import OK, status_outcome
 from drtp.replay.result_row import COLUMNS, ResultRow, unclassified_outcome
 from drtp.replay.summary import ResultsModel
+from drtp.units import to_ms
 
 REQUIRED = ("method", "kind", "start_s", "latency_s", "status")
 TIMES = ("intended_s", "start_s", "latency_s", "response_s")
@@ -206,7 +209,7 @@ def group_key(df: pd.DataFrame) -> pd.Series:
 
 
 def latency_curves(df: pd.DataFrame) -> dict:
-    """CDF points of successful trace requests' latency (s), overall and per method+kind."""
+    """CDF points of successful trace requests' latency (seconds, as stored), overall and per method+kind."""
     ok = df[df["ok"] & ~df["auxiliary"]]
     out = {"all": distribution(ok["latency_s"])}
     for key, part in ok.groupby(group_key(ok), sort=True):
@@ -214,18 +217,44 @@ def latency_curves(df: pd.DataFrame) -> dict:
     return out
 
 
-def per_second(df: pd.DataFrame) -> list[int]:
-    """Successful trace requests completed in each second from the run's first start."""
+BIN_WIDTHS_S = (1.0, 0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001)  # throughput bins, widest first
+MIN_BINS = 10  # a run shorter than this many seconds gets narrower bins, so its line still has a shape
+
+
+def throughput_bins(df: pd.DataFrame) -> dict:
+    """Successful trace requests completed in each whole bin from the run's first start.
+
+    Bins are 1 s wide, or the widest of :data:`BIN_WIDTHS_S` that still gives
+    a short run :data:`MIN_BINS` bins; a bin holds the completions in
+    (start, end].  They are counted from the first request's start, so the first
+    bin is always whole; the last, cut short by the run's end (the last
+    completion of any request), is left out of ``counts``: its count over a
+    fraction of a bin would read as a drop in throughput, or, scaled to a rate,
+    as a spike.  Its length and requests are kept as ``tail_s`` and
+    ``tail_requests``, so ``sum(counts) + tail_requests`` is every successful
+    trace request.  Times are compared in whole microseconds, so a completion on
+    a bin edge falls in the bin it ends, whatever the float rounding.
+    """
     main = df[~df["auxiliary"] & df["start_s"].notna()]
     if main.empty:
-        return []
-    done = main[main["ok"]]
-    seconds = np.floor(done["end_s"] - main["start_s"].min()).astype(np.int64)
-    return [int(x) for x in np.bincount(seconds)] if len(done) else []
+        return {"bin_s": BIN_WIDTHS_S[0], "counts": [], "tail_s": 0.0, "tail_requests": 0}
+    origin = main["start_s"].min()
+    span_us = int(round((main["end_s"].max() - origin) * 1e6))
+    bin_s = next((w for w in BIN_WIDTHS_S if span_us >= MIN_BINS * w * 1e6), BIN_WIDTHS_S[-1])
+    bin_us = int(round(bin_s * 1e6))
+    whole = span_us // bin_us
+    done_us = np.round((main.loc[main["ok"], "end_s"].to_numpy() - origin) * 1e6).astype(np.int64)
+    index = np.maximum(done_us - 1, 0) // bin_us
+    return {
+        "bin_s": bin_s,
+        "counts": [int(x) for x in np.bincount(index[index < whole], minlength=whole)],
+        "tail_s": (span_us - whole * bin_us) / 1e6,
+        "tail_requests": int((index >= whole).sum()),
+    }
 
 
 def lateness_curve(df: pd.DataFrame) -> dict | None:
-    """CDF points of start_s − intended_s (negative: early); None outside as-is mode."""
+    """CDF points of start_s − intended_s in seconds (negative: early); None outside as-is mode."""
     main = df[~df["auxiliary"]]
     late = (main["start_s"] - main["intended_s"]).dropna()
     return distribution(late) if not late.empty else None
@@ -234,7 +263,7 @@ def lateness_curve(df: pd.DataFrame) -> dict | None:
 def analyze_run(df: pd.DataFrame, summary: dict | None = None) -> dict:
     """Every number of one run (the results model's summary), the curves its figures draw, its summary.json."""
     out = run_model(df, summary).summary()
-    out["curves"] = {"latency": latency_curves(df), "per_second": per_second(df), "lateness": lateness_curve(df)}
+    out["curves"] = {"latency": latency_curves(df), "throughput": throughput_bins(df), "lateness": lateness_curve(df)}
     out["replayer_summary"] = summary or {}
     return out
 
@@ -266,11 +295,11 @@ def trace_latencies(trace_files: list[str], trace_ids: set[str] | None = None) -
     return typed(frame)
 
 
-# -- tables: the model's numbers -------------------------------------------------------------------------
+# -- tables: the model's numbers, latency and lateness in milliseconds ------------------------------------
 
 
 def latency_table(results: dict[str, dict]) -> pd.DataFrame:
-    """Rows run × request type (``all`` first): n (succeeded), p50, p90, p99, max latency (s)."""
+    """Rows run × request type (``all`` first): n (succeeded), p50, p90, p99, max latency (ms)."""
     rows_ = []
     for run, r in results.items():
         for key, g in [("all", r), *r["per_method"].items()]:
@@ -281,17 +310,17 @@ def latency_table(results: dict[str, dict]) -> pd.DataFrame:
                         "run": run,
                         "request": key,
                         "n": g["succeeded"],
-                        "p50_s": lat["p50"],
-                        "p90_s": lat["p90"],
-                        "p99_s": lat["p99"],
-                        "max_s": lat["max"],
+                        "p50_ms": to_ms(lat["p50"]),
+                        "p90_ms": to_ms(lat["p90"]),
+                        "p99_ms": to_ms(lat["p99"]),
+                        "max_ms": to_ms(lat["max"]),
                     }
                 )
     return pd.DataFrame(rows_).set_index("run") if rows_ else pd.DataFrame()
 
 
 def run_table(results: dict[str, dict]) -> pd.DataFrame:
-    """One row per run: counts, bytes, helpers apart, throughput, latency and lateness headline numbers."""
+    """One row per run: counts, bytes, helpers apart, throughput, latency and lateness (ms) headline numbers."""
     table = {}
     for run, r in results.items():
         if run == TRACE_ROW:
@@ -303,19 +332,19 @@ def run_table(results: dict[str, dict]) -> pd.DataFrame:
             "succeeded": r["succeeded"],
             "failed": r["failed"],
             "lost": r["lost"],
-            "helper requests": r["auxiliary"]["requests"],
-            "helpers failed": r["auxiliary"]["failed"],
+            "helper_requests": r["auxiliary"]["requests"],
+            "helpers_failed": r["auxiliary"]["failed"],
             "MB": r["bytes"] / 1e6,
-            "duration (s)": r["duration_s"],
-            "throughput (ok req/s)": r["throughput_rps"],
-            "latency p50 (s)": lat.get("p50"),
-            "latency p90 (s)": lat.get("p90"),
-            "latency p99 (s)": lat.get("p99"),
-            "latency max (s)": lat.get("max"),
-            "lateness p99 (s)": late.get("p99"),
-            "on-time ratio": r.get("on_time_ratio"),
+            "duration_s": r["duration_s"],
+            "throughput_rps": r["throughput_rps"],
+            "latency_p50_ms": to_ms(lat.get("p50")),
+            "latency_p90_ms": to_ms(lat.get("p90")),
+            "latency_p99_ms": to_ms(lat.get("p99")),
+            "latency_max_ms": to_ms(lat.get("max")),
+            "lateness_p99_ms": to_ms(late.get("p99")),
+            "on_time_ratio": r.get("on_time_ratio"),
         }
-    frame = pd.DataFrame(table).T
+    frame = pd.DataFrame.from_dict(table, orient="index")  # per column types: counts stay integers
     frame.index.name = "run"
     return frame
 
@@ -333,7 +362,7 @@ def failure_table(results: dict[str, dict], helpers: bool = False) -> pd.DataFra
 
 
 def node_table(results: dict[str, dict]) -> pd.DataFrame:
-    """Rows run × client node: requests, failed, throughput and latency percentiles."""
+    """Rows run × client node: requests, failed, throughput and latency percentiles (ms)."""
     rows_ = []
     for run, r in results.items():
         if run == TRACE_ROW:
@@ -346,9 +375,9 @@ def node_table(results: dict[str, dict]) -> pd.DataFrame:
                     "node": node,
                     "requests": g["requests"],
                     "failed": g["failed"],
-                    "throughput (ok req/s)": g["throughput_rps"],
-                    "p50_s": lat.get("p50"),
-                    "p99_s": lat.get("p99"),
+                    "throughput_rps": g["throughput_rps"],
+                    "p50_ms": to_ms(lat.get("p50")),
+                    "p99_ms": to_ms(lat.get("p99")),
                 }
             )
     return pd.DataFrame(rows_).set_index("run") if rows_ else pd.DataFrame()

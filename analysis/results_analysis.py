@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from drtp.analysis.report import Section, write_report
+from drtp.analysis.report import Section, with_charts, write_report
 from drtp.analysis.results import (
     TRACE_ROW,
     analyze_run,
@@ -22,13 +22,15 @@ from drtp.analysis.results import (
 from drtp.analysis.results_figures import draw_all
 
 CAPTIONS = {
-    "latency_cdf": "Latency CDFs per request type (method + kind), successful requests; "
+    "latency_cdf": "Latency CDFs per request type (method + kind), successful requests, in ms; "
     "ibm-trace-data = the trace's recorded response times.",
-    "latency_violin": "Latency violins per run and request type (log scale); "
+    "latency_violin": "Latency violins per run and request type (ms, log scale); "
     "extreme values clipped in the plot only, count written on it.",
-    "throughput": "Successful requests completed per second over the run; dotted line = the run's average.",
+    "throughput": "Successful requests completed per second, in 1 s bins from the run's first request "
+    "(narrower bins for runs under 10 s, said in the legend); the last bin, cut short by the run's end, "
+    "is not drawn (its requests count in the average); dotted line = the run's average.",
     "failures": "Failed trace requests per outcome class (drtp.replay.outcome: anything but ok is a failure).",
-    "lateness": "As-is mode: how late each request started after its intended time (start_s − intended_s).",
+    "lateness": "As-is mode: how late each request started after its intended time (start − intended, ms).",
 }
 
 
@@ -61,7 +63,8 @@ def analyze_results(
 ) -> dict[str, dict]:
     """Analyze runs (and the trace's recorded latencies).
 
-    Writes results.json, runs.csv, latency.csv, failures.csv, PNG figures and report.html into ``out``.
+    Writes results.json, runs.csv, latency.csv, failures.csv, PNG figures and report.html into ``out``;
+    a chart with nothing to draw is left out, and the report and ``log`` say which and why.
     """
     out.mkdir(parents=True, exist_ok=True)
     results, frames = analyze_runs(run_dirs, trace_files)
@@ -80,32 +83,40 @@ def analyze_results(
     failures.to_csv(out / "failures.csv")
     helper_failures = failure_table(results, helpers=True)
     nodes = node_table(results)
-    figures = draw_all(results, frames, out)
+    charts = draw_all(results, frames, out)
+    log(charts.note())
     sections = [
         Section("Runs", tables=[("", runs)], text=[f"Run directories: {', '.join(str(d) for d in run_dirs)}."]),
-        Section(
-            "Latency by request type",
-            tables=[("", latency)],
-            figures=[
-                (CAPTIONS["latency_cdf"], figures["latency_cdf"]),
-                (CAPTIONS["latency_violin"], figures["latency_violin"]),
-            ],
+        with_charts(
+            Section(
+                "Latency by request type",
+                text=["Latency in milliseconds (requests.csv and summary.json keep seconds)."],
+                tables=[("", latency)],
+            ),
+            charts,
+            CAPTIONS,
+            "latency_cdf",
+            "latency_violin",
         ),
-        Section("Throughput", figures=[(CAPTIONS["throughput"], figures["throughput"])]),
-        Section(
-            "Failures",
-            text=[
-                "A request is failed when its outcome is anything but ok (drtp/replay/outcome.py). "
-                "Helper requests (e.g. the POST opening an upload) are counted apart."
-            ],
-            tables=[
-                (title, t)
-                for title, t in (("Trace requests", failures), ("Helper requests", helper_failures))
-                if not t.empty
-            ],
-            figures=[(CAPTIONS["failures"], figures["failures"])],
+        with_charts(Section("Throughput"), charts, CAPTIONS, "throughput"),
+        with_charts(
+            Section(
+                "Failures",
+                text=[
+                    "A request is failed when its outcome is anything but ok (drtp/replay/outcome.py). "
+                    "Helper requests (e.g. the POST opening an upload) are counted apart."
+                ],
+                tables=[
+                    (title, t)
+                    for title, t in (("Trace requests", failures), ("Helper requests", helper_failures))
+                    if not t.empty
+                ],
+            ),
+            charts,
+            CAPTIONS,
+            "failures",
         ),
-        Section("Lateness", figures=[(CAPTIONS["lateness"], figures["lateness"])]),
+        with_charts(Section("Lateness"), charts, CAPTIONS, "lateness"),
         Section("Client nodes", tables=[("", nodes)] if not nodes.empty else []),
     ]
     write_report(

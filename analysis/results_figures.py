@@ -6,10 +6,17 @@
 the tables; only the curves' points come from pandas over the rows.  The trace's own recorded latencies,
 when given, appear as the run ``ibm-trace-data`` (black, dashed).  Outliers
 are clipped only in the violins, and the clipped count is written on the plot.
+Latency and lateness are drawn in milliseconds (the results hold seconds).
+
+A chart with nothing to draw (lateness of stress runs, failures when none
+failed…) is named by :func:`left_out` with the reason, and :func:`draw_all`
+leaves it out; called directly, a figure function still returns a figure that
+says "no data".
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,8 +26,9 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
-from drtp.analysis.plotting import cdf_line, clip_note, new_figure, no_data, palette, save
+from drtp.analysis.plotting import Charts, cdf_line, clip_note, draw_charts, figure, new_figure, no_data, palette
 from drtp.analysis.results import TRACE_ROW, failure_table, group_key
+from drtp.units import MS_PER_S
 
 VIOLIN_SAMPLE = 20_000  # rows per run and panel drawn in a violin (all rows count in the numbers)
 SMOOTH_ABOVE_S = 600  # runs longer than this are plotted as a 10 s moving average
@@ -53,6 +61,7 @@ def _title(key: str) -> str:
     return key.replace("blob", "layer")
 
 
+@figure
 def fig_latency_cdf(results: dict[str, dict], frames: dict | None = None) -> Figure:
     groups = _groups(results) or ["all"]
     ncols = min(3, len(groups))
@@ -66,17 +75,25 @@ def fig_latency_cdf(results: dict[str, dict], frames: dict | None = None) -> Fig
     colors = _colors(results)
     for ax, key in zip(axes, groups, strict=False):
         drawn = [
-            cdf_line(ax, r["curves"]["latency"].get(key, {}), run, colors[run], ls="--" if run == TRACE_ROW else "-")
+            cdf_line(
+                ax,
+                r["curves"]["latency"].get(key, {}),
+                run,
+                colors[run],
+                scale=MS_PER_S,
+                ls="--" if run == TRACE_ROW else "-",
+            )
             for run, r in results.items()
         ]
         ax.set_title(_title(key))
-        ax.set_xlabel("latency (s, log scale)")
+        ax.set_xlabel("latency (ms, log scale)")
         ax.legend(loc="lower right") if any(drawn) else no_data(ax)
     for ax in axes[len(groups) :]:
         ax.set_visible(False)
     return fig
 
 
+@figure
 def fig_latency_violin(results: dict[str, dict], frames: dict[str, pd.DataFrame]) -> Figure:
     groups = _groups(results) or ["all"]
     ncols = min(3, len(groups))
@@ -102,19 +119,19 @@ def fig_latency_violin(results: dict[str, dict], frames: dict[str, pd.DataFrame]
             if v.size > VIOLIN_SAMPLE:
                 v = rng.choice(v, VIOLIN_SAMPLE, replace=False)
             if v.size:
-                parts.append(pd.DataFrame({"run": run, "latency_s": v}))
+                parts.append(pd.DataFrame({"run": run, "latency_ms": v * MS_PER_S}))
         ax.set_title(_title(key))
         if not parts:
             no_data(ax)
             continue
         data = pd.concat(parts, ignore_index=True)
-        limit = float(np.quantile(data["latency_s"], VIOLIN_CLIP_Q))
-        clipped = int((data["latency_s"] > limit).sum())
-        data["latency_s"] = data["latency_s"].clip(upper=limit)
+        limit = float(np.quantile(data["latency_ms"], VIOLIN_CLIP_Q))
+        clipped = int((data["latency_ms"] > limit).sum())
+        data["latency_ms"] = data["latency_ms"].clip(upper=limit)
         sns.violinplot(
             data=data,
             x="run",
-            y="latency_s",
+            y="latency_ms",
             hue="run",
             palette=colors,
             log_scale=True,
@@ -123,43 +140,59 @@ def fig_latency_violin(results: dict[str, dict], frames: dict[str, pd.DataFrame]
             ax=ax,
             legend=False,
         )
-        clip_note(ax, clipped, len(data), limit, "s")
+        clip_note(ax, clipped, len(data), limit, "ms")
         ax.set_xlabel("")
-        ax.set_ylabel("latency (s, log scale)")
+        ax.set_ylabel("latency (ms, log scale)")
         ax.tick_params(axis="x", labelrotation=15)
     for ax in axes[len(groups) :]:
         ax.set_visible(False)
     return fig
 
 
+@figure
 def fig_throughput(results: dict[str, dict], frames: dict | None = None) -> Figure:
+    """Successful requests completed per second of each run, in whole bins (drtp.analysis.results.throughput_bins).
+
+    Bins are 1 s wide (narrower for runs under 10 s, said in the legend).  A
+    run's last bin, cut short by its end, is not drawn (its requests count in
+    the average and every number): a count over a fraction of a bin would read
+    as a drop in throughput.  The first bin starts at the run's first request,
+    so it is always whole.
+    """
     fig, (ax,) = new_figure(
         1, 1, width=8.0, height=4.0, title="Throughput over time (completed successful requests per second)"
     )
     colors = _colors(results)
     drawn = False
     for run, r in results.items():
-        per_s = r["curves"]["per_second"]
-        if run == TRACE_ROW or not per_s:
+        bins = r["curves"]["throughput"]
+        if run == TRACE_ROW or not bins["counts"]:
             continue
-        label = f"{run} (avg {r['throughput_rps']:.1f} req/s)"
-        if len(per_s) > SMOOTH_ABOVE_S:  # long runs: a 10 s moving average keeps the line readable
-            per_s = pd.Series(per_s).rolling(10, min_periods=1).mean().to_numpy()
+        rate = np.asarray(bins["counts"], dtype=float) / bins["bin_s"]
+        label = f"{run} (avg {r['throughput_rps']:.1f} req/s"
+        label += f"; {bins['bin_s'] * MS_PER_S:g} ms bins)" if bins["bin_s"] < 1 else ")"
+        if len(rate) > SMOOTH_ABOVE_S:  # long runs: a 10 s moving average keeps the line readable
+            rate = pd.Series(rate).rolling(10, min_periods=1).mean().to_numpy()
             label += ", 10 s moving average"
-        ax.plot(np.arange(len(per_s)), per_s, color=colors[run], lw=0.9, label=label)
+        ax.stairs(rate, np.arange(len(rate) + 1) * bins["bin_s"], color=colors[run], lw=0.9, label=label)
         ax.axhline(r["throughput_rps"], color=colors[run], ls=":", lw=1)
         drawn = True
     ax.set_xlabel("time since the run's first request (s)")
     ax.set_ylabel("requests completed per second")
-    ax.legend(loc="upper right") if drawn else no_data(ax)
+    if drawn:
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="upper right")
+    else:
+        no_data(ax)
     return fig
 
 
+@figure
 def fig_failures(results: dict[str, dict], frames: dict | None = None) -> Figure:
     fig, (ax,) = new_figure(1, 1, width=7.0, height=4.0, title="Failed trace requests per outcome class")
     table = failure_table(results)
     if table.empty or table.to_numpy().sum() == 0:
-        no_data(ax, "no failed requests")
+        no_data(ax, NO_FAILURES)
         ax.set_xticks([])
         ax.set_yticks([])
         return fig
@@ -170,6 +203,7 @@ def fig_failures(results: dict[str, dict], frames: dict | None = None) -> Figure
     return fig
 
 
+@figure
 def fig_lateness(results: dict[str, dict], frames: dict | None = None) -> Figure:
     fig, (ax,) = new_figure(1, 1, width=7.0, height=4.0, title="Lateness in as-is mode (actual − intended start)")
     colors = _colors(results)
@@ -178,18 +212,25 @@ def fig_lateness(results: dict[str, dict], frames: dict | None = None) -> Figure
         curve = r.get("curves", {}).get("lateness")
         late = r.get("lateness_s")
         if curve and late:
-            on_time = f"{r['on_time_ratio']:.0%} within {r['on_time_s'] * 1000:g} ms"
-            label = f"{run}: p99 {late['p99'] * 1000:.1f} ms, {on_time}"
-            drawn |= cdf_line(ax, curve, label, colors[run], log=False)
+            on_time = f"{r['on_time_ratio']:.0%} within {r['on_time_s'] * MS_PER_S:g} ms"
+            label = f"{run}: p99 {late['p99'] * MS_PER_S:.1f} ms, {on_time}"
+            drawn |= cdf_line(ax, curve, label, colors[run], log=False, scale=MS_PER_S)
     if drawn:
-        ax.set_xscale("symlog", linthresh=1e-3)
-        ax.set_xlabel("lateness (s, symlog scale; negative = early)")
+        ax.set_xscale("symlog", linthresh=1.0)
+        if all(r["curves"]["lateness"]["min"] >= 0 for r in results.values() if r.get("curves", {}).get("lateness")):
+            ax.set_xlim(left=0)  # nothing early: no empty negative half
+        ax.set_xlabel("lateness (ms, symlog scale: linear within ±1 ms; negative = early)")
         ax.legend(loc="lower right")
     else:
-        no_data(ax, "no run in as-is mode (no intended_s)")
+        no_data(ax, NO_LATENESS)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     return fig
 
+
+NO_LATENCY = "no successful trace request"
+NO_THROUGHPUT = "no successful trace request completed in a whole bin of any run"
+NO_FAILURES = "no failed trace request"
+NO_LATENESS = "no run in as-is mode: stress runs have no intended start times"
 
 FIGURES: dict[str, Callable[..., Figure]] = {
     "latency_cdf": fig_latency_cdf,
@@ -200,5 +241,22 @@ FIGURES: dict[str, Callable[..., Figure]] = {
 }
 
 
-def draw_all(results: dict[str, dict], frames: dict[str, pd.DataFrame], out: Path) -> dict[str, Path]:
-    return {name: save(make(results, frames), out / f"{name}.png") for name, make in FIGURES.items()}
+def left_out(results: dict[str, dict]) -> dict[str, str]:
+    """The charts with nothing to draw, name → why; from the results alone, before anything is drawn."""
+    why: dict[str, str] = {}
+    if not any(r["curves"]["latency"]["all"].get("n") for r in results.values()):
+        why["latency_cdf"] = why["latency_violin"] = NO_LATENCY
+    runs = {run: r for run, r in results.items() if run != TRACE_ROW}
+    if not any(any(r["curves"]["throughput"]["counts"]) for r in runs.values()):
+        why["throughput"] = NO_THROUGHPUT
+    if not any(r["failed"] for r in runs.values()):
+        why["failures"] = NO_FAILURES
+    if not any(r["curves"].get("lateness") and r.get("lateness_s") for r in runs.values()):
+        why["lateness"] = NO_LATENESS
+    return why
+
+
+def draw_all(results: dict[str, dict], frames: dict[str, pd.DataFrame], out: Path) -> Charts:
+    """Every chart that has data as ``out/<name>.png``; the others named, with the reason, in ``left_out``."""
+    makers = {name: functools.partial(make, results, frames) for name, make in FIGURES.items()}
+    return draw_charts(makers, left_out(results), out)

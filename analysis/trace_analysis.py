@@ -17,11 +17,12 @@ from pathlib import Path
 import pandas as pd
 
 from drtp.analysis.characterize import DEFAULT_BIN_S, DEFAULT_SESSION_S, characterize
-from drtp.analysis.report import Section, write_report
+from drtp.analysis.report import Section, with_charts, write_report
 from drtp.analysis.targets import check_targets, profile_for, targets_table
-from drtp.analysis.trace_figures import draw_all
+from drtp.analysis.trace_figures import FIGURES, draw_all
 from drtp.analysis.trace_frame import load_trace
 from drtp.errors import DrtpError
+from drtp.units import to_ms
 
 _AZ = re.compile(r"^(?:prod|stage|dev)?-?([a-z]+)\d*-logstash")
 CAPTIONS = {
@@ -30,8 +31,9 @@ CAPTIONS = {
     "fig05_manifest_layer": "Fig. 5 — manifest vs layer share of pulls (GET) and pushes (PUT or HEAD).",
     "fig06_sizes": "Fig. 6 — CDFs of bytes written by successful GET/PUT requests to layers and manifests.",
     "fig07_requests_per_minute": "Fig. 7 — CDF of requests received per minute (minutes without requests count as 0).",
-    "fig08_response_times": "Fig. 8 — CDFs of the trace's recorded response times per method and kind.",
-    "fig09_response_vs_size": "Fig. 9 — GET layer response time by layer size: median and interquartile band per bin.",
+    "fig08_response_times": "Fig. 8 — CDFs of the trace's recorded response times (ms) per method and kind.",
+    "fig09_response_vs_size": "Fig. 9 — GET layer response time (ms) by layer size: median and interquartile band "
+    "per bin.",
     "fig10_popularity": "Fig. 10 — share of accesses taken by the most accessed items "
     "(Lorenz-style; steeper = more skew).",
     "fig11_top10": "Fig. 11 — share of accesses of each of the ten most popular items.",
@@ -72,7 +74,11 @@ def group_files(files: list[str], labels: list[str] | None) -> dict[str, list[st
 
 
 def key_numbers(chars: dict[str, dict]) -> pd.DataFrame:
-    """The headline numbers of each trace, one column per label (the report's main table)."""
+    """The headline numbers of each trace, one column per label (the report's main table).
+
+    A table for people: response times in milliseconds (characterization.json keeps seconds);
+    inter-arrival and idle times, seconds apart, stay in seconds.
+    """
 
     def g(c: dict, *path, default=None):
         for k in path:
@@ -100,9 +106,9 @@ def key_numbers(chars: dict[str, dict]) -> pd.DataFrame:
         "requests/minute median": lambda c: g(c, "requests_per_minute", "p50"),
         "minutes with no request": lambda c: g(c, "requests_per_minute", "share_zero"),
         "minutes with ≥100 requests": lambda c: g(c, "requests_per_minute", "share_at_least_100"),
-        "GET layer response p50 (s)": lambda c: g(c, "response_times", "GET blob", "p50"),
-        "GET layer response p90 (s)": lambda c: g(c, "response_times", "GET blob", "p90"),
-        "GET manifest response p50 (s)": lambda c: g(c, "response_times", "GET manifest", "p50"),
+        "GET layer response p50 (ms)": lambda c: to_ms(g(c, "response_times", "GET blob", "p50")),
+        "GET layer response p90 (ms)": lambda c: to_ms(g(c, "response_times", "GET blob", "p90")),
+        "GET manifest response p50 (ms)": lambda c: to_ms(g(c, "response_times", "GET manifest", "p50")),
         "top-1% layers: share of GETs": lambda c: g(c, "popularity", "layers", "top1pct_share"),
         "top-10 layers: share of GETs": lambda c: g(c, "popularity", "layers", "top10_share"),
         "rank-1 layer: share of GETs": lambda c: (g(c, "popularity", "layers", "top_shares") or [None])[0],
@@ -164,7 +170,8 @@ def analyze_traces(
                 f"{label}: {len(rows) - len(missed)}/{len(rows)} profile targets met"
                 + (f"; missed: {', '.join(missed)}" if missed else "")
             )
-    figures = draw_all(chars, out)
+    charts = draw_all(chars, out)
+    log(charts.note())
     sections = [
         Section(
             "Key numbers",
@@ -181,7 +188,7 @@ def analyze_traces(
                 tables=[("", shown)],
             )
         )
-    sections += [Section(section_title(name), figures=[(CAPTIONS[name], path)]) for name, path in figures.items()]
+    sections += [with_charts(Section(section_title(name)), charts, CAPTIONS, name) for name in FIGURES]
     write_report(
         out / "report.html",
         "Registry workload characterization",

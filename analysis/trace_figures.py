@@ -8,11 +8,15 @@ FAST '18) for the traces at hand; its title ("FAST '18 Fig. 4") and file name
 Every function takes ``{label: characterization}`` (see
 :func:`drtp.analysis.characterize.characterize`) and returns a Figure, so a
 notebook can redraw any figure from the JSON alone; several traces (e.g. one
-per availability zone) appear side by side, one colour per label.
+per availability zone) appear side by side, one colour per label.  Response
+times are drawn in milliseconds (the JSON holds seconds).  A figure with
+nothing to draw for any trace (e.g. sizes of a trace without a body) is named
+by :func:`left_out` with the reason and left out by :func:`draw_all`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,9 +24,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, PercentFormatter, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, PercentFormatter
 
-from drtp.analysis.plotting import BYTES, cdf_line, new_figure, no_data, palette, save
+from drtp.analysis.plotting import BYTES, Charts, cdf_line, draw_charts, figure, new_figure, no_data, palette
+from drtp.units import MS_PER_S
 
 Chars = dict[str, dict]
 
@@ -45,6 +50,7 @@ def _stacked_shares(ax, shares: pd.DataFrame, title: str, ylabel: str = "share o
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
+@figure
 def fig_request_types(chars: Chars) -> Figure:
     """Image pulls vs pushes, and requests per HTTP method."""
     fig, (a, b) = new_figure(1, 2, width=5.5, title="Request types (FAST '18 Fig. 4)")
@@ -63,6 +69,7 @@ def fig_request_types(chars: Chars) -> Figure:
     return fig
 
 
+@figure
 def fig_manifest_layer(chars: Chars) -> Figure:
     """Manifest vs layer share of pulls (GET) and pushes (PUT or HEAD)."""
     fig, axes = new_figure(1, 2, width=5.0, title="Manifest vs layer requests (FAST '18 Fig. 5)")
@@ -83,13 +90,20 @@ def fig_manifest_layer(chars: Chars) -> Figure:
 
 
 def _cdf_panels(
-    chars: Chars, section: str, keys: list[tuple[str, str]], title: str, xlabel: str, formatter=None, ncols: int = 2
+    chars: Chars,
+    section: str,
+    keys: list[tuple[str, str]],
+    title: str,
+    xlabel: str,
+    formatter=None,
+    ncols: int = 2,
+    scale: float = 1.0,
 ) -> Figure:
     nrows = int(np.ceil(len(keys) / ncols))
     fig, axes = new_figure(nrows, ncols, width=5.0, height=3.6, title=title)
     colors = palette(chars)
     for ax, (key, sub) in zip(axes, keys, strict=False):
-        drawn = [cdf_line(ax, c[section].get(key, {}), lab, colors[lab]) for lab, c in chars.items()]
+        drawn = [cdf_line(ax, c[section].get(key, {}), lab, colors[lab], scale=scale) for lab, c in chars.items()]
         ax.set_title(sub)
         ax.set_xlabel(xlabel)
         if formatter is not None:
@@ -103,6 +117,7 @@ def _cdf_panels(
     return fig
 
 
+@figure
 def fig_sizes(chars: Chars) -> Figure:
     """Sizes of layers and manifests for GET and PUT requests."""
     keys = [
@@ -116,6 +131,7 @@ def fig_sizes(chars: Chars) -> Figure:
     )
 
 
+@figure
 def fig_requests_per_minute(chars: Chars) -> Figure:
     """Requests received per minute."""
     fig, (ax,) = new_figure(1, 1, width=6.5, title="Load: requests per minute (FAST '18 Fig. 7)")
@@ -127,6 +143,7 @@ def fig_requests_per_minute(chars: Chars) -> Figure:
     return fig
 
 
+@figure
 def fig_response_times(chars: Chars) -> Figure:
     """Response times per method and kind."""
     present = []
@@ -146,10 +163,17 @@ def fig_response_times(chars: Chars) -> Figure:
     if not keys:
         keys = [("GET blob", "GET layer")]
     return _cdf_panels(
-        chars, "response_times", keys, "Response time (FAST '18 Fig. 8)", "response time (s, log scale)", ncols=3
+        chars,
+        "response_times",
+        keys,
+        "Response time (FAST '18 Fig. 8)",
+        "response time (ms, log scale)",
+        ncols=3,
+        scale=MS_PER_S,
     )
 
 
+@figure
 def fig_response_vs_size(chars: Chars) -> Figure:
     """GET layer response time by layer size (median, interquartile band)."""
     fig, (ax,) = new_figure(1, 1, width=6.5, title="Response time vs layer size, GET layer (FAST '18 Fig. 9)")
@@ -160,11 +184,11 @@ def fig_response_vs_size(chars: Chars) -> Figure:
         if not bins:
             continue
         x = [b["size_mid"] for b in bins]
-        ax.plot(x, [b["median_s"] for b in bins], marker="o", ms=3, color=colors[lab], label=f"{lab} median")
+        ax.plot(x, [b["median_s"] * MS_PER_S for b in bins], marker="o", ms=3, color=colors[lab], label=f"{lab} median")
         ax.fill_between(
             x,
-            [b["p25_s"] for b in bins],
-            [b["p75_s"] for b in bins],
+            [b["p25_s"] * MS_PER_S for b in bins],
+            [b["p75_s"] * MS_PER_S for b in bins],
             color=colors[lab],
             alpha=0.2,
             label=f"{lab} 25–75th pct",
@@ -178,7 +202,7 @@ def fig_response_vs_size(chars: Chars) -> Figure:
     else:
         no_data(ax)
     ax.set_xlabel("layer size (bytes, log scale; quarter-decade bins)")
-    ax.set_ylabel("response time (s, log scale)")
+    ax.set_ylabel("response time (ms, log scale)")
     return fig
 
 
@@ -191,6 +215,7 @@ POPULARITY = (
 )
 
 
+@figure
 def fig_popularity(chars: Chars) -> Figure:
     """Cumulative share of accesses taken by the most popular items."""
     fig, axes = new_figure(2, 3, width=4.3, height=3.5, title="Popularity skew (FAST '18 Fig. 10)")
@@ -219,6 +244,7 @@ def fig_popularity(chars: Chars) -> Figure:
     return fig
 
 
+@figure
 def fig_top10(chars: Chars) -> Figure:
     """Share of accesses of each of the ten most popular items."""
     fig, axes = new_figure(1, 5, width=3.4, height=3.6, title="Top-10 popularity (FAST '18 Fig. 11)")
@@ -241,6 +267,7 @@ def fig_top10(chars: Chars) -> Figure:
     return fig
 
 
+@figure
 def fig_follow_ups(chars: Chars) -> Figure:
     """GET layer requests following a GET manifest within a client session."""
     any_c = next(iter(chars.values()))
@@ -273,6 +300,7 @@ def fig_follow_ups(chars: Chars) -> Figure:
     return fig
 
 
+@figure
 def fig_concurrency(chars: Chars) -> Figure:
     """Active clients and requests, as CDFs and over time."""
     bin_s = next(iter(chars.values()))["concurrency"]["bin_s"]
@@ -287,7 +315,6 @@ def fig_concurrency(chars: Chars) -> Figure:
         drawn = [cdf_line(ax, c["concurrency"][key], lab, colors[lab], log=False) for lab, c in chars.items()]
         if key == "active_clients":
             ax.set_xscale("symlog", linthresh=1)
-            ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.set_xlabel(key.replace("_", " ") + (" (symlog scale)" if key == "active_clients" else ""))
         ax.set_title(name)
         ax.legend(loc="lower right") if any(drawn) else no_data(ax)
@@ -313,6 +340,7 @@ def fig_concurrency(chars: Chars) -> Figure:
     return fig
 
 
+@figure
 def fig_rhythm(chars: Chars) -> Figure:
     """Average requests per hour of day and per day of week (UTC)."""
     fig, (a, b) = new_figure(1, 2, width=5.5, title="Daily and weekly rhythm (FAST '18 Fig. 14)")
@@ -342,6 +370,7 @@ def fig_rhythm(chars: Chars) -> Figure:
     return fig
 
 
+@figure
 def fig_arrivals(chars: Chars) -> Figure:
     """Request inter-arrival times and idle periods."""
     keys = [("inter_arrival", "(a) inter-arrival time"), ("idle", "(b) idle periods (no request in flight)")]
@@ -350,6 +379,7 @@ def fig_arrivals(chars: Chars) -> Figure:
     )
 
 
+@figure
 def fig_data_volume(chars: Chars) -> Figure:
     """Data ingress and egress per trace."""
     fig, (ax,) = new_figure(1, 1, width=6.0, title="Data ingress and egress per trace")
@@ -383,6 +413,32 @@ FIGURES: dict[str, Callable[[Chars], Figure]] = {
 }
 
 
-def draw_all(chars: Chars, out: Path) -> dict[str, Path]:
-    """Every figure as ``out/<name>.png``; returns name → path."""
-    return {name: save(make(chars), out / f"{name}.png") for name, make in FIGURES.items()}
+def _none_has(chars: Chars, has) -> bool:
+    return not any(has(c) for c in chars.values())
+
+
+def left_out(chars: Chars) -> dict[str, str]:
+    """The figures with nothing to draw for any trace, name → why (figures with some data keep their
+    empty panels, each marked "no data")."""
+    why: dict[str, str] = {}
+    if _none_has(chars, lambda c: any(c["manifest_layer_share"][op]["requests"] for op in ("pull", "push"))):
+        why["fig05_manifest_layer"] = "no GET, PUT or HEAD request"
+    if _none_has(chars, lambda c: any(d.get("n") for d in c["sizes"].values())):
+        why["fig06_sizes"] = "no successful GET or PUT request with a body"
+    if _none_has(chars, lambda c: any(d.get("n") for d in c["response_times"].values())):
+        why["fig08_response_times"] = "no response times"
+    if _none_has(chars, lambda c: c["response_vs_size"]["bins"]):
+        why["fig09_response_vs_size"] = "no successful GET layer request with a size"
+    if _none_has(chars, lambda c: c["follow_ups"].get("all", {}).get("manifests")):
+        why["fig12_follow_ups"] = "no GET manifest request"
+    if _none_has(chars, lambda c: c["arrivals"]["inter_arrival"].get("n")):
+        why["fig15_arrivals"] = "fewer than two requests"
+    if _none_has(chars, lambda c: c["data"]["ingress_bytes"] or c["data"]["egress_bytes"]):
+        why["data_volume"] = "no bytes transferred"
+    return why
+
+
+def draw_all(chars: Chars, out: Path) -> Charts:
+    """Every figure that has data as ``out/<name>.png``; the others named, with the reason, in ``left_out``."""
+    makers = {name: functools.partial(make, chars) for name, make in FIGURES.items()}
+    return draw_charts(makers, left_out(chars), out)

@@ -89,3 +89,13 @@ def bin_count(span_s: float, width_s: float, what: str, fix: str = "") -> int:
             f"drtp keeps in memory; {fix}cut the trace (--seconds, drtp sample --method duration)"
         )
     return n
+
+
+# Latency is kept in seconds where machines read it (requests.csv, summary.json, JSON results)
+# and shown in milliseconds where people read it (tables, reports, plot axes).
+MS_PER_S = 1000.0
+
+
+def to_ms(seconds: float | None) -> float | None:
+    """Seconds as milliseconds; None (no value) stays None."""
+    return None if seconds is None else seconds * MS_PER_S

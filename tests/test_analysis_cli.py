@@ -92,7 +92,7 @@ def test_analyze_results_cli(real_runs, tmp_path, capsys):
     assert "run directory not found" in capsys.readouterr().err
 
 
-def test_tiny_trace_without_manifests_still_draws_everything(tmp_path):
+def test_tiny_trace_draws_what_it_has_and_names_what_it_left_out(tmp_path, capsys):
     import warnings
 
     from tests.trace_records import rec
@@ -106,4 +106,23 @@ def test_tiny_trace_without_manifests_still_draws_everything(tmp_path):
     chars = json.loads((out / "characterization.json").read_text())
     assert chars["tiny"]["request_types"]["pull_ratio"] is None
     assert chars["tiny"]["follow_ups"]["all"] == {"manifests": 0}
-    assert all((out / f"{f}.png").exists() for f in FIGS)
+    # a HEAD and a POST: no body (sizes, data volume), no GET layer or manifest, no follow-up to count
+    left_out = {"fig06_sizes", "fig09_response_vs_size", "fig12_follow_ups", "data_volume"}
+    assert {f for f in FIGS if (out / f"{f}.png").exists()} == set(FIGS) - left_out
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == len(FIGS) - len(left_out)
+    assert "Chart &#x27;fig12_follow_ups&#x27; not drawn: no GET manifest request." in html
+    printed = capsys.readouterr().out
+    assert "left out (no data): fig06_sizes (no successful GET or PUT request with a body)" in printed
+
+
+def test_trace_report_shows_response_times_in_ms(traces, tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "ms"
+    assert main(["analyze", "trace", str(traces[0]), "--out", str(out)]) == 0
+    chars = json.loads((out / "characterization.json").read_text())
+    table = pd.read_csv(out / "key_numbers.csv", index_col=0)
+    p50_s = chars["dal"]["response_times"]["GET blob"]["p50"]  # the JSON keeps seconds
+    assert table.loc["GET layer response p50 (ms)", "dal"] == pytest.approx(p50_s * 1000, rel=1e-12)
+    assert not [m for m in table.index if "response" in m and "(s)" in m]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pandas as pd
@@ -131,13 +132,15 @@ def test_analyze_results_with_trace_row(real_runs, tmp_path):
     table = pd.read_csv(out / "runs.csv", index_col=0)
     assert list(table.index) == ["stress", "as-is"]
     assert table.loc["as-is", "requests"] == summary["requests"]
-    assert table.loc["as-is", "helper requests"] == summary["auxiliary"]["requests"]
-    assert table.loc["as-is", "latency p99 (s)"] == summary["latency_s"]["p99"]
+    assert table.loc["as-is", "helper_requests"] == summary["auxiliary"]["requests"]
+    # people read milliseconds: the table's ms are the summary's seconds × 1000
+    assert table.loc["as-is", "latency_p99_ms"] == pytest.approx(summary["latency_s"]["p99"] * 1000, rel=1e-12)
+    assert table.loc["as-is", "lateness_p99_ms"] == pytest.approx(summary["lateness_s"]["p99"] * 1000, rel=1e-12)
     failures = pd.read_csv(out / "failures.csv", index_col=0)
     assert failures.loc["http", "stress"] == failures.loc["http", "as-is"] == real_runs.missing_tags
     latency = pd.read_csv(out / "latency.csv")
     mine = latency[(latency["run"] == "as-is") & (latency["request"] == "GET manifest")].iloc[0]
-    assert mine["p50_s"] == summary["per_method"]["GET manifest"]["latency_s"]["p50"]
+    assert mine["p50_ms"] == pytest.approx(summary["per_method"]["GET manifest"]["latency_s"]["p50"] * 1000, rel=1e-12)
     assert rs.TRACE_ROW in set(latency["run"])
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 5 and "ibm-trace-data" in html
@@ -159,6 +162,37 @@ def test_violin_clips_only_the_plot(real_runs, tmp_path):
     assert any("clipped in the plot" in n for n in notes)
 
 
+def test_a_known_latency_shows_in_ms_in_tables_and_report(real_runs, tmp_path):
+    run = copy_run(real_runs.stress, tmp_path / "a")
+    frame = pd.read_csv(run / "requests.csv")
+    slowest = frame.index[(frame["method"] == "GET") & (frame["kind"] == "blob") & frame["ok"]][0]
+    frame.loc[slowest, "latency_s"] = 7.5  # slower than any other request of the run
+    frame.to_csv(run / "requests.csv", index=False)
+    out = tmp_path / "out"
+    analyze_results([run], out, log=lambda *_: None)
+    latency = pd.read_csv(out / "latency.csv", index_col=["run", "request"])
+    assert latency.loc[("a", "GET blob"), "max_ms"] == latency.loc[("a", "all"), "max_ms"] == 7500.0
+    assert pd.read_csv(out / "runs.csv", index_col=0).loc["a", "latency_max_ms"] == 7500.0
+    html = (out / "report.html").read_text()
+    row = re.search(r"<tr><td>a</td><td>GET blob</td>(.*?)</tr>", html).group(1)
+    assert re.findall(r"<td>([^<]*)</td>", row)[-1] == "7,500"  # max ms
+
+
+@pytest.mark.parametrize("mode", ["stress", "as_is"])
+def test_lateness_chart_only_for_as_is_runs(real_runs, tmp_path, mode):
+    out = tmp_path / "out"
+    lines: list[str] = []
+    analyze_results([getattr(real_runs, mode)], out, log=lines.append)
+    html = (out / "report.html").read_text()
+    note = "lateness (no run in as-is mode: stress runs have no intended start times)"
+    if mode == "stress":
+        assert not (out / "lateness.png").exists() and html.count("data:image/png;base64,") == 4
+        assert "Chart &#x27;lateness&#x27; not drawn: no run in as-is mode" in html and note in lines[-1]
+    else:
+        assert (out / "lateness.png").stat().st_size > 0 and html.count("data:image/png;base64,") == 5
+        assert "not drawn:" not in html and "left out" not in lines[-1]
+
+
 def test_lost_rows_are_failures_without_times(real_runs, tmp_path):
     run = copy_run(real_runs.stress, tmp_path / "a")
     frame = pd.read_csv(run / "requests.csv", keep_default_na=False, na_values=[""]).astype({"error": object})
@@ -170,7 +204,8 @@ def test_lost_rows_are_failures_without_times(real_runs, tmp_path):
     r = rs.analyze_run(df)
     assert r["lost"] == 5 and r["failures"] == {"http": real_runs.missing_tags, "lost": 5}
     assert r["failed"] == summary["failed"] + 5
-    assert sum(r["curves"]["per_second"]) == summary["succeeded"] - 5
+    bins = r["curves"]["throughput"]
+    assert sum(bins["counts"]) + bins["tail_requests"] == summary["succeeded"] - 5
 
 
 @pytest.mark.parametrize(
