@@ -71,9 +71,13 @@ def plan_warmup(reader: TraceReader, registries: list[str], prefix: str = "") ->
             if rec.method == "PUT":
                 pushed.add(key)
                 continue
-            if rec.method not in ("GET", "HEAD") or rec.status >= 400 or key in pushed:
+            if rec.method not in ("GET", "HEAD") or rec.status >= 400:
                 continue
             reg = registry_for(repo, registries)
+            if key in pushed:  # the trace made it here; a warmed copy elsewhere (a mount's source) takes its size
+                if kind == "blob" and (entry := plan.blobs.get((reg, ref))) is not None:
+                    entry[0] = max(entry[0], rec.size)
+                continue
             if kind == "blob":
                 _want_blob(plan, reg, ref, rec.size, repo)
             else:
