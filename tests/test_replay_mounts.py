@@ -61,6 +61,20 @@ def test_a_malformed_mount_query_is_a_bad_record_named_by_its_index(tmp_path, qu
     assert err.value.index == 17 and why in str(err.value) and "\n" not in str(err.value)
 
 
+def test_the_chunk_check_is_never_more_lenient_than_the_record_check_on_mount_queries():
+    import random
+
+    from drtp.trace.records import uri_error, uris_valid
+
+    rng = random.Random(5)
+    params = ["mount=L1", "mount=../x", "from=team/one", "from=Bad", "mount", "from", "upload=u1", "frommage=x", ""]
+    bases = ["v2/a/b/blobs/uploads/", "v2/a/b/blobs/L1", "v2/a/b/manifests/t", "v2/a/b/blobs/uploads/u1"]
+    for _ in range(2000):
+        uri = rng.choice(bases) + "?" + "&".join(rng.choice(params) for _ in range(rng.randint(1, 3)))
+        if uris_valid([uri]):
+            assert uri_error(uri) is None, uri
+
+
 def test_a_mount_query_on_anything_but_an_upload_open_is_a_bad_record(tmp_path):
     path = write_json(tmp_path / "t.json", [ibm_record(0, **{"http.request.uri": "v2/a/b/blobs/L1?mount=L1"})])
     with pytest.raises(TraceError, match="belongs on an upload open"):
