@@ -72,6 +72,8 @@ def request_error(req: ReplayRequest, targets: frozenset[str]) -> str | None:
         if why is not None:
             break
         why = digest_error(layer.digest)
+    if why is None and (req.mount is not None or req.mount_from is not None):
+        why = _mount_error(req)
     if why is not None:
         return why
     if req.size < 0 or any(layer.size < 0 for layer in req.layers):
@@ -79,6 +81,16 @@ def request_error(req: ReplayRequest, targets: frozenset[str]) -> str | None:
     if req.at is not None and not (math.isfinite(req.at) and req.at >= 0):
         return f"start time {req.at!r} is not a finite offset"
     return None
+
+
+def _mount_error(req: ReplayRequest) -> str | None:
+    """None when a mount's fields are a digest and a repository name on an upload open."""
+    if req.op != "upload-open" or req.mount is None:
+        return "a mount (mount, mount_from) is an upload open's, with the digest to mount"
+    why = digest_error(req.mount)
+    if why is None and req.mount_from is not None:
+        why = name_error(req.mount_from)
+    return None if why is None else f"mount: {why}"
 
 
 def batch_error(requests: list[ReplayRequest], targets: frozenset[str]) -> str | None:

@@ -15,6 +15,16 @@ digest (or sends the whole layer at once).  The open upload is remembered per
 (trace client, repository); a trace PATCH or PUT that finds none opens one
 with an auxiliary POST.  Pushed bytes are random (or zeros), so a pushed
 layer gets a new digest that the result carries back to the master.
+
+A cross-repository mount is sent as one (``?mount=<digest>&from=<repository>``).  201:
+mounted.  202: the registry refused to mount and opened an upload instead; when the trace's
+registry mounted (201), the node does as the registry tells it, uploads the blob to the
+``Location`` given (helper rows) and reports the mount as an ``http`` failure saying so; when
+the trace's own registry refused too (202), the trace's PATCH/PUT that follow use the upload.
+
+No upload session outlives the run: one that a later upload open of the same trace client and
+repository replaces is cancelled (DELETE, a helper row), as is one a failed fallback leaves;
+those still open when the run ends — a trace upload never completed — are cancelled then.
 """
 
 from __future__ import annotations
@@ -32,6 +42,8 @@ from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, 
 from drtp.registry.transport import Connection, RequestError, Response
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import HTTP, NOT_SENT, OK, PROTOCOL, TRUNCATED, status_outcome
+
+FALLBACK_SIZE = 1024  # bytes uploaded for a refused mount of a blob whose size nobody knows
 
 IDEMPOTENT = frozenset(("GET", "HEAD"))  # the only methods the run may send again (client_info.retries)
 
@@ -153,11 +165,13 @@ class Executor:
             return self._manifest_put(req, base, aux)
         key = (req.client, req.repository)
         if op == "upload-open":
+            if req.mount is not None:
+                return self._mount(req, base, aux)
             start = self.clock()
             r = self.http("POST", f"{base}/v2/{req.repository}/blobs/uploads/")
             latency = self.clock() - start
             if r.status == 202 and r.header("location"):
-                self.uploads[key] = Upload(urljoin(base + "/", r.header("location")))
+                self._keep(key, Upload(urljoin(base + "/", r.header("location"))), aux)
             elif r.status == 202:
                 r.outcome, r.error = PROTOCOL, "202 without a Location header: no upload to continue"
             return self._result(req, r, start, latency, None, aux)
@@ -176,10 +190,12 @@ class Executor:
                 upload.written += size
                 if r.header("location"):
                     upload.location = urljoin(base + "/", r.header("location"))
-            else:
-                self.uploads.pop(key, None)
             r.bytes = 0 if r.outcome else size  # sent in full only when the answer came
-            return self._result(req, r, start, latency, None, aux)
+            result = self._result(req, r, start, latency, None, aux)
+            if r.status != 202:  # the upload cannot go on: end it in the registry too
+                self.uploads.pop(key, None)
+                self._cancel(upload, aux)
+            return result
         # upload-close: the PUT that ends the push of a layer
         self.uploads.pop(key, None)
         payload, size = b"", 0
@@ -195,7 +211,74 @@ class Executor:
         r.bytes = 0 if r.outcome else size  # sent in full only when the answer came
         result = self._result(req, r, start, latency, digest, aux)
         result.size = upload.written + size
+        if r.status not in (201, 204):  # not completed: the registry may still hold the upload
+            self._cancel(upload, aux)
         return result
+
+    def _mount(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> ReplayResult:
+        """A cross-repository mount; when the registry refuses it (202) and the trace's mounted, the upload
+        the registry opened instead carries the blob (helper rows) and the mount is reported as refused."""
+        query = {"mount": req.mount} | ({"from": req.mount_from} if req.mount_from else {})
+        start = self.clock()
+        r = self.http("POST", f"{base}/v2/{req.repository}/blobs/uploads/?{urlencode(query)}")
+        latency = self.clock() - start
+        if r.outcome or r.status not in (201, 202):
+            return self._result(req, r, start, latency, None, aux)
+        if r.status == 201:
+            result = self._result(req, r, start, latency, req.mount, aux)
+            result.size = req.object_size
+            return result
+        if not r.header("location"):
+            r.outcome, r.error = PROTOCOL, "202 without a Location header: no upload to continue"
+            return self._result(req, r, start, latency, None, aux)
+        upload = Upload(urljoin(base + "/", r.header("location")))
+        if req.expected_status == 202:  # refused in the trace too: the trace's own PATCH/PUT use the upload
+            self._keep((req.client, req.repository), upload, aux)
+            return self._result(req, r, start, latency, None, aux)
+        digest, size = self._upload_whole(upload, req.object_size or FALLBACK_SIZE, aux)
+        result = self._result(req, r, start, latency, digest, aux)
+        result.ok, result.outcome = False, HTTP
+        if digest is not None:
+            result.size = size
+            result.error = "mount refused (202): the blob was uploaded instead (helper rows)"
+        else:
+            result.error = "mount refused (202) and the fallback upload failed (helper rows)"
+        return result
+
+    def _upload_whole(self, upload: Upload, size: int, aux: list[AuxResult]) -> tuple[str | None, int]:
+        """Push ``size`` new bytes to an open upload in one PUT: (the blob's digest, size); None when it
+        failed (the upload is cancelled then)."""
+        payload, size = self.payload(size)
+        _hash_into(upload.sha, payload)
+        digest = "sha256:" + upload.sha.hexdigest()
+        sep = "&" if "?" in upload.location else "?"
+        url = upload.location + sep + urlencode({"digest": digest})
+        self._aux(aux, "PUT", "mount fallback upload", url, (201,), body=payload, headers=_octets(size))
+        if aux[-1].outcome == OK:
+            return digest, size
+        self._cancel(upload, aux)
+        return None, size
+
+    def _keep(self, key: tuple[str, str], upload: Upload, aux: list[AuxResult]) -> None:
+        """Remember the open upload of (trace client, repository); one it replaces is cancelled."""
+        replaced = self.uploads.get(key)
+        self.uploads[key] = upload
+        if replaced is not None:
+            self._cancel(replaced, aux)
+
+    def _cancel(self, upload: Upload, aux: list[AuxResult]) -> None:
+        """End an upload session nothing will complete (404: the registry has already dropped it)."""
+        self._aux(aux, "DELETE", "upload cancel", upload.location, (204, 404))
+
+    def cancel_uploads(self) -> tuple[int, int]:
+        """At the end of a run: cancel the upload sessions still open (a trace upload never completed);
+        (how many, how many of those failed)."""
+        open_uploads = list(self.uploads.values())
+        self.uploads.clear()
+        aux: list[AuxResult] = []
+        for upload in open_uploads:
+            self._cancel(upload, aux)
+        return len(aux), sum(a.outcome != OK for a in aux)
 
     def _object(self, req: ReplayRequest, base: str) -> ReplayResult:
         start = self.clock()

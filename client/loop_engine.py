@@ -224,7 +224,7 @@ class LoopRun(RunBook):
             self.results.put(batch)
         if self.finished and not self.stream_closed:
             self.stream_closed = True
-            self.results.put(None)  # end of the result stream
+            self._end_stream()
 
     def _maybe_finish(self) -> None:
         if self.finished and not self.stream_closed:

@@ -69,6 +69,22 @@ class RunBook:
     def finished(self) -> bool:
         return self.ended and self.queued == 0 and self.running == 0
 
+    def _end_stream(self) -> None:
+        """End the result stream; first cancel the upload sessions the trace opened and never completed,
+        so none outlives the run (off the lock: nothing of the trace is measured any more)."""
+
+        def cancel_then_end() -> None:
+            try:
+                cancelled, failed = self.executor.cancel_uploads()
+                log.info("run %s: cancelled %d upload sessions left open (%d failed)", self.spec.run, cancelled, failed)
+            finally:
+                self.results.put(None)
+
+        if self.executor.uploads:
+            threading.Thread(target=cancel_then_end, name="drtp-uploads-end", daemon=True).start()
+        else:
+            self.results.put(None)
+
     def _drop_queued(self) -> None:
         """Cancel: forget what has not started; what runs finishes and is reported."""
         self.cancelled = True
@@ -193,4 +209,4 @@ class NodeRun(RunBook):
         if self.finished and not self.stream_closed:
             self.stream_closed = True
             self.watch_stop.set()
-            self.results.put(None)  # end of the result stream
+            self._end_stream()

@@ -11,6 +11,17 @@ tag that the trace has before it (:meth:`Planner.blocked_by`), whichever nodes
 run them.  A layer push needs no such wait: its content is new, so it gets a
 new digest and cannot change what an earlier read of the layer addresses.
 
+A cross-repository mount (``POST …/blobs/uploads/?mount=<blob>&from=<repository>``) is
+replayed as a mount: its source repository gets the run's prefix like any name, its blob
+the real digest the source holds, and it waits for a push of that blob in flight like a
+read does.  It counts as a push of the blob into the target repository (reads there wait
+for it, and the digest the target ends up with is remembered: the mounted one, or the new
+one of the upload the node falls back to when the registry refuses the mount), and a
+mounted blob joins the image of (client, target repository) as a pushed layer does.  A
+mount needs both repositories on one registry: when the run spreads them over two, the
+mount is sent without a source (no repository of the target's registry holds the blob)
+and ends as the registry answers it: usually refused, then uploaded.
+
 A manifest PUT stays a PUT, even when the trace also reads that URI (the
 original trace player replayed such PUTs as GETs), and carries the layers its
 image pushed or found (HEAD) in that repository since the client's last
@@ -42,6 +53,7 @@ def registry_for(repository: str, registries: list[str]) -> str:
 
 
 _V2 = re.compile(r"^(/?v2/)")
+_MOUNT_FROM = re.compile(r"(?<=[?&])from=")
 
 
 def with_prefix(batches: Iterable[list[TraceRecord]], prefix: str) -> Iterator[list[TraceRecord]]:
@@ -53,8 +65,12 @@ def with_prefix(batches: Iterable[list[TraceRecord]], prefix: str) -> Iterator[l
     def put(m: re.Match) -> str:
         return m.group(1) + prefix
 
+    def prefixed(uri: str) -> str:
+        uri = _V2.sub(put, uri, count=1)
+        return _MOUNT_FROM.sub("from=" + prefix, uri, count=1) if "from=" in uri else uri  # a mount's source
+
     for records in batches:
-        yield [msgspec.structs.replace(r, uri=_V2.sub(put, r.uri, count=1)) for r in records]
+        yield [msgspec.structs.replace(r, uri=prefixed(r.uri)) for r in records]
 
 
 def op_of(rec: TraceRecord) -> str:
@@ -70,6 +86,7 @@ class Planner:
         self.pending: dict[tuple, int] = defaultdict(int)
         self.reading: dict[tuple, int] = {}  # manifest reads in flight: ("manifest", repository, tag) -> how many
         self.image: dict[tuple[str, str], list[str]] = {}  # (client, repository) -> layer refs of the image
+        self.mounting: dict[int, str] = {}  # seq of a mount in flight -> the trace reference of its blob
 
     # -- the warmup map ----------------------------------------------------------------------
 
@@ -85,6 +102,10 @@ class Planner:
         """Requests in flight that this record must wait for: pushes of what it reads or references,
         reads of the tag it pushes."""
         if rec.kind == "blob":
+            if rec.method == "POST":  # an upload open waits for nothing; a mount for a push of its blob
+                mount = rec.mount
+                key = ("blob", mount.blob) if mount is not None else None
+                return [key] if key is not None and self.pending.get(key) else []
             key = ("blob", rec.reference)
             return [key] if rec.method != "PUT" and self.pending.get(key) else []
         key = ("manifest", rec.repository, rec.reference)
@@ -106,8 +127,21 @@ class Planner:
         digest = None
         object_size = None
         layers: list[Layer] = []
+        mount = mount_from = None
         key = (rec.client, repo)
-        if op == "get" and rec.kind == "blob" and not ref.startswith("uploads"):
+        registry = registry_for(repo, self.registries)
+        if op == "upload-open" and (wanted := rec.mount) is not None:
+            source = wanted.source
+            layer = self.resolve(source, wanted.blob) if source else self.blob_any.get(wanted.blob)
+            mount = layer.digest if layer else placeholder_digest(wanted.blob)
+            object_size = (layer.size or None) if layer else None  # what the node uploads if the mount is refused
+            if source and registry_for(source, self.registries) == registry:
+                mount_from = source
+            self.pending[("blob", wanted.blob)] += 1
+            self.mounting[seq] = wanted.blob
+            if rec.status == 201:  # mounted in the trace: a layer of the image being pushed
+                self._add_layer(key, wanted.blob)
+        elif op == "get" and rec.kind == "blob" and not ref.startswith("uploads"):
             layer = self.resolve(repo, ref)
             digest = layer.digest if layer else placeholder_digest(ref)
             if layer is not None and rec.method == "GET":
@@ -134,7 +168,7 @@ class Planner:
             method=rec.method,
             kind=rec.kind,
             op=op,
-            registry=registry_for(repo, self.registries),
+            registry=registry,
             repository=repo,
             reference=ref,
             size=rec.size,
@@ -143,6 +177,8 @@ class Planner:
             object_size=object_size,
             at=at,
             layers=layers,
+            mount=mount,
+            mount_from=mount_from,
         )
 
     def replayed(self, rec: TraceRecord) -> None:
@@ -156,6 +192,8 @@ class Planner:
             self.image.pop(key, None)
         elif op == "upload-close" and not ref.startswith("uploads"):
             self._add_layer(key, ref)
+        elif op == "upload-open" and rec.status == 201 and (mount := rec.mount) is not None:
+            self._add_layer(key, mount.blob)
 
     def _add_layer(self, key: tuple[str, str], ref: str) -> None:
         refs = self.image.setdefault(key, [])
@@ -173,6 +211,13 @@ class Planner:
             return
         if req.op == "manifest-put":
             self._release(("manifest", req.repository, req.reference))
+            return
+        if req.op == "upload-open":
+            blob = self.mounting.pop(req.seq, None)
+            if blob is not None:  # a mount: the target now holds the mounted blob, or the upload's fallback
+                self._release(("blob", blob))
+                if result is not None and result.digest:  # the node names a digest only when the target holds it
+                    self.learn(req.repository, "blob", blob, result.digest, result.size or req.object_size or 0)
             return
         if req.op != "upload-close" or req.reference.startswith("uploads"):
             return
@@ -209,21 +254,33 @@ class Held(msgspec.Struct, gc=False):
 
 
 def _push_key(rec: TraceRecord) -> tuple | None:
-    """The object a record pushes (a layer, or a manifest tag), if it pushes one."""
+    """The object a record pushes (a layer, or a manifest tag; a mount pushes its blob), if it pushes one."""
     if rec.method != "PUT":
-        return None
+        mount = rec.mount if rec.method == "POST" else None
+        return ("blob", mount.blob) if mount is not None else None
     if rec.kind == "manifest":
         return ("manifest", rec.repository, rec.reference)
     return None if rec.reference.startswith("uploads") else ("blob", rec.reference)
 
 
 def _read_key(rec: TraceRecord) -> tuple | None:
-    """The object a record reads (a layer, or a manifest tag), if it reads one."""
-    if rec.method == "PUT" or (rec.kind == "blob" and rec.method in ("POST", "PATCH")):
+    """The object a record reads (a layer, or a manifest tag; a mount reads its blob), if it reads one."""
+    if rec.kind == "blob" and rec.method == "POST":
+        mount = rec.mount
+        return ("blob", mount.blob) if mount is not None else None
+    if rec.method == "PUT" or (rec.kind == "blob" and rec.method == "PATCH"):
         return None
     if rec.kind == "manifest":
         return ("manifest", rec.repository, rec.reference)
     return None if rec.reference.startswith("uploads") else ("blob", rec.reference)
+
+
+def _waits_for(rec: TraceRecord, pushes: set[tuple]) -> bool:
+    """Does ``rec`` depend on one of ``pushes`` (a manifest PUT on any blob push into its repository)?"""
+    key = _read_key(rec)
+    if key is not None and key in pushes:
+        return True
+    return rec.kind == "manifest" and rec.method == "PUT" and ("image", rec.repository) in pushes
 
 
 class HeldRecords:
@@ -275,9 +332,16 @@ class HeldRecords:
         for client in list(self.by_client):
             queue = self.by_client[client]
             n = 0
+            pushes: set[tuple] = set()  # what this pass releases of the client's pushes (not planned yet)
             for held in queue:
                 if self._overtakes(held.rec, held.seq) or self.planner.blocked_by(held.rec):
                     break
+                if pushes and _waits_for(held.rec, pushes):  # it depends on a push released just before it
+                    break
+                if (key := _push_key(held.rec)) is not None:
+                    pushes.add(key)
+                    if key[0] == "blob":
+                        pushes.add(("image", held.rec.repository))
                 out.append(held)
                 n += 1
             if n == len(queue):

@@ -395,6 +395,10 @@ class Replay:
                 for name in {n for n, _ in self.inflight.values()}:
                     self._node_dead(name, "result stream ended before all results")
                 break
+        # a node ends its stream after cancelling the upload sessions the trace left open: the run ends after that
+        until = time.monotonic() + self.ci.timeout + 5.0
+        while not all(link.dead or link.finished for link in self.links.values()) and time.monotonic() < until:
+            self._drain(timeout=0.1)
         self._flush_results()
 
     # -- events ------------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ being pushed by the trace itself — blobs read with a non-error status, and
 manifests read with a non-error status — with the largest size the trace saw
 for each.  Objects the trace first pushes are left to the run; reads the trace
 saw fail (e.g. a pull of a tag never pushed: 404) are not warmed, so the run
-sees the same 404.
+sees the same 404.  A blob the trace mounts into a repository is, there, an
+object the trace creates (the run mounts it); the mount reads its source
+repository, which is warmed when the trace has not pushed the blob there first.
 
 Then, with ``warmup.threads`` threads and drtp.registry.client: each blob is pushed once
 (random or zero bytes of its size, per ``warmup.random``) and cross-repo
@@ -39,6 +41,7 @@ from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.content import digest as stream_digest
 from drtp.registry.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
 from drtp.trace.reader import TraceReader
+from drtp.trace.records import Mount
 
 DEFAULT_BLOB_SIZE = 1024  # a blob only ever HEADed: the trace has no size for it
 MANIFEST_LAYERS = 3
@@ -55,32 +58,56 @@ class WarmupPlan:
 
 def plan_warmup(reader: TraceReader, registries: list[str], prefix: str = "") -> WarmupPlan:
     plan = WarmupPlan()
-    pushed: set[tuple[str, str, str]] = set()  # (repository, kind, ref) the trace PUT
+    pushed: set[tuple[str, str, str]] = set()  # (repository, kind, ref) the trace PUT or mounted
     for records in with_prefix(reader.batches(), prefix):
         plan.records += len(records)
         for rec in records:
             repo, kind, ref = rec.repository, rec.kind, rec.reference
             if kind == "blob" and ref.startswith("uploads"):
+                if rec.status == 201 and (mount := rec.mount) is not None:
+                    _plan_mount(plan, pushed, registries, repo, mount)
                 continue
             key = (repo, kind, ref)
             if rec.method == "PUT":
                 pushed.add(key)
                 continue
-            if rec.method not in ("GET", "HEAD") or rec.status >= 400 or key in pushed:
+            if rec.method not in ("GET", "HEAD") or rec.status >= 400:
                 continue
             reg = registry_for(repo, registries)
-            if kind == "blob":
-                entry = plan.blobs.get((reg, ref))
-                if entry is None:
-                    plan.blobs[(reg, ref)] = [rec.size, [repo]]
-                else:
+            if key in pushed:  # the trace made it here; a warmed copy elsewhere (a mount's source) takes its size
+                if kind == "blob" and (entry := plan.blobs.get((reg, ref))) is not None:
                     entry[0] = max(entry[0], rec.size)
-                    if repo not in entry[1]:
-                        entry[1].append(repo)
+                continue
+            if kind == "blob":
+                _want_blob(plan, reg, ref, rec.size, repo)
             else:
                 mkey = (reg, repo, ref)
                 plan.manifests[mkey] = max(plan.manifests.get(mkey, 0), rec.size)
     return plan
+
+
+def _plan_mount(plan: WarmupPlan, pushed: set, registries: list[str], target: str, mount: Mount) -> None:
+    """A mount the trace's registry did (201) creates the blob in the target repository, so warmup
+    does not; its source must hold the blob, unless the trace pushed it there first (or the source
+    lies on another registry, which the replay cannot mount from)."""
+    pushed.add((target, "blob", mount.blob))
+    source = mount.source
+    if source is None or (source, "blob", mount.blob) in pushed:
+        return
+    reg = registry_for(target, registries)
+    if registry_for(source, registries) == reg:
+        _want_blob(plan, reg, mount.blob, 0, source)
+
+
+def _want_blob(plan: WarmupPlan, reg: str, ref: str, size: int, repo: str) -> None:
+    """Warm blob ``ref`` into ``repo``, at the largest size the trace shows for it."""
+    entry = plan.blobs.get((reg, ref))
+    if entry is None:
+        plan.blobs[(reg, ref)] = [size, [repo]]
+    else:
+        entry[0] = max(entry[0], size)
+        if repo not in entry[1]:
+            entry[1].append(repo)
 
 
 def load_map(path: Path) -> Iterator[dict]:

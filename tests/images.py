@@ -80,4 +80,41 @@ def random_files(n: int, size: int, seed: int) -> dict[str, bytes]:
     return {f"data/file{seed}-{i}.bin": rnd.randbytes(size) for i in range(n)}
 
 
-__all__ = ["build_image", "random_files", "os"]
+def skopeo(*args: str) -> None:
+    """Run skopeo (plain-HTTP registries: pass the ``--*-tls-verify=false`` flags); fail with its stderr."""
+    import subprocess
+
+    out = subprocess.run(["skopeo", *args], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr
+
+
+def copy_between_repositories(base: Path, host: str, source: str, target: str) -> dict:
+    """Real traffic with cross-repository mounts: an image pushed to ``source``, copied registry-side
+    to ``target`` (skopeo mounts the layers it knows ``source`` holds) and pulled from ``target``."""
+    image = build_image(base / "img", [random_files(2, 20_000, seed=11), random_files(1, 30_000, seed=12)])
+    registry = f"docker://{host}"
+    skopeo("copy", "--dest-tls-verify=false", f"dir:{base / 'img'}", f"{registry}/{source}:v1")
+    skopeo(
+        "copy",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        f"{registry}/{source}:v1",
+        f"{registry}/{target}:v1",
+    )
+    skopeo("copy", "--src-tls-verify=false", f"{registry}/{target}:v1", f"dir:{base / 'pulled'}")
+    return image
+
+
+def open_uploads(storage: Path) -> list[Path]:
+    """Upload sessions a Distribution registry still holds under its storage root: the ``_uploads/<id>``
+    folders with a ``startedat`` or ``data`` file.  A completed upload's folder is gone; a cancelled one
+    (DELETE) keeps only its hash states, which the registry no longer serves (404)."""
+    return [
+        entry
+        for folder in storage.rglob("_uploads")
+        for entry in folder.iterdir()
+        if (entry / "startedat").exists() or (entry / "data").exists()
+    ]
+
+
+__all__ = ["build_image", "copy_between_repositories", "open_uploads", "random_files", "skopeo", "os"]

@@ -472,10 +472,14 @@ def test_valid_traces_keep_the_fast_path_and_every_uri_shape(tmp_path, generated
         "v2/library/alpine/manifests/3.19",
         f"/v2/library/alpine/manifests/{digest}",
         "v2/a/b/c/blobs/uploads/",
-        f"v2/a.b/c-d/e__f/blobs/{digest}?upload=u1&mount={digest}&from=a/b",
+        f"v2/a.b/c-d/e__f/blobs/{digest}?upload=u1&digest={digest}",
         "v2/single/blobs/uploads/3f0e-44_x=",
     ]
     assert URI_LINES.fullmatch("\n".join(shapes) + "\n")
+    # a mount's parameters are checked one record at a time: never by the chunk patterns
+    mount = f"v2/a.b/c-d/e__f/blobs/uploads/?upload=u1&mount={digest}&from=a/b"
+    assert not URI_LINES.fullmatch(mount + "\n") and not IBM_URI_LINES.fullmatch(mount + "\n")
+    shapes.append(mount)
     path = write_json(
         tmp_path / "shapes.json", [ibm_record(i, **{"http.request.uri": u}) for i, u in enumerate(shapes)]
     )

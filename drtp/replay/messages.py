@@ -61,6 +61,10 @@ class ReplayRequest(msgspec.Struct, gc=False, omit_defaults=True):
     object_size: int | None = None  # the addressed blob's real size when known: a shorter 200 body is truncated
     at: float | None = None  # intended start, seconds after the run's start; None: as soon as possible
     layers: list[Layer] = []  # manifest-put: the layers the manifest references
+    # upload-open of a cross-repository mount: the real digest to mount and the repository it comes
+    # from (None: no repository of this registry holds it, e.g. the source lives on another registry)
+    mount: str | None = None
+    mount_from: str | None = None
 
 
 class RegistryAuth(msgspec.Struct, omit_defaults=True):

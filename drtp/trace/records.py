@@ -17,6 +17,7 @@ import datetime as _dt
 import re
 from functools import lru_cache
 from typing import Annotated, Literal, NamedTuple
+from urllib.parse import unquote
 
 import msgspec
 
@@ -83,6 +84,11 @@ class TraceRecord(msgspec.Struct, gc=False, omit_defaults=True):
         return self.parts.reference
 
     @property
+    def mount(self) -> Mount | None:
+        """The cross-repository mount a POST asks for (``?mount=<blob>&from=<repository>``), if any."""
+        return mount_of(self.uri) if self.method == "POST" else None
+
+    @property
     def is_upload(self) -> bool:
         """True for blob upload URLs (``blobs/uploads/…``): POST, PATCH, PUT of a push."""
         return self.parts.reference.startswith("uploads/")
@@ -108,6 +114,53 @@ class Uri(NamedTuple):
     repository: str  # e.g. "ca64kj67/as87d65g" (user/repo in IBM traces)
     kind: str  # "manifest" or "blob"
     reference: str  # tag or digest; "uploads/<uuid>" for blob uploads
+
+
+class Mount(NamedTuple):
+    """A cross-repository blob mount: the blob (a trace reference) and the repository it comes from."""
+
+    blob: str  # the trace's reference of the blob (a digest, or an anonymized id)
+    source: str | None  # the repository to mount from; None: the registry may look for the blob itself
+
+
+@lru_cache(maxsize=1 << 12)
+def mount_of(uri: str) -> Mount | None:
+    """The mount an upload-open URI asks for; None when it asks for none (or the URI is invalid)."""
+    parts = _split(uri)
+    if not isinstance(parts, Uri):
+        return None
+    mount = _mount_query(uri.partition("?")[2])
+    return mount if isinstance(mount, Mount) else None
+
+
+MOUNT_KEYS = ("mount", "from")
+
+
+def _mount_query(query: str) -> Mount | str | None:
+    """The mount of a query; a reason when its ``mount``/``from`` parameters break the grammar; None: no mount.
+
+    Values may be percent-encoded (registries log the query as clients send it: ``from=team%2Fone``).
+    """
+    if not query or ("mount" not in query and "from" not in query):
+        return None
+    found: dict[str, str] = {}
+    for param in query.split("&"):
+        key, _, value = param.partition("=")
+        if key not in MOUNT_KEYS:
+            continue
+        if key in found:
+            return f"mount query repeats {key}="
+        found[key] = unquote(value)
+    if not found:
+        return None
+    if "mount" not in found:
+        return "mount query has from= without mount="
+    blob, source = found["mount"], found.get("from")
+    if not (names.TAG.fullmatch(blob) or names.DIGEST.fullmatch(blob)):
+        return f"mount= {blob[:80]!r} is neither a digest nor a blob reference"
+    if source is not None and (problem := names.name_error(source)) is not None:
+        return f"from= {problem}"
+    return Mount(blob, source)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -137,7 +190,8 @@ def is_object_uri(uri: str) -> bool:
 
 
 # Query characters: RFC 3986 query characters without '?', '#', spaces or controls. The
-# query is informational (upload tokens, mount sources); it is never sent on.
+# query is informational (upload tokens…) and never sent on, except a mount's ``mount=`` and
+# ``from=``: they are checked against the grammar (:func:`mount_of`) and replayed.
 _QUERY = re.compile(r"[A-Za-z0-9._~%!$&'()*+,;=:@/-]*")
 
 
@@ -157,6 +211,11 @@ def _split(uri: str) -> Uri | str | None:
     problem = names.name_error(repository) or names.reference_error(ref)
     if problem is None and mark and _QUERY.fullmatch(query) is None:
         problem = f"query {query[:80]!r} holds characters outside a URL query"
+    if problem is None and mark and (mount := _mount_query(query)) is not None:
+        if isinstance(mount, str):
+            problem = mount
+        elif ref != "uploads/":
+            problem = "a mount query belongs on an upload open (v2/<name>/blobs/uploads/)"
     if problem is not None:
         return f"URI {uri[:100]!r}: {problem}"
     return Uri(repository, kind, ref)
@@ -171,12 +230,15 @@ _C = r"[a-z0-9]++(?:(?:[._]|__|-++)[a-z0-9]++)*+"  # a name component (names.COM
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}+"  # names.TAG
 _REF = rf"(?:{_TAG}|[A-Za-z][A-Za-z0-9]*+(?:[-_+.][A-Za-z][A-Za-z0-9]*+)*+:[0-9a-fA-F]{{32,}}+)"  # or names.DIGEST
 _UP = r"uploads/(?:[A-Za-z0-9_=-][A-Za-z0-9_.=-]*+)?"  # names.UPLOAD
-_TAIL = rf"(?:manifests/{_REF}|blobs/(?:{_UP}|{_REF}))(?:\?{_QUERY.pattern}+)?\n"
+# A query without mount parameters (those are checked by parse_uri, one record at a time).
+_PARAM = r"(?!(?:mount|from)[=&\n])[A-Za-z0-9._~%!$'()*+,;=:@/-]*+"
+_PLAIN_QUERY = rf"\?{_PARAM}(?:&{_PARAM})*+"
+_TAIL = rf"(?:manifests/{_REF}|blobs/(?:{_UP}|{_REF}))(?:{_PLAIN_QUERY})?\n"
 # The common case first, twice as fast: IBM traces' two-part names (user/repo) of plain
 # lowercase letters and digits, up to 127 each (so within names.MAX_NAME), and tags.
 IBM_URI_LINES = re.compile(
     rf"(?:v2/[a-z0-9]{{1,127}}+/[a-z0-9]{{1,127}}+/(?:blobs/(?:{_UP}|{_TAG})|manifests/{_TAG})"
-    rf"(?:\?{_QUERY.pattern}+)?\n)*+"
+    rf"(?:{_PLAIN_QUERY})?\n)*+"
 )
 # Any number of parts; a line of at most 258 characters keeps the name within names.MAX_NAME.
 URI_LINES = re.compile(rf"(?:(?=[^\n]{{1,258}}+\n)/?v2/{_C}(?:/{_C})*/{_TAIL})*+")
