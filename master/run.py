@@ -20,6 +20,7 @@ import contextlib
 import datetime as _dt
 import enum
 import json
+import logging
 import queue
 import time
 import uuid
@@ -44,6 +45,8 @@ from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_
 from drtp.replay.signing import resolve_token
 from drtp.trace.reader import TraceReader
 
+log = logging.getLogger(__name__)  # -v / verbose: true shows the run's steps
+
 START_LEAD_S = 1.0  # as-is mode: the common start is this far after the run is set up
 
 
@@ -54,10 +57,9 @@ class Stop(enum.Enum):
 
 
 def node_addresses(cfg: Config) -> list[str]:
-    ci = cfg.client_info
-    if not ci.client_list:
+    if not cfg.client_info.client_list:
         raise DrtpError(f"{cfg.source}: missing key 'client_info.client_list' (the client nodes, host:port)")
-    return [a if ":" in a.split("//")[-1] else f"{a}:{ci.port}" for a in ci.client_list]
+    return list(cfg.client_info.client_list)  # the config checks each entry is host:port
 
 
 def default_out(cfg: Config) -> Path:
@@ -131,10 +133,11 @@ class Replay:
         try:
             # the whole trace is read (and checked) first: a bad record is refused before the registry sees anything
             total = sum(len(b) for b in self._batches())
+            log.info("trace checked: %d requests; preflight of %s", total, ", ".join(self.registries))
             preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
             for link in self.links.values():
                 link.check()
-            self._load_warmup()
+            log.info("warmup map: %d objects; nodes up: %s", self._load_warmup(), ", ".join(self.links))
         except DrtpError:
             if made:
                 remove_if_empty(self.out_dir)  # no empty run directory for a run that never started
@@ -172,6 +175,13 @@ class Replay:
         except RunError:
             self._cancel()  # the nodes that did start must not wait for batches that will never come
             raise
+        log.info(
+            "run %s started: %s mode, %s engine, results in %s",
+            run_id,
+            "as-is" if timed else "stress",
+            engine,
+            self.out_dir,
+        )
         t0 = time.perf_counter()
         with progress(total=total, desc="replay", unit="req", final_line=True, quiet=self.quiet) as bar:
             self.bar = bar
