@@ -12,10 +12,15 @@ run them.  A layer push needs no such wait: its content is new, so it gets a
 new digest and cannot change what an earlier read of the layer addresses.
 
 A manifest PUT stays a PUT, even when the trace also reads that URI (the
-original trace player replayed such PUTs as GETs), and carries the layers its
-image pushed or found (HEAD) in that repository since the client's last
-manifest operation there, so the node can push a real manifest that references
-them rather than an opaque blob.
+original trace player replayed such PUTs as GETs), and carries the blobs of
+its image, so the node can push a real manifest that references them rather
+than an opaque blob.  An image's blobs are those its trace client pushed,
+mounted or found (HEAD 200) in that repository since its last manifest
+operation there (:meth:`Planner.image_of`), collected in one place
+(``Planner._add_layer``); the last of them is the image's config: docker and
+skopeo push (or find) the config blob after every layer and just before the
+manifest.  An image of one blob or none has no config of its own: the node
+uses the minimal config blob.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from drtp.registry.manifest import placeholder_digest
 from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for
 from drtp.trace.records import TraceRecord
 
-MAX_IMAGE_LAYERS = 32
+MAX_IMAGE_BLOBS = 128  # blobs kept per image: Docker allows 127 layers, plus the config
 
 
 def registry_for(repository: str, registries: list[str]) -> str:
@@ -69,7 +74,7 @@ class Planner:
         # pushes in flight: ("blob", ref) or ("manifest", repository, tag) -> how many
         self.pending: dict[tuple, int] = defaultdict(int)
         self.reading: dict[tuple, int] = {}  # manifest reads in flight: ("manifest", repository, tag) -> how many
-        self.image: dict[tuple[str, str], list[str]] = {}  # (client, repository) -> layer refs of the image
+        self.image: dict[tuple[str, str], list[str]] = {}  # (client, repository) -> blob refs of the image
 
     # -- the warmup map ----------------------------------------------------------------------
 
@@ -106,6 +111,7 @@ class Planner:
         digest = None
         object_size = None
         layers: list[Layer] = []
+        config = None
         key = (rec.client, repo)
         if op == "get" and rec.kind == "blob" and not ref.startswith("uploads"):
             layer = self.resolve(repo, ref)
@@ -123,10 +129,7 @@ class Planner:
             self._add_layer(key, ref)
         elif op == "manifest-put":
             self.pending[("manifest", repo, ref)] += 1
-            for r in self.image.pop(key, ()):
-                layer = self.resolve(repo, r)
-                if layer is not None:
-                    layers.append(layer)
+            layers, config = self.image_of(key)
         return ReplayRequest(
             seq=seq,
             trace_id=rec.id,
@@ -143,6 +146,7 @@ class Planner:
             object_size=object_size,
             at=at,
             layers=layers,
+            config=config,
         )
 
     def replayed(self, rec: TraceRecord) -> None:
@@ -157,11 +161,21 @@ class Planner:
         elif op == "upload-close" and not ref.startswith("uploads"):
             self._add_layer(key, ref)
 
+    def image_of(self, key: tuple[str, str]) -> tuple[list[Layer], Layer | None]:
+        """The layers and config of the image a client pushes to a repository now (``key``: client, repository);
+        its blobs are forgotten, so the next image starts empty.  Blobs with no real digest are left out."""
+        repo = key[1]
+        blobs = [layer for r in self.image.pop(key, ()) if (layer := self.resolve(repo, r)) is not None]
+        if len(blobs) < 2:
+            return blobs, None
+        return blobs[:-1], blobs[-1]
+
     def _add_layer(self, key: tuple[str, str], ref: str) -> None:
+        """A blob of the image the client pushes to the repository (``key``), in the order the trace shows them."""
         refs = self.image.setdefault(key, [])
         if ref not in refs:
             refs.append(ref)
-            del refs[:-MAX_IMAGE_LAYERS]
+            del refs[:-MAX_IMAGE_BLOBS]
 
     # -- results -------------------------------------------------------------------------------------
 
@@ -275,11 +289,16 @@ class HeldRecords:
         for client in list(self.by_client):
             queue = self.by_client[client]
             n = 0
+            pushing = False  # a layer push released in this round: its image's manifest waits for its result
             for held in queue:
-                if self._overtakes(held.rec, held.seq) or self.planner.blocked_by(held.rec):
+                rec = held.rec
+                if pushing and rec.method == "PUT" and rec.kind == "manifest":
+                    break
+                if self._overtakes(rec, held.seq) or self.planner.blocked_by(rec):
                     break
                 out.append(held)
                 n += 1
+                pushing = pushing or (rec.method == "PUT" and rec.kind == "blob")
             if n == len(queue):
                 del self.by_client[client]
             elif n:

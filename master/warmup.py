@@ -184,8 +184,7 @@ class Warmup:
 
     def _manifest(self, registry: str, repo: str, tag: str, size: int, layers: list[tuple[str, int]]) -> list[dict]:
         client = self._client(registry)
-        if not layers:
-            client.push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)
+        client.push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)  # the config of every warmed manifest
         body = build_manifest(layers, size)
         client.put_manifest(repo, tag, body)
         return [self._entry(registry, repo, "manifest", tag, digest_of(body), len(body), "manifest")]

@@ -61,6 +61,7 @@ class ReplayRequest(msgspec.Struct, gc=False, omit_defaults=True):
     object_size: int | None = None  # the addressed blob's real size when known: a shorter 200 body is truncated
     at: float | None = None  # intended start, seconds after the run's start; None: as soon as possible
     layers: list[Layer] = []  # manifest-put: the layers the manifest references
+    config: Layer | None = None  # manifest-put: the image's config blob (None: the minimal config blob)
 
 
 class RegistryAuth(msgspec.Struct, omit_defaults=True):
