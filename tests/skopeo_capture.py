@@ -96,7 +96,8 @@ def replay_session(trace: Path, workdir: Path) -> Replayed:
             summary = run_replay(cfg, workdir / "run", quiet=True)
             manifests = {tag: _manifest(reg.url, tag) for tag in sorted(tags)}
             logged = _logged(reg.log_path)
-            open_uploads = len(list((workdir / "fresh" / "storage").glob("docker/registry/v2/repositories/**/_uploads/*")))
+            storage = workdir / "fresh" / "storage" / "docker" / "registry" / "v2" / "repositories"
+            open_uploads = len(list(storage.glob("**/_uploads/*")))
     finally:
         for x in nodes:
             x.stop()
@@ -119,7 +120,8 @@ def _logged(log: Path) -> list[dict]:
     return [
         x
         for x in lines
-        if x.get("msg", "").startswith("response completed") and re.search(r"/(manifests|blobs)/", x["http.request.uri"])
+        if x.get("msg", "").startswith("response completed")
+        and re.search(r"/(manifests|blobs)/", x["http.request.uri"])
     ]
 
 

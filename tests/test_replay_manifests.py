@@ -20,7 +20,7 @@ from drtp.registry.manifest import (
     build_manifest,
     digest_of,
 )
-from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, RunSpec
+from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec
 from drtp.replay.result_row import trace_row
 from drtp.replay.summary import ResultsModel
 from drtp.trace.reader import TraceReader
