@@ -10,9 +10,10 @@ sees the same 404.
 Then, with ``warmup.threads`` threads and drtp.registry.client: each blob is pushed once
 (random or zero bytes of its size, per ``warmup.random``) and cross-repo
 mounted into the other repositories that read it; then each manifest is
-pushed as a real schema-2 manifest over layers of its repository, padded to
-about the trace's size.  Every object done is appended at once to the
-warmup map (``warmup.output``, JSON lines: registry, repository, kind,
+pushed as a real schema-2 manifest over layers of its repository and the
+minimal config blob, padded to exactly the trace's size.  Every object done
+is appended at once to the warmup map (``warmup.output``, JSON lines:
+registry, repository, kind,
 reference, digest, size), so an interrupted warmup resumes where it stopped
 and a finished one does nothing the second time.
 """
