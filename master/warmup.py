@@ -13,8 +13,7 @@ mounted into the other repositories that read it; then each manifest is
 pushed as a real schema-2 manifest over layers of its repository and the
 minimal config blob, padded to exactly the trace's size.  Every object done
 is appended at once to the warmup map (``warmup.output``, JSON lines:
-registry, repository, kind,
-reference, digest, size), so an interrupted warmup resumes where it stopped
+registry, repository, kind, reference, digest, size), so an interrupted warmup resumes where it stopped
 and a finished one does nothing the second time.
 """
 
