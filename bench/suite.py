@@ -28,6 +28,7 @@ if str(BENCH_DIR) not in sys.path:
 
 import bench_analyze  # noqa: E402
 import bench_faults  # noqa: E402
+import bench_fidelity  # noqa: E402
 import bench_reader  # noqa: E402
 import bench_replay  # noqa: E402
 import bench_simulate  # noqa: E402
@@ -340,7 +341,51 @@ def faults_rows(size: Size) -> list[Row]:
     return rows
 
 
-PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults")
+def fidelity_rows() -> list[Row]:
+    res = bench_fidelity.measure()
+    what = f"a captured skopeo session, {res['requests']} requests"
+    note = f"upload sessions left open {res['open_uploads']}, helper requests {res['helper_requests']}"
+    return [
+        Row(
+            "8 fidelity",
+            f"status match (replayed status = trace status), {what}",
+            res["status_match"],
+            1.0,
+            "share",
+            "higher",
+            "= 1",
+            yes_no(res["status_match"] == 1.0),
+            "every request with the trace's status",
+            note,
+        ),
+        Row(
+            "8 fidelity",
+            "manifest bytes replayed ÷ trace",
+            res["manifest_bytes_ratio"],
+            1.0,
+            "ratio",
+            "higher",
+            "within 1%",
+            yes_no(abs(res["manifest_bytes_ratio"] - 1) <= 0.01),
+            "the trace's manifest bytes",
+            f"manifest PUTs alone {res['manifest_put_bytes_ratio']:.3f}",
+        ),
+        Row(
+            "8 fidelity",
+            "blob bytes replayed ÷ trace",
+            res["blob_bytes_ratio"],
+            1.0,
+            "ratio",
+            "higher",
+            "within 1%",
+            yes_no(abs(res["blob_bytes_ratio"] - 1) <= 0.01),
+            "the trace's blob bytes",
+            note,
+        ),
+    ]
+
+
+PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults", "fidelity")
 
 
 def run_suite(size_name: str = "tiny", out_dir: Path | None = None, parts: tuple = PARTS, log=print) -> dict:
@@ -358,6 +403,7 @@ def run_suite(size_name: str = "tiny", out_dir: Path | None = None, parts: tuple
             "scale": lambda: scale_rows(size, traces, work),
             "analyze": lambda: analyze_rows(size, traces, work),
             "faults": lambda: faults_rows(size),
+            "fidelity": fidelity_rows,
         }
         for part in parts:
             t0 = time.perf_counter()

@@ -68,7 +68,8 @@ def request_error(req: ReplayRequest, targets: frozenset[str]) -> str | None:
     why = name_error(req.repository) or reference_error(req.reference)
     if why is None and req.digest is not None:
         why = digest_error(req.digest)
-    for layer in req.layers:
+    blobs = req.layers if req.config is None else [*req.layers, req.config]
+    for layer in blobs:
         if why is not None:
             break
         why = digest_error(layer.digest)
@@ -76,7 +77,7 @@ def request_error(req: ReplayRequest, targets: frozenset[str]) -> str | None:
         why = _mount_error(req)
     if why is not None:
         return why
-    if req.size < 0 or any(layer.size < 0 for layer in req.layers):
+    if req.size < 0 or any(layer.size < 0 for layer in blobs):
         return "negative size"
     if req.at is not None and not (math.isfinite(req.at) and req.at >= 0):
         return f"start time {req.at!r} is not a finite offset"

@@ -288,9 +288,10 @@ class Executor:
 
     def _manifest_put(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> ReplayResult:
         layers = [(layer.digest, layer.size) for layer in req.layers]
-        if not layers and not self._ensure_config(req, base, aux):
+        config = (req.config.digest, req.config.size) if req.config is not None else None
+        if config is None and not self._ensure_config(req, base, aux):
             return self._failed_aux(req, aux)
-        body = build_manifest(layers, req.size)
+        body = build_manifest(layers, req.size, config)
         digest = digest_of(body)
         start = self.clock()
         r = self.http(
@@ -382,9 +383,21 @@ def result_of(
         elif outcome == OK and status == 200 and req.method == "GET" and req.object_size and r.bytes < req.object_size:
             outcome, error = TRUNCATED, f"a complete 200 answer with {r.bytes} of the object's {req.object_size} bytes"
     ok = outcome == OK
+    nbytes = head_bytes(req.kind, r) if req.method == "HEAD" and not r.outcome else r.bytes
     return ReplayResult(
-        req.seq, status, ok, start, latency, r.bytes, digest, error=error, outcome=outcome, attempts=r.attempts, aux=aux
+        req.seq, status, ok, start, latency, nbytes, digest, error=error, outcome=outcome, attempts=r.attempts, aux=aux
     )
+
+
+def head_bytes(kind: str, r: Response) -> int:
+    """The bytes of a HEAD as a registry's log (and so a trace) records them: the length of the body a GET
+    would have got, which the Distribution registry writes and logs though HTTP sends none for a HEAD —
+    an error body (a missing blob: 157 bytes) or a manifest — and 0 for a blob found, which it answers
+    without writing its body."""
+    if kind == "blob" and r.status < 400:
+        return 0
+    length = r.header("content-length")
+    return int(length) if length and length.isdigit() else 0
 
 
 def _octets(size: int) -> dict[str, str]:

@@ -6,7 +6,8 @@ image) plus a config blob and a schema-2 manifest referencing them.
 * ``push``: per image, per layer: ``HEAD`` the blob (404 expected), ``POST``
   an upload, then one ``PUT`` with the whole layer (monolithic) or ``PATCH``
   chunks of ``--chunk`` bytes and a closing ``PUT``; then the config blob the
-  same way and ``PUT`` of the manifest.
+  same way (one config shared by all images, pushed once before them: its
+  ``HEAD`` finds it) and ``PUT`` of the manifest.
 * ``pull``: all the images are pushed first (not measured); then per image
   ``GET`` of the manifest and ``GET`` of every layer (bytes counted).
 * ``manifest``: all layers pushed first (not measured); then per image ``PUT`` of the
@@ -250,6 +251,9 @@ class Bench:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.stamp = _dt.datetime.now().strftime("%Y%m%d%H%M%S")
         self.results = RunResults(out_dir, timed=False, on_time_s=0.01)
+        # the config blob every image's manifest names, pushed once first: images pushing one blob at the same
+        # time race in the registry (a manifest can be refused while another image's upload of it commits)
+        self._push_blob(0, "config", Layer.of(CONFIG_BLOB, CONFIG_DIGEST), False)
         with ThreadPoolExecutor(self.concurrency) as pool:
             images = range(self.iterations)
             prepared = list(pool.map(self.prepare, images))  # setup first: the measured phase is alone

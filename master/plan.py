@@ -23,10 +23,15 @@ mount is sent without a source (no repository of the target's registry holds the
 and ends as the registry answers it: usually refused, then uploaded.
 
 A manifest PUT stays a PUT, even when the trace also reads that URI (the
-original trace player replayed such PUTs as GETs), and carries the layers its
-image pushed or found (HEAD) in that repository since the client's last
-manifest operation there, so the node can push a real manifest that references
-them rather than an opaque blob.
+original trace player replayed such PUTs as GETs), and carries the blobs of
+its image, so the node can push a real manifest that references them rather
+than an opaque blob.  An image's blobs are those its trace client pushed,
+mounted or found (HEAD 200) in that repository since its last manifest
+operation there (:meth:`Planner.image_of`), collected in one place
+(``Planner._add_layer``); the last of them is the image's config: docker and
+skopeo push (or find) the config blob after every layer and just before the
+manifest.  An image of one blob or none has no config of its own: the node
+uses the minimal config blob.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from drtp.registry.manifest import placeholder_digest
 from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for
 from drtp.trace.records import TraceRecord
 
-MAX_IMAGE_LAYERS = 32
+MAX_IMAGE_BLOBS = 128  # blobs kept per image: Docker allows 127 layers, plus the config
 
 
 def registry_for(repository: str, registries: list[str]) -> str:
@@ -85,7 +90,7 @@ class Planner:
         # pushes in flight: ("blob", ref) or ("manifest", repository, tag) -> how many
         self.pending: dict[tuple, int] = defaultdict(int)
         self.reading: dict[tuple, int] = {}  # manifest reads in flight: ("manifest", repository, tag) -> how many
-        self.image: dict[tuple[str, str], list[str]] = {}  # (client, repository) -> layer refs of the image
+        self.image: dict[tuple[str, str], list[str]] = {}  # (client, repository) -> blob refs of the image
         self.mounting: dict[int, str] = {}  # seq of a mount in flight -> the trace reference of its blob
 
     # -- the warmup map ----------------------------------------------------------------------
@@ -128,6 +133,7 @@ class Planner:
         object_size = None
         layers: list[Layer] = []
         mount = mount_from = None
+        config = None
         key = (rec.client, repo)
         registry = registry_for(repo, self.registries)
         if op == "upload-open" and (wanted := rec.mount) is not None:
@@ -157,10 +163,7 @@ class Planner:
             self._add_layer(key, ref)
         elif op == "manifest-put":
             self.pending[("manifest", repo, ref)] += 1
-            for r in self.image.pop(key, ()):
-                layer = self.resolve(repo, r)
-                if layer is not None:
-                    layers.append(layer)
+            layers, config = self.image_of(key)
         return ReplayRequest(
             seq=seq,
             trace_id=rec.id,
@@ -179,6 +182,7 @@ class Planner:
             layers=layers,
             mount=mount,
             mount_from=mount_from,
+            config=config,
         )
 
     def replayed(self, rec: TraceRecord) -> None:
@@ -195,11 +199,21 @@ class Planner:
         elif op == "upload-open" and rec.status == 201 and (mount := rec.mount) is not None:
             self._add_layer(key, mount.blob)
 
+    def image_of(self, key: tuple[str, str]) -> tuple[list[Layer], Layer | None]:
+        """The layers and config of the image a client pushes to a repository now (``key``: client, repository);
+        its blobs are forgotten, so the next image starts empty.  Blobs with no real digest are left out."""
+        repo = key[1]
+        blobs = [layer for r in self.image.pop(key, ()) if (layer := self.resolve(repo, r)) is not None]
+        if len(blobs) < 2:
+            return blobs, None
+        return blobs[:-1], blobs[-1]
+
     def _add_layer(self, key: tuple[str, str], ref: str) -> None:
+        """A blob of the image the client pushes to the repository (``key``), in the order the trace shows them."""
         refs = self.image.setdefault(key, [])
         if ref not in refs:
             refs.append(ref)
-            del refs[:-MAX_IMAGE_LAYERS]
+            del refs[:-MAX_IMAGE_BLOBS]
 
     # -- results -------------------------------------------------------------------------------------
 

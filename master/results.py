@@ -180,4 +180,6 @@ def format_table(summary: dict) -> str:
             f"helper requests (not counted above): {helpers['requests']:,}, {helpers['failed']:,} failed"
             + (f" ({why})" if why else "")
         )
+    if summary.get("manifests_above_trace_size"):
+        lines.append(f"manifests sent bigger than the trace's size: {summary['manifests_above_trace_size']:,}")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from drtp.errors import DrtpError
 from drtp.outputs import prepare_output_dir
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
-PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults")
+PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults", "fidelity")
 
 
 def load_suite(bench_dir: Path = BENCH_DIR) -> ModuleType:
@@ -37,6 +37,8 @@ def cmd_selfbench(args: argparse.Namespace) -> int:
     parts = tuple(args.only or PARTS)
     if "replay" in parts and not shutil.which("wrk"):
         raise DrtpError("wrk is not installed (apt-get install -y wrk); or leave out the replay rows with --only")
+    if "fidelity" in parts and not shutil.which("skopeo"):
+        raise DrtpError("skopeo is not installed (apt-get install -y skopeo); or leave out the fidelity rows (--only)")
     out = Path(args.out) if args.out else BENCH_DIR / "out"
     prepare_output_dir(out, "--out")
     suite = load_suite()

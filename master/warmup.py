@@ -12,10 +12,10 @@ repository, which is warmed when the trace has not pushed the blob there first.
 Then, with ``warmup.threads`` threads and drtp.registry.client: each blob is pushed once
 (random or zero bytes of its size, per ``warmup.random``) and cross-repo
 mounted into the other repositories that read it; then each manifest is
-pushed as a real schema-2 manifest over layers of its repository, padded to
-about the trace's size.  Every object done is appended at once to the
-warmup map (``warmup.output``, JSON lines: registry, repository, kind,
-reference, digest, size), so an interrupted warmup resumes where it stopped
+pushed as a real schema-2 manifest over layers of its repository and the
+minimal config blob, padded to exactly the trace's size.  Every object done
+is appended at once to the warmup map (``warmup.output``, JSON lines:
+registry, repository, kind, reference, digest, size), so an interrupted warmup resumes where it stopped
 and a finished one does nothing the second time.
 """
 
@@ -211,8 +211,7 @@ class Warmup:
 
     def _manifest(self, registry: str, repo: str, tag: str, size: int, layers: list[tuple[str, int]]) -> list[dict]:
         client = self._client(registry)
-        if not layers:
-            client.push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)
+        client.push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)  # the config of every warmed manifest
         body = build_manifest(layers, size)
         client.put_manifest(repo, tag, body)
         return [self._entry(registry, repo, "manifest", tag, digest_of(body), len(body), "manifest")]

@@ -13,7 +13,7 @@ import requests
 
 from drtp.registry.client import REGISTRY_ERRORS, RegistryClient
 from drtp.registry.local import LocalRegistry, free_port
-from drtp.registry.manifest import ACCEPT, SCHEMA2, build_manifest, digest_of
+from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.replay.messages import RegistryAuth
 from tests.realreg_support import PASSWORD, USER, write_htpasswd
 from tests.registry_log import logged_requests
@@ -39,6 +39,7 @@ def test_push_mount_manifest_and_pull(registry):
     assert [(x.method, x.path, x.status) for x in sent] == [("POST", "/v2/drtp/b/blobs/uploads/", 201)]
     assert requests.head(f"{registry.url}/v2/drtp/b/blobs/{digest}", timeout=5).status_code == 200
 
+    client.push_blob("drtp/b", CONFIG_BLOB, CONFIG_DIGEST)  # the manifest's config
     body = build_manifest([(digest, len(data))], 2000)
     client.put_manifest("drtp/b", "v1", body)
     r = requests.get(f"{registry.url}/v2/drtp/b/manifests/v1", headers={"Accept": ACCEPT}, timeout=5)

@@ -47,7 +47,9 @@ def test_a_manifest_put_stays_a_put_and_carries_the_pushed_layers():
     p.done(put_layer, ReplayResult(1, 201, True, 0.0, 0.01, 7, "sha256:l2", size=7))
     req = p.plan(manifest, 2, None)
     assert (req.method, req.op) == ("PUT", "manifest-put")
-    assert [(layer.digest, layer.size) for layer in req.layers] == [("sha256:base", 5), ("sha256:l2", 7)]
+    # the image's blobs: the last one (pushed just before the manifest) is its config
+    assert [(layer.digest, layer.size) for layer in req.layers] == [("sha256:base", 5)]
+    assert (req.config.digest, req.config.size) == ("sha256:l2", 7)
     # a pull of that tag waits for the manifest push
     assert p.blocked_by(rec("GET", "v2/a/x/manifests/v1", client="c2")) == [("manifest", "a/x", "v1")]
     p.done(req, ReplayResult(2, 201, True, 0.0, 0.01))

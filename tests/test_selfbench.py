@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (replay rows need it)")
 
-GROUPS = {"1 ingest", "2 stress", "3 as-is", "4 simulate", "5 scale", "6 analyze", "7 faults"}
+GROUPS = {"1 ingest", "2 stress", "3 as-is", "4 simulate", "5 scale", "6 analyze", "7 faults", "8 fidelity"}
 COLUMNS = ["row", "metric", "drtp", "baseline", "unit", "ratio", "better", "target", "met", "baseline_is", "note"]
 
 
@@ -54,6 +54,7 @@ def test_tiny_suite_writes_one_consistent_table(tmp_path):
     assert "peak RSS master replay" in metrics and "peak RSS simulate" in metrics
     assert "drtp analyze trace end to end" in metrics
     assert "replay duration with ~10% faults ÷ clean" in metrics and "failed rows recorded as" in metrics
+    assert "manifest bytes replayed ÷ trace" in metrics and "status match" in metrics
     # tiny sizes judge no size-dependent target
     assert next(r for r in rows if "analyze trace end to end" in r["metric"])["met"] == "—"
     assert "targets met" in proc.stdout

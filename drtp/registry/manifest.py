@@ -3,10 +3,15 @@
 A pushed image must be pullable: registries that refuse layers no manifest
 references (ECR, for one) would otherwise refuse the replay's layer GETs.
 
-A manifest references layers that exist in the repository; its config is the
-first layer (as python-dxf does) or a tiny config blob, and it is padded with
-an annotation to about the size the trace recorded, so a manifest GET moves
-about the bytes the trace says.
+A manifest references layers that exist in the repository and an image config
+blob: the image's own (a replayed push names the config blob the trace pushed
+with the image), else the minimal :data:`CONFIG_BLOB`.  It is padded to exactly
+the size the trace recorded, so a manifest PUT or GET moves the bytes the trace
+says: a gap of :data:`ANNOTATION_OVERHEAD` bytes or more becomes an annotation,
+a smaller one whitespace after the opening brace (valid JSON; the registry keeps
+the bytes as sent and digests them so).  A manifest cannot be smaller than its
+unpadded form (:func:`build_manifest` without ``pad_to``): a trace size below
+that is sent at the unpadded size, and the run counts it.
 """
 
 from __future__ import annotations
@@ -25,29 +30,35 @@ ACCEPT = ", ".join(
         "application/vnd.oci.image.index.v1+json",
     )
 )
-# a minimal image config, pushed as a blob when a manifest has no layer to use as config
+# a minimal image config, pushed as a blob when a manifest has no config of its own
 CONFIG_BLOB = b'{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}'
 CONFIG_DIGEST = "sha256:" + hashlib.sha256(CONFIG_BLOB).hexdigest()
+PADDING_KEY = "drtp.padding"
+# bytes an empty padding annotation adds to a compact manifest: ,"annotations":{"drtp.padding":""}
+ANNOTATION_OVERHEAD = len(',"annotations":{"' + PADDING_KEY + '":""}')
 
 
-def build_manifest(layers: list[tuple[str, int]], pad_to: int = 0) -> bytes:
-    """A schema-2 manifest over ``layers`` ((digest, size) pairs), at least ``pad_to`` bytes long.
+def build_manifest(layers: list[tuple[str, int]], pad_to: int = 0, config: tuple[str, int] | None = None) -> bytes:
+    """A schema-2 manifest over ``layers`` ((digest, size) pairs) and ``config`` ((digest, size)).
 
-    With no layers, the config is :data:`CONFIG_BLOB`, which must exist in the repository.
+    Exactly ``pad_to`` bytes long when that is at least its unpadded size, else the unpadded size.
+    With no ``config``, the config is :data:`CONFIG_BLOB`, which must exist in the repository.
     """
-    config = layers[0] if layers else (CONFIG_DIGEST, len(CONFIG_BLOB))
+    config_digest, config_size = config if config is not None else (CONFIG_DIGEST, len(CONFIG_BLOB))
     doc = {
         "schemaVersion": 2,
         "mediaType": SCHEMA2,
-        "config": {"mediaType": CONFIG_TYPE, "size": config[1], "digest": config[0]},
+        "config": {"mediaType": CONFIG_TYPE, "size": config_size, "digest": config_digest},
         "layers": [{"mediaType": LAYER_TYPE, "size": s, "digest": d} for d, s in layers],
     }
     body = json.dumps(doc, separators=(",", ":")).encode()
-    missing = pad_to - len(body) - len(',"annotations":{"drtp.padding":""}')
-    if missing > 0:
-        doc["annotations"] = {"drtp.padding": "x" * missing}
-        body = json.dumps(doc, separators=(",", ":")).encode()
-    return body
+    gap = pad_to - len(body)
+    if gap <= 0:
+        return body
+    if gap < ANNOTATION_OVERHEAD:
+        return b"{" + b" " * gap + body[1:]
+    doc["annotations"] = {PADDING_KEY: "x" * (gap - ANNOTATION_OVERHEAD)}
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def digest_of(data: bytes) -> str:

@@ -65,6 +65,7 @@ class ReplayRequest(msgspec.Struct, gc=False, omit_defaults=True):
     # from (None: no repository of this registry holds it, e.g. the source lives on another registry)
     mount: str | None = None
     mount_from: str | None = None
+    config: Layer | None = None  # manifest-put: the image's config blob (None: the minimal config blob)
 
 
 class RegistryAuth(msgspec.Struct, omit_defaults=True):

@@ -14,7 +14,11 @@ see drtp.replay.outcome):
 
 * trace requests and helper (auxiliary) requests are counted apart; helpers
   never appear among the trace's counts, bytes or latencies;
-* ``bytes`` are the bytes measured on the wire, over every trace request;
+* ``bytes`` are the bytes measured on the wire, over every trace request (a HEAD
+  counts the body a registry's log records for it: see client/executor.py's head_bytes);
+* ``manifests_above_trace_size`` counts the manifest PUTs sent bigger than the
+  trace's size: a trace size below the smallest valid manifest over the image's
+  blobs (or unknown, 0) cannot be matched;
 * latency (and, as is, response time) is over the requests that succeeded;
   start lateness is over every request that was sent;
 * ``duration_s`` runs from the first start to the last end of the requests
@@ -213,6 +217,7 @@ class ResultsModel:
         self.by_method: dict[str, Group] = {}
         self.by_node: dict[str, Group] = {}
         self.helpers = Helpers()
+        self.manifests_above_trace_size = 0
 
     @property
     def failed(self) -> int:
@@ -223,6 +228,8 @@ class ResultsModel:
         if row.auxiliary:
             self.helpers.add(row)
             return
+        if row.bytes > row.size and row.method == "PUT" and row.kind == "manifest":
+            self.manifests_above_trace_size += 1
         marks = Marks(row)
         on_time_s = self.on_time_s
         self.all.add(row, marks, on_time_s)
@@ -235,6 +242,7 @@ class ResultsModel:
         if self.timed:
             out["on_time_s"] = self.on_time_s
         out["auxiliary"] = self.helpers.summary()
+        out["manifests_above_trace_size"] = self.manifests_above_trace_size
         out.update(extra)
         out["per_method"] = {k: g.summary(self.timed) for k, g in sorted(self.by_method.items())}
         out["per_node"] = {k: g.summary(self.timed) for k, g in sorted(self.by_node.items())}
