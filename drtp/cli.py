@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         register = register_config if name == CONFIG_COMMAND else importlib.import_module(name).register
         register(sub)
     parser.usage = "drtp [-h] [--version] [-v] COMMAND ..."
-    parser.epilog = grouped_commands(sub) + OVERRIDES_HELP
+    parser.epilog = grouped_commands(sub) + "\n\n" + OVERRIDES_HELP
     return parser
 
 
