@@ -154,7 +154,7 @@ class TwoLevel(CachePolicy):
         return Outcome(np.frombuffer(level, dtype=np.uint8), first, evictions, demotions)
 
 
-class TwoLevelOriginal(CachePolicy):
+class TwoLevelOriginal(TwoLevel):
     """The two-level cache as the original trace player's cache plugin simulated it (``compat: original``).
 
     It differs from :class:`TwoLevel` in three ways that change hit counts:
@@ -172,13 +172,7 @@ class TwoLevelOriginal(CachePolicy):
     Memory itself is an exact LRU.  ``sizes`` is per request.
     """
 
-    levels = ("memory", "ssd")
     sizes_per_request = True
-
-    def __init__(self, memory: int, ssd: int, threshold: int) -> None:
-        self.memory = int(memory)
-        self.ssd = int(ssd)
-        self.threshold = int(threshold)
 
     def run(self, ids: list[int], sizes: list[int]) -> Outcome:
         mcap, scap = self.memory, self.ssd
