@@ -243,7 +243,7 @@ def test_errors_name_the_file_row_and_column(real_runs, tmp_path):
 def test_the_documented_example_runs_as_written(real_runs):
     section = DOCS.read_text(encoding="utf-8").split("## In Python / Jupyter", 1)[1]
     example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    lines = example.strip().splitlines()
+    lines = [line for line in example.strip().splitlines() if line.strip()]  # three lines of code
     assert len(lines) == 3 and lines[0] == "import drtp"
     code = re.sub(r'load_run\("[^"]+"\)', f"load_run({str(real_runs.stress)!r})", "\n".join(lines[:-1]))
     scope: dict = {}
