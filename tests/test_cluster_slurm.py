@@ -143,7 +143,13 @@ def test_slurm_submit_replays_through_jobs(tmp_path, cluster, trace, registry):
     main = check_results(results, trace)
     assert set(main.node) == set(run_config["client_info"]["client_list"])
     master_id = state["jobs"]["master"]["id"]
-    assert (results / "logs" / f"master-{master_id}.out").read_text().count("client nodes: 127.0.0.1:") == 1
+    master_log = (results / "logs" / f"master-{master_id}.out").read_text()
+    assert master_log.count("client nodes: 127.0.0.1:") == 1
+    # the job's log is not a terminal: progress comes as plain lines, the last one with the whole trace
+    n = f"{len(main):,}"
+    assert re.search(rf"^replay: {n}/{n} \(100\.0%\) .* 0 failed, .*finished$", master_log, re.M), master_log
+    assert re.search(r"^warmup: .*finished$", master_log, re.M), master_log
+    assert (results / "stats_history.csv").exists()
     assert (results / "master.sbatch").exists() and (results / "clients.sbatch").exists()
     assert f"requests done {len(main)}" in proc.stdout
     assert f"results of e1 in {results}/" in proc.stdout
