@@ -101,6 +101,33 @@ def check_cache_args(args: LRUArgs, policy: str) -> None:
         )
 
 
+def _summary_head(
+    plugin: str,
+    policy: str,
+    args: LRUArgs,
+    capacity: int,
+    ingress: int,
+    footprint: int,
+    caches: int,
+    trace_requests: int,
+    objects: int,
+) -> dict:
+    """The keys every cache summary starts with: what was simulated, at which capacity, over what."""
+    return {
+        "plugin": plugin,
+        "policy": policy,
+        "capacity": args.capacity,
+        "capacity_bytes": capacity,
+        "percent_of": args.percent_of,
+        "ingress_bytes": ingress,
+        "footprint_bytes": footprint,
+        "per_server": args.per_server,
+        "caches": caches,
+        "trace_requests": trace_requests,
+        "objects": objects,
+    }
+
+
 def simulate_cache(trace: TraceColumns, args: LRUArgs, policy: str, plugin: str) -> SimResult:
     """Run a cache policy over the trace's GET layer requests and tabulate hits."""
     if getattr(args, "compat", "none") == "original":
@@ -138,19 +165,7 @@ def simulate_cache(trace: TraceColumns, args: LRUArgs, policy: str, plugin: str)
         servers.append(_counts(name, out.level, out.level.astype(bool), req_sizes[idx], first_t, warm[idx]))
     elapsed = time.perf_counter() - t0
 
-    summary: dict = {
-        "plugin": plugin,
-        "policy": policy,
-        "capacity": args.capacity,
-        "capacity_bytes": capacity,
-        "percent_of": args.percent_of,
-        "ingress_bytes": ingress,
-        "footprint_bytes": footprint,
-        "per_server": args.per_server,
-        "caches": len(servers),
-        "trace_requests": len(trace),
-        "objects": len(uniq),
-    }
+    summary = _summary_head(plugin, policy, args, capacity, ingress, footprint, len(servers), len(trace), len(uniq))
     hit = level > 0
     summary.update(_ratios("", hit, warm, req_sizes))
     first_times = [s["first_eviction_time"] for s in servers if s["first_eviction_time"]]
@@ -216,25 +231,16 @@ def simulate_cache_original(trace: TraceColumns, args: TwoLevelArgs, plugin: str
         servers.append(_counts(name, out.level, out.level.astype(bool), req_sizes[idx], first_t, warm[idx]))
     elapsed = time.perf_counter() - t0
     hit, memory_hit = level > 0, level == 1
-    summary: dict = {
-        "plugin": plugin,
-        "policy": "two-level",
-        "compat": "original",
-        "capacity": args.capacity,
-        "capacity_bytes": capacity,
-        "percent_of": args.percent_of,
-        "ingress_bytes": ingress,
-        "footprint_bytes": footprint,
-        "per_server": args.per_server,
-        "caches": len(servers),
-        "trace_requests": len(trace),
-        "objects": int(ids.max()) + 1 if len(ids) else 0,
+    objects = int(ids.max()) + 1 if len(ids) else 0
+    summary = _summary_head(plugin, "two-level", args, capacity, ingress, footprint, len(servers), len(trace), objects)
+    summary.update(
+        compat="original",
         **_ratios("", hit, warm, req_sizes),
-        "lmu_hits": int((memory_hit & warm_memory).sum()),
-        "lmu_misses": int((~memory_hit & warm_memory).sum()),
-        "h_hits": int((hit & warm).sum()),
-        "h_misses": int((~hit & warm).sum()),
-    }
+        lmu_hits=int((memory_hit & warm_memory).sum()),
+        lmu_misses=int((~memory_hit & warm_memory).sum()),
+        h_hits=int((hit & warm).sum()),
+        h_misses=int((~hit & warm).sum()),
+    )
     first_times = [s["first_eviction_time"] for s in servers if s["first_eviction_time"]]
     summary["first_eviction_time"] = min(first_times) if first_times else None
     summary["evictions"] = evictions
