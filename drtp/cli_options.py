@@ -155,9 +155,29 @@ def config_override(text: str):
     from drtp.errors import ConfigError
 
     try:
-        return parse_set(text)
+        override = parse_set(text)
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e).removeprefix("--set ")) from None
+    if secret := _secret_key(override.key, override.value):
+        # the command line is public (ps, /proc/<pid>/cmdline, shell history): secrets come another way
+        raise argparse.ArgumentTypeError(
+            f"{override.key}: sets the secret '{secret}' on the command line, where ps shows it; use the "
+            "environment (DRTP_CONFIG__…), a ${VAR} or *_file key in the config, or --token-file"
+        )
+    return override
+
+
+def _secret_key(key: str, value) -> str | None:
+    """The secret key (token, password) an override sets, directly or inside a mapping or list it sets."""
+    from drtp.config import SECRET_KEYS
+
+    if key.rsplit(".", 1)[-1] in SECRET_KEYS and value not in (None, ""):
+        return key
+    if isinstance(value, dict):
+        return next((found for k, v in value.items() if (found := _secret_key(f"{key}.{k}", v))), None)
+    if isinstance(value, list):
+        return next((found for i, v in enumerate(value) if (found := _secret_key(f"{key}[{i}]", v))), None)
+    return None
 
 
 def add_config_options(p: argparse.ArgumentParser, required: bool = True, help: str = "YAML config file") -> None:

@@ -399,3 +399,27 @@ def test_a_python2_plugin_is_one_line_naming_file_line_and_conversion(tmp_path, 
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert f"plugin.py:{bad}: cannot load plugin: this is Python 2 code ({construct})" in out.stderr
     assert f"python -m fissix -w {tmp_path}/plugin.py" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "secret_key"),
+    [
+        ("client_info.token=p4ss-p4ss-p4ss-p4ss", "client_info.token"),
+        ("registries=[{id: a, url: 'http://127.0.0.1:5000', password: p4ss-p4ss-p4ss-p4ss}]", "registries[0].password"),
+        ("deploy={host: h, jump: {host: j, password: p4ss-p4ss-p4ss-p4ss}}", "deploy.jump.password"),
+    ],
+)
+def test_set_refuses_secrets_on_the_command_line(tmp_path, setting, secret_key):
+    """ps shows every argument: a secret given by --set is refused, and the refusal does not repeat it."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(BASE_CONFIG)
+    out = run_env("config", "-c", str(cfg), "--set", setting, env={"MY_SECRET": "s3cr3t-s3cr3t-s3cr3t"})
+    line = _one_line_exit_2(out)
+    assert f"sets the secret '{secret_key}'" in line and "p4ss" not in line
+    # a token from the environment is fine (it is not on the command line), and clearing one by --set too
+    env = {"MY_SECRET": "s3cr3t-s3cr3t-s3cr3t", "DRTP_CONFIG__CLIENT_INFO__TOKEN": "p4ss-p4ss-p4ss-p4ss"}
+    ok = run_env("config", "-c", str(cfg), env=env)
+    assert ok.returncode == 0 and "token: '***'  # from DRTP_CONFIG__CLIENT_INFO__TOKEN" in ok.stdout, ok
+    assert "p4ss" not in ok.stdout
+    cleared = run_env("config", "-c", str(cfg), "--set", "client_info.token=", env=env)
+    assert cleared.returncode == 0 and "token: null  # from --set" in cleared.stdout, cleared
