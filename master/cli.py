@@ -122,8 +122,20 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted experiment")
     apply_token_file(args, cfg)
     budget = failure_budget(args, cfg)
-    status = run_experiment(cfg, Path(args.out) if args.out else None, resume=args.resume, budget=budget)
+    out = Path(args.out) if args.out else None
+    status = run_experiment(cfg, out, resume=args.resume, budget=budget, stats_interval_s=args.stats_interval)
     return worst(s["exit_code"] for s in status.values())
+
+
+def add_stats_interval_option(p: argparse.ArgumentParser) -> None:
+    """``--stats-interval`` of the commands that replay (run, experiment)."""
+    p.add_argument(
+        "--stats-interval",
+        type=positive_duration,
+        default=1.0,
+        metavar="SECONDS",
+        help="width of the intervals of stats_history.csv (default 1)",
+    )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -199,13 +211,7 @@ def register(sub) -> None:
     )
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP)
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
-    p.add_argument(
-        "--stats-interval",
-        type=positive_duration,
-        default=1.0,
-        metavar="SECONDS",
-        help="width of the intervals of stats_history.csv (default 1)",
-    )
+    add_stats_interval_option(p)
     add_progress_options(p)
     p.set_defaults(func=cmd_run)
 
@@ -221,6 +227,7 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true", help="skip registries done in --out DIR, resume the others")
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP + ", for each registry's run")
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
+    add_stats_interval_option(p)
     add_progress_options(p)
     p.set_defaults(func=cmd_experiment)
 

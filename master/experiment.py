@@ -28,6 +28,7 @@ from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
 from drtp.master.results_dir import write_failed
 from drtp.master.run import run_replay
+from drtp.master.stats_history import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 from drtp.master.verdict import judge
 from drtp.master.warmup import run_warmup
 from drtp.outputs import prepare_output_dir
@@ -59,6 +60,7 @@ def run_experiment(
     quiet: bool = False,
     resume: bool = False,
     budget: FailureBudget | None = None,
+    stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
 ) -> dict:
     """Each registry's warmup and run in turn; returns experiment.json's content (every entry has ``exit_code``)."""
     budget = budget or FailureBudget(count=0)
@@ -88,7 +90,8 @@ def run_experiment(
         try:
             sub = registry_config(cfg, entry)
             run_warmup(sub, quiet=quiet)
-            summary = run_replay(sub, run_dir, quiet=quiet, resume=resume and (run_dir / "requests.csv").exists())
+            resumed = resume and (run_dir / "requests.csv").exists()
+            summary = run_replay(sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s)
             summary["registry_id"] = entry.id
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
             verdict = judge(summary, budget)

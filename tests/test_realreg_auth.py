@@ -107,7 +107,7 @@ def test_experiment_replays_each_registry_and_survives_a_broken_one(
     path = tmp_path / "experiment.yaml"
     path.write_text(yaml.safe_dump(cfg))
     try:
-        status = run_experiment(load_config(path), tmp_path / "exp", quiet=True)
+        status = run_experiment(load_config(path), tmp_path / "exp", quiet=True, stats_interval_s=0.1)
     finally:
         node.stop()
 
@@ -124,6 +124,11 @@ def test_experiment_replays_each_registry_and_survives_a_broken_one(
         assert bad.empty, bad[["method", "kind", "reference", "status", "error"]].head().to_string()
         summary = json.loads((tmp_path / "exp" / rid / "summary.json").read_text())
         assert summary["registry_id"] == rid and summary["requests"] == len(records)
+        # each registry's run keeps its own stats history, at the experiment's interval
+        history = pd.read_csv(tmp_path / "exp" / rid / "stats_history.csv")
+        assert history.requests.sum() == len(records)
+        whole = history.elapsed_s.iloc[:-1]  # the last row ends with the run, mid-interval
+        assert len(whole) and (whole.diff().dropna().round(6) == 0.1).all() and whole.iloc[0] == 0.1, history
     token_df = pd.read_csv(tmp_path / "exp" / "token" / "requests.csv")
     assert token_df.repository.str.startswith("team/").all()
     assert token_registry.token_server.issued > 0
