@@ -15,7 +15,7 @@ memory layer demoted to SSD.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 import msgspec
 import numpy as np
@@ -168,26 +168,12 @@ def simulate_cache(trace: TraceColumns, args: LRUArgs, policy: str, plugin: str)
     summary = _summary_head(plugin, policy, args, capacity, ingress, footprint, len(servers), len(trace), len(uniq))
     hit = level > 0
     summary.update(_ratios("", hit, warm, req_sizes))
-    first_times = [s["first_eviction_time"] for s in servers if s["first_eviction_time"]]
-    summary["first_eviction_time"] = min(first_times) if first_times else None
-    summary["evictions"] = evictions
-    table_levels = [_level_row("combined", hit, warm, req_sizes)]
+    two_level = None
     if len(levels) > 1:
-        summary["ssd_bytes"] = int(capacity * float(args.ssd_multiplier))
-        summary["threshold_bytes"] = resolve_size(args.threshold, "threshold")
-        summary["demotions"] = demotions
-        for code, lname in enumerate(levels, start=1):
-            lhit = level == code
-            summary.update(_ratios(f"_{lname}", lhit, warm, req_sizes, brief=True))
-            table_levels.insert(code - 1, _level_row(lname, lhit, warm, req_sizes))
-    summary["simulate_s"] = round(elapsed, 4)
-    summary["requests_per_s"] = round(len(gets) / elapsed) if elapsed > 0 else None
-    tables = {
-        "levels": pd.DataFrame(table_levels),
-        "servers": pd.DataFrame(servers),
-        "timeline": _timeline(trace.time[gets], level, levels, args.timeline_buckets),
-    }
-    return SimResult(summary, tables, kind="cache")
+        ssd = int(capacity * float(args.ssd_multiplier))
+        two_level = TwoLevelSummary(ssd, resolve_size(args.threshold, "threshold"), demotions, (warm,) * len(levels))
+    return _cache_result(summary, servers, evictions, two_level, level, levels, warm, req_sizes, trace.time[gets],
+                         elapsed, args.timeline_buckets)  # fmt: skip
 
 
 def simulate_cache_original(trace: TraceColumns, args: TwoLevelArgs, plugin: str) -> SimResult:
@@ -241,23 +227,52 @@ def simulate_cache_original(trace: TraceColumns, args: TwoLevelArgs, plugin: str
         h_hits=int((hit & warm).sum()),
         h_misses=int((~hit & warm).sum()),
     )
+    two_level = TwoLevelSummary(ssd_bytes, threshold, demotions, (warm_memory, warm))
+    return _cache_result(summary, servers, evictions, two_level, level, TwoLevelOriginal.levels, warm, req_sizes,
+                         trace.time[rows], elapsed, args.timeline_buckets)  # fmt: skip
+
+
+class TwoLevelSummary(NamedTuple):
+    """What a two-level cache adds to its summary: the SSD's size, the threshold, and each level's warm-up."""
+
+    ssd_bytes: int
+    threshold_bytes: int
+    demotions: int
+    warm_by_level: tuple[np.ndarray, ...]  # per level (memory, SSD): the requests after that level's warm-up
+
+
+def _cache_result(
+    summary: dict,
+    servers: list[dict],
+    evictions: int | None,
+    two_level: TwoLevelSummary | None,
+    level: np.ndarray,
+    levels: tuple[str, ...],
+    warm: np.ndarray,
+    req_sizes: np.ndarray,
+    times: np.ndarray,
+    elapsed: float,
+    timeline_buckets: int,
+) -> SimResult:
+    """The end every cache simulation shares: eviction keys, per-level ratios and tables, timing, the tables."""
     first_times = [s["first_eviction_time"] for s in servers if s["first_eviction_time"]]
     summary["first_eviction_time"] = min(first_times) if first_times else None
     summary["evictions"] = evictions
-    summary["ssd_bytes"] = ssd_bytes
-    summary["threshold_bytes"] = threshold
-    summary["demotions"] = demotions
-    table_levels = [_level_row("combined", hit, warm, req_sizes)]
-    for code, (lname, lwarm) in enumerate(zip(TwoLevelOriginal.levels, (warm_memory, warm), strict=True), start=1):
-        lhit = level == code
-        summary.update(_ratios(f"_{lname}", lhit, lwarm, req_sizes, brief=True))
-        table_levels.insert(code - 1, _level_row(lname, lhit, lwarm, req_sizes))
+    table_levels = [_level_row("combined", level > 0, warm, req_sizes)]
+    if two_level is not None:
+        summary["ssd_bytes"] = two_level.ssd_bytes
+        summary["threshold_bytes"] = two_level.threshold_bytes
+        summary["demotions"] = two_level.demotions
+        for code, (lname, lwarm) in enumerate(zip(levels, two_level.warm_by_level, strict=True), start=1):
+            lhit = level == code
+            summary.update(_ratios(f"_{lname}", lhit, lwarm, req_sizes, brief=True))
+            table_levels.insert(code - 1, _level_row(lname, lhit, lwarm, req_sizes))
     summary["simulate_s"] = round(elapsed, 4)
-    summary["requests_per_s"] = round(len(rows) / elapsed) if elapsed > 0 else None
+    summary["requests_per_s"] = round(len(times) / elapsed) if elapsed > 0 else None
     tables = {
         "levels": pd.DataFrame(table_levels),
         "servers": pd.DataFrame(servers),
-        "timeline": _timeline(trace.time[rows], level, TwoLevelOriginal.levels, args.timeline_buckets),
+        "timeline": _timeline(times, level, levels, timeline_buckets),
     }
     return SimResult(summary, tables, kind="cache")
 
