@@ -177,26 +177,13 @@ def test_capture_cli(traffic, tmp_path):
 @needs_skopeo
 def test_captured_trace_replays_on_a_fresh_registry(traffic, tmp_path):
     """The round trip: real skopeo traffic → capture → warmup + replay against another registry."""
-    import pandas as pd
-
-    from drtp.master.run import run_replay
-    from drtp.master.warmup import run_warmup
-    from drtp.registry.local import LocalRegistry
-    from tests.replay_support import Node, write_config
+    from tests.skopeo_capture import replay_session
 
     _, records = capture_files([traffic["log"]], Anonymizer("replay"), registry_url=f"http://{traffic['host']}")
     trace = tmp_path / "captured.json"
     n = write_ibm(trace, records)
-    nodes = [Node(tmp_path) for _ in range(2)]
-    try:
-        with LocalRegistry(tmp_path / "fresh") as reg:
-            cfg = write_config(tmp_path, trace, [reg.host], [x.address for x in nodes], route=True)
-            run_warmup(cfg, quiet=True)
-            summary = run_replay(cfg, tmp_path / "run", quiet=True)
-    finally:
-        for x in nodes:
-            x.stop()
-    df = pd.read_csv(tmp_path / "run" / "requests.csv", keep_default_na=False, na_values=[""])
+    replayed = replay_session(trace, tmp_path)
+    df, summary = replayed.requests, replayed.summary
     main = df[~df.auxiliary]
     assert len(main) == n == summary["requests"]
     bad = main[~main.ok | (main.status != main.expected_status)]
