@@ -36,8 +36,9 @@ import pandas as pd
 
 from drtp.analysis.results import load_run as load_run_files
 from drtp.analysis.results import run_labels, run_model
-from drtp.analysis.run_stats import STATS_FILE, read_stats_history, stats_from_requests
+from drtp.analysis.run_stats import read_stats_history, stats_from_requests
 from drtp.errors import DrtpError
+from drtp.replay.stats_file import STATS_FILE
 
 CONFIG_FILE = "config.json"
 MS_COLUMNS = {

@@ -17,12 +17,10 @@ import numpy as np
 import pandas as pd
 
 from drtp.errors import DrtpError
+from drtp.replay.stats_file import DEFAULT_INTERVAL_S, STATS_COLUMNS
 
-STATS_FILE = "stats_history.csv"
-STATS_COLUMNS = ("elapsed_s", "requests", "failures", "bytes", "rate_per_s", "p50_ms", "p99_ms")
 STATS_COUNTS = ("requests", "failures", "bytes")
 STATS_OPTIONAL = ("p50_ms", "p99_ms")  # empty in an interval where no trace request succeeded
-INTERVAL_S = 1.0  # the master's default interval, used when the history is rebuilt from requests.csv
 
 
 def read_stats_history(path: Path) -> pd.DataFrame:
@@ -61,7 +59,7 @@ def read_stats_history(path: Path) -> pd.DataFrame:
     return frame
 
 
-def stats_from_requests(requests: pd.DataFrame, interval_s: float = INTERVAL_S) -> pd.DataFrame:
+def stats_from_requests(requests: pd.DataFrame, interval_s: float = DEFAULT_INTERVAL_S) -> pd.DataFrame:
     """The stats history the master would have written, rebuilt from a run's rows (a frame of ``load_requests``).
 
     Trace requests only (helpers apart, as in every count of a run).  A request

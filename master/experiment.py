@@ -28,12 +28,12 @@ from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
 from drtp.master.results_dir import write_failed
 from drtp.master.run import run_replay
-from drtp.master.stats_history import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 from drtp.master.verdict import judge
 from drtp.master.warmup import run_warmup
 from drtp.outputs import prepare_output_dir
 from drtp.registry.auth import config_auth
 from drtp.replay.failure_budget import FailureBudget
+from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 
 
 def registry_config(cfg: Config, entry: RegistryEntry) -> Config:

@@ -35,14 +35,15 @@ from drtp.master.preflight import preflight_all
 from drtp.master.results import RunResults, format_table
 from drtp.master.results_dir import ResultsWriteError, remove_if_empty, write_failed
 from drtp.master.routing import Router
-from drtp.master.stats_history import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
-from drtp.master.stats_history import STATS_FILE, StatsHistory
+from drtp.master.stats_history import StatsHistory
 from drtp.master.warmup import load_map
 from drtp.outputs import prepare_output_dir
 from drtp.progress import progress
 from drtp.registry.auth import config_auth, registry_names, repository_prefix
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.signing import resolve_token
+from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
+from drtp.replay.stats_file import STATS_FILE
 from drtp.trace.reader import TraceReader
 
 log = logging.getLogger(__name__)  # -v / verbose: true shows the run's steps

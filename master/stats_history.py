@@ -39,10 +39,8 @@ from drtp.errors import DrtpError
 from drtp.outputs import os_reason
 from drtp.replay.outcome import OK
 from drtp.replay.result_row import ResultRow
+from drtp.replay.stats_file import STATS_COLUMNS
 
-STATS_FILE = "stats_history.csv"
-COLUMNS = ("elapsed_s", "requests", "failures", "bytes", "rate_per_s", "p50_ms", "p99_ms")
-DEFAULT_INTERVAL_S = 1.0
 WRITE_LAG_S = 2.0  # how long after an interval's end its row waits for results still on their way
 EDGE = 1e-9  # an end read back from the file lands on the boundary it was written at, despite rounding
 
@@ -70,7 +68,7 @@ class StatsHistory:
         self.file = open(path, "a" if written_until is not None else "w", newline="")
         self.csv = csv.writer(self.file)
         if written_until is None:
-            self.csv.writerow(COLUMNS)
+            self.csv.writerow(STATS_COLUMNS)
             self.file.flush()
 
     def reloaded(self, row: ResultRow) -> None:
@@ -179,9 +177,9 @@ def _last_elapsed(path: Path) -> float | None:
         header = next(lines, None)
         if header is None:
             return None
-        if tuple(header) != COLUMNS:
+        if tuple(header) != STATS_COLUMNS:
             raise DrtpError(
-                f"{path}: its columns are not this drtp version's ({', '.join(COLUMNS)}); "
+                f"{path}: its columns are not this drtp version's ({', '.join(STATS_COLUMNS)}); "
                 "it cannot be resumed — start the run in a new results directory"
             )
         for values in lines:

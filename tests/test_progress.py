@@ -22,11 +22,12 @@ import pytest
 
 from drtp.cluster import slurm
 from drtp.config import Slurm
-from drtp.master.stats_history import COLUMNS, WRITE_LAG_S, StatsHistory
+from drtp.master.stats_history import WRITE_LAG_S, StatsHistory
 from drtp.progress import Snapshot, configure, format_line, progress
 from drtp.registry.local import LocalRegistry
 from drtp.replay.outcome import LOST, OK
 from drtp.replay.result_row import ResultRow
+from drtp.replay.stats_file import STATS_COLUMNS as COLUMNS
 from tests.replay_support import Node, make_trace, write_config
 
 

@@ -17,8 +17,9 @@ import pytest
 import drtp
 from drtp.analysis.results import load_requests
 from drtp.analysis.run_data import RunDataError
-from drtp.analysis.run_stats import STATS_COLUMNS, STATS_FILE, read_stats_history, stats_from_requests
+from drtp.analysis.run_stats import read_stats_history, stats_from_requests
 from drtp.errors import DrtpError
+from drtp.replay.stats_file import STATS_COLUMNS, STATS_FILE
 
 registry = pytest.mark.registry
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "analysis.md"
