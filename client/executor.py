@@ -58,6 +58,15 @@ class Upload:
         self.sha = hashlib.sha256()
         self.written = 0
 
+    def digest(self) -> str:
+        """The digest of every byte sent to this upload so far: what its closing PUT declares."""
+        return "sha256:" + self.sha.hexdigest()
+
+    def close_url(self, digest: str) -> str:
+        """The URL of the PUT that completes this upload as the blob ``digest``."""
+        sep = "&" if "?" in self.location else "?"
+        return self.location + sep + urlencode({"digest": digest})
+
 
 class Executor:
     """Executes requests for one run; one instance shared by the run's worker threads."""
@@ -202,9 +211,8 @@ class Executor:
         if req.size > 0 or upload.written == 0:
             payload, size = self.payload(req.size or 1024)
             _hash_into(upload.sha, payload)
-        digest = "sha256:" + upload.sha.hexdigest()
-        sep = "&" if "?" in upload.location else "?"
-        url = upload.location + sep + urlencode({"digest": digest})
+        digest = upload.digest()
+        url = upload.close_url(digest)
         start = self.clock()
         r = self.http("PUT", url, body=payload, headers=_octets(size))
         latency = self.clock() - start
@@ -250,9 +258,8 @@ class Executor:
         failed (the upload is cancelled then)."""
         payload, size = self.payload(size)
         _hash_into(upload.sha, payload)
-        digest = "sha256:" + upload.sha.hexdigest()
-        sep = "&" if "?" in upload.location else "?"
-        url = upload.location + sep + urlencode({"digest": digest})
+        digest = upload.digest()
+        url = upload.close_url(digest)
         self._aux(aux, "PUT", "mount fallback upload", url, (201,), body=payload, headers=_octets(size))
         if aux[-1].outcome == OK:
             return digest, size
@@ -338,8 +345,7 @@ class Executor:
         upload = self._open_aux(req, base, aux)
         if upload is None:
             return False
-        sep = "&" if "?" in upload.location else "?"
-        url = upload.location + sep + urlencode({"digest": CONFIG_DIGEST})
+        url = upload.close_url(CONFIG_DIGEST)
         return self._aux(aux, "PUT", "config blob push", url, (201,), body=CONFIG_BLOB).status == 201
 
     # -- results ----------------------------------------------------------------------------
