@@ -39,6 +39,7 @@ from drtp.analysis.results import run_labels, run_model
 from drtp.analysis.run_stats import read_stats_history, stats_from_requests
 from drtp.errors import DrtpError
 from drtp.replay.stats_file import STATS_FILE
+from drtp.units import MS_PER_S
 
 CONFIG_FILE = "config.json"
 MS_COLUMNS = {
@@ -161,7 +162,7 @@ def requests_frame(raw: pd.DataFrame) -> pd.DataFrame:
     """The checked rows of ``requests.csv`` (drtp.analysis.results.load_requests) with ms columns and categoricals."""
     frame = raw.copy(deep=False)  # new columns only: the rows themselves are shared, never changed
     for seconds, ms in MS_COLUMNS.items():
-        frame[ms] = frame[seconds] * 1000.0
+        frame[ms] = frame[seconds] * MS_PER_S
     frame["failed"] = ~frame["ok"].to_numpy(dtype=bool)
     frame["auxiliary"] = frame["auxiliary"].astype(bool)
     for col in CATEGORIES:
@@ -198,7 +199,7 @@ def _slice_row(slice_name: str, key: str, numbers: dict) -> dict:
             raise ValueError(f"slice {key!r}: key {source!r}: expected an object of numbers")
         for stat in STATISTICS:
             value = dist.get(stat)
-            row[f"{name}_{stat}_ms"] = np.nan if value is None else float(value) * 1000.0
+            row[f"{name}_{stat}_ms"] = np.nan if value is None else float(value) * MS_PER_S
     return row
 
 

@@ -18,6 +18,7 @@ import pandas as pd
 
 from drtp.errors import DrtpError
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S, STATS_COLUMNS
+from drtp.units import MS_PER_S
 
 STATS_COUNTS = ("requests", "failures", "bytes")
 STATS_OPTIONAL = ("p50_ms", "p99_ms")  # empty in an interval where no trace request succeeded
@@ -96,7 +97,7 @@ def stats_from_requests(requests: pd.DataFrame, interval_s: float = DEFAULT_INTE
     )
     ok = ~failed & np.isfinite(main["latency_s"].to_numpy(dtype=np.float64))
     frame["p50_ms"], frame["p99_ms"] = (
-        _nearest_rank(idx[ok], main["latency_s"].to_numpy(np.float64)[ok] * 1000.0, q, n_intervals)
+        _nearest_rank(idx[ok], main["latency_s"].to_numpy(np.float64)[ok] * MS_PER_S, q, n_intervals)
         for q in (0.50, 0.99)
     )
     return frame

@@ -40,6 +40,7 @@ from drtp.outputs import os_reason
 from drtp.replay.outcome import OK
 from drtp.replay.result_row import ResultRow
 from drtp.replay.stats_file import STATS_COLUMNS
+from drtp.units import MS_PER_S
 
 WRITE_LAG_S = 2.0  # how long after an interval's end its row waits for results still on their way
 EDGE = 1e-9  # an end read back from the file lands on the boundary it was written at, despite rounding
@@ -162,7 +163,7 @@ class StatsHistory:
         p50 = p99 = ""
         if latencies_s:
             p50_s, p99_s = np.percentile(np.asarray(latencies_s, dtype=float), [50, 99])
-            p50, p99 = f"{p50_s * 1000:.3f}", f"{p99_s * 1000:.3f}"
+            p50, p99 = f"{p50_s * MS_PER_S:.3f}", f"{p99_s * MS_PER_S:.3f}"
         nbytes = sum(row.bytes for row in rows)
         failures = len(rows) - len(latencies_s)
         self.csv.writerow([f"{end_s:.3f}", len(rows), failures, nbytes, f"{rate:.3f}", p50, p99])
