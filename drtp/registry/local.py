@@ -67,7 +67,10 @@ class LocalRegistry:
     Optional, for testing real-registry features: ``tls=(cert, key)`` serves
     https; ``htpasswd=PATH`` requires HTTP basic auth (bcrypt htpasswd file);
     ``token={realm, service, issuer, rootcertbundle}`` requires Docker bearer
-    tokens (JWTs signed by a key whose certificate is in the bundle).
+    tokens (JWTs signed by a key whose certificate is in the bundle);
+    ``redirect=BASEURL`` answers blob GETs with a redirect to ``BASEURL`` + the blob's
+    path under ``storage/`` (the registry's own redirect middleware, as production
+    registries send blob reads to object storage).
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class LocalRegistry:
         tls: tuple[str | Path, str | Path] | None = None,
         htpasswd: str | Path | None = None,
         token: dict | None = None,
+        redirect: str | None = None,
     ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="drtp-registry-")
         self.workdir = Path(workdir or self._tmp.name)
@@ -84,6 +88,7 @@ class LocalRegistry:
         self.tls = tls
         self.htpasswd = htpasswd
         self.token = token
+        self.redirect = redirect
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -103,6 +108,8 @@ class LocalRegistry:
             text += f"auth:\n  htpasswd:\n    realm: drtp-test\n    path: {self.htpasswd}\n"
         elif self.token:
             text += "auth:\n  token:\n" + "".join(f"    {k}: {v}\n" for k, v in self.token.items())
+        if self.redirect:
+            text += f"middleware:\n  storage:\n    - name: redirect\n      options:\n        baseurl: {self.redirect}\n"
         return text
 
     @property
