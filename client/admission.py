@@ -42,6 +42,10 @@ def spec_error(spec: RunSpec) -> str | None:
         return "retries must be 0 or more"
     if not math.isfinite(spec.start_epoch):
         return "start_epoch must be finite"
+    if not _positive(spec.stats_interval_s) or not (math.isfinite(spec.on_time_s) and spec.on_time_s >= 0):
+        return "stats_interval_s must be finite and positive, on_time_s finite and 0 or more"
+    if len(spec.node) > 300 or any(c in spec.node for c in "\r\n"):
+        return "node (the master's name for this node) must be one line of at most 300 characters"
     if not spec.registries:
         return "the run names no registries (registries: the registries it may send to)"
     for entry in spec.registries:

@@ -28,6 +28,7 @@ from urllib.parse import urljoin, urlsplit
 from drtp.client.executor import IDEMPOTENT, object_digest, object_headers, object_path, result_of
 from drtp.client.scheduler import STALL_S, RunBook, node_error
 from drtp.registry.transport import AsyncConnection, RequestError, Response
+from drtp.replay.frames import Finished
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
 
 try:
@@ -59,7 +60,7 @@ class LoopRun(RunBook):
         self.with_auth = {registry_base(a.registry) for a in spec.auth}  # credentials/TLS: the thread Executor
         self.ready: deque[str] = deque()  # idle trace clients with work, in arrival order
         self.idle: deque[asyncio.Future] = deque()  # workers waiting for work
-        self.outbox: list[ReplayResult] = []
+        self.outbox: list[Finished] = []
         self.closing = False  # set at once by end()/cancel(): no more batches (``ended`` is set on the loop)
         self.loop = new_loop()
         self.thread = threading.Thread(target=self._serve, name="drtp-loop", daemon=True)
@@ -205,7 +206,7 @@ class LoopRun(RunBook):
         return result_of(req, r, start, latency, object_digest(req, r), [])
 
     def _complete(self, req: ReplayRequest, result: ReplayResult) -> None:
-        self.outbox.append(result)
+        self.outbox.append(Finished(req, result))
         if len(self.outbox) == 1:
             self.loop.call_later(FLUSH_S, self._flush)
         self.running -= 1

@@ -8,8 +8,8 @@ the run's common start); the actual start is recorded by the executor, after
 any wait, so lateness shows.  A request that has run for more than
 ``STALL_S`` stops counting toward ``threads``: a stand-in worker takes its
 place (at most ``threads`` such at once), so a registry request stuck until its
-timeout holds back only its own trace client.  Results go to one queue that
-the result stream drains.
+timeout holds back only its own trace client.  Finished requests go to one
+queue that the result stream drains (drtp.replay.frames).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import threading
 from collections import deque
 
 from drtp.client.executor import Executor, monotonic_clock
+from drtp.replay.frames import Finished, FrameBuilder
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec
 from drtp.replay.outcome import ERROR
 
@@ -41,7 +42,9 @@ class RunBook:
         self.spec = spec
         self.clock = monotonic_clock(spec.start_epoch)
         self.executor = Executor(spec, self.clock)
-        self.results: queue.Queue = queue.Queue()  # ReplayResult (or lists of them), then None at the end
+        # Finished requests (or lists of them), then None at the end; the result stream turns them into frames
+        self.results: queue.Queue = queue.Queue()
+        self.frames = FrameBuilder(spec)
         self.pending: dict[str, deque[ReplayRequest]] = {}  # trace client -> its waiting requests
         self.ready: list | deque = []  # idle trace clients with work (how depends on the engine)
         self.queued = 0
@@ -188,7 +191,7 @@ class NodeRun(RunBook):
             except Exception as e:  # a bug must not kill the worker or lose the request
                 log.exception("request %d failed inside the node", req.seq)
                 result = node_error(req, self.clock(), e)
-            self.results.put(result)
+            self.results.put(Finished(req, result))
             with self.cv:
                 del self.busy[wid]
                 stood_in = wid in self.stalled

@@ -7,9 +7,10 @@ anything else gets 401 and a log line; the check is one Bottle plugin,
 * ``GET  /health`` — alive, version, runs;
 * ``POST /runs`` — a :class:`RunSpec`: start a run (its worker pool);
 * ``POST /runs/<run>/batch`` — a :class:`Batch` of requests to queue (bounded size);
-* ``GET  /runs/<run>/results`` — the results as newline-delimited JSON, streamed
-  as they complete, with a blank keep-alive line every second; ends when the
-  run is ended and drained;
+* ``GET  /runs/<run>/results`` — the results as frames (drtp.replay.frames: the
+  rows of requests.csv, made here, and the node's figures), streamed as requests
+  complete, with an empty keep-alive frame every second; ends, after a last frame
+  holding the node's whole summary model, when the run is ended and drained;
 * ``POST /runs/<run>/end`` — no more batches will come;
 * ``POST /runs/<run>/cancel`` — drop what is queued (Ctrl-C on the master).
 """
@@ -33,6 +34,7 @@ from drtp import __version__
 from drtp.client.admission import allowed_targets, batch_error, spec_error
 from drtp.client.loop_engine import LoopRun
 from drtp.client.scheduler import NodeRun
+from drtp.replay.frames import KEEPALIVE
 from drtp.replay.messages import batch_decoder, spec_decoder
 from drtp.replay.signing import MAX_BODY, Verifier
 
@@ -229,8 +231,8 @@ class NodeService:
         node_run = self._run(run)
         if node_run is None:
             return _json(404, {"error": f"no run {run}"})
-        bottle.response.content_type = "application/x-ndjson"
-        encode = msgspec.json.encode
+        bottle.response.content_type = "application/octet-stream"
+        frames = node_run.frames
 
         def stream():
             try:
@@ -238,21 +240,22 @@ class NodeService:
                     try:
                         item = node_run.results.get(timeout=KEEPALIVE_S)
                     except queue.Empty:
-                        yield b"\n"
+                        yield KEEPALIVE
                         continue
-                    lines = []
-                    while item is not None:  # send what is ready in one write
+                    finished = []
+                    while item is not None:  # one frame of what is ready
                         if isinstance(item, list):  # the loop engine hands results over in batches
-                            lines.extend(map(encode, item))
+                            finished.extend(item)
                         else:
-                            lines.append(encode(item))
+                            finished.append(item)
                         try:
                             item = node_run.results.get_nowait()
                         except queue.Empty:
                             break
-                    if lines:
-                        yield b"\n".join(lines) + b"\n"
+                    if finished:
+                        yield frames.frame(finished)
                     if item is None:
+                        yield frames.last()
                         return
             finally:
                 with self.lock:

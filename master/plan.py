@@ -92,6 +92,7 @@ class Planner:
         self.reading: dict[tuple, int] = {}  # manifest reads in flight: ("manifest", repository, tag) -> how many
         self.image: dict[tuple[str, str], list[str]] = {}  # (client, repository) -> blob refs of the image
         self.mounting: dict[int, str] = {}  # seq of a mount in flight -> the trace reference of its blob
+        self.releases = 0  # how often a request that others may wait for finished: held records look again
 
     # -- the warmup map ----------------------------------------------------------------------
 
@@ -244,9 +245,11 @@ class Planner:
         self.reading[key] = self.reading.get(key, 0) + 1
 
     def _release_read(self, key: tuple) -> None:
+        self.releases += 1
         _decrement(self.reading, key)
 
     def _release(self, key: tuple) -> None:
+        self.releases += 1
         _decrement(self.pending, key)
 
 

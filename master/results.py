@@ -15,6 +15,7 @@ from pathlib import Path
 
 from drtp.errors import DrtpError
 from drtp.master.stats_history import StatsHistory
+from drtp.replay.frames import ResultFrame, csv_text
 from drtp.replay.messages import ReplayRequest, ReplayResult
 from drtp.replay.outcome import LOST
 from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_of
@@ -24,7 +25,13 @@ __all__ = ["COLUMNS", "PERCENTILES", "LogHistogram", "RunResults", "bucket", "fo
 
 
 class RunResults:
-    """Writes rows as results arrive and keeps the run's model up to date."""
+    """Writes rows as they arrive and keeps the run's figures up to date.
+
+    Rows come two ways: whole frames from the client nodes (drtp.replay.frames: their CSV
+    text is appended as it is, the node keeps their figures and sends its model at the end
+    of its stream), and rows the master makes itself (a request lost with its node, a
+    resumed run's rows, ``drtp bench``), which are counted here.
+    """
 
     def __init__(
         self, out_dir: Path, timed: bool, on_time_s: float, resume: bool = False, history: StatsHistory | None = None
@@ -32,34 +39,42 @@ class RunResults:
         self.out_dir = out_dir
         self.history = history  # stats_history.csv: every row goes there too, grouped by interval
         self.model = ResultsModel(timed, on_time_s)
+        self.streamed_failed: dict[str, int] = {}  # node -> failures in its frames whose model is not merged yet
         # resume: what an earlier, interrupted run of this directory completed
         self.completed: set[str] = set()  # trace ids with a result (not lost)
         self.pushed: list[tuple[str, str, str, int]] = []  # (repository, layer ref, digest, size) pushed
         self.resumed_end = 0.0  # the latest end (s after that run's start) of those results
-        path = out_dir / "requests.csv"
+        self.path = path = out_dir / "requests.csv"
         old = None
         if resume and path.exists():
             _check_columns(path)
             old = path.with_name("requests.csv.resumed")
             path.replace(old)
-        self.file = open(path, "w", newline="")
-        self.csv = csv.writer(self.file)
-        self.csv.writerow(COLUMNS)
+        self.file = open(path, "wb", buffering=0)  # each write reaches the file at once: nothing waits in a buffer
+        self._write(csv_text([COLUMNS]))
         if old is not None:
             self._reload(old)
             old.unlink()
+        self.run_offset = self.file.tell()  # where this run's own rows begin
 
     @property
     def all(self):
-        """The figures over all trace requests so far."""
+        """The figures over all trace requests so far (the nodes' share once their models are merged)."""
         return self.model.all
 
     @property
     def failed(self) -> int:
-        return self.model.failed
+        """Failed trace requests so far, the nodes' frames included."""
+        return self.model.failed + sum(self.streamed_failed.values())
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[self.file.write(view) :]
 
     def _reload(self, old: Path) -> None:
         """Keep an interrupted run's completed rows (and count them); drop lost and torn rows."""
+        kept = []
         with open(old, newline="") as f:
             lines = csv.reader(f)
             next(lines, None)
@@ -75,8 +90,8 @@ class RunResults:
                     if self.history is not None:
                         self.history.reloaded(row)
                 self.model.add(row)
-                self.csv.writerow(values)
-        self.file.flush()
+                kept.append(values)
+        self._write(csv_text(kept))
 
     def _completed(self, row: ResultRow) -> None:
         """Remember a reloaded trace request: not sent again, and a layer it pushed stays addressable."""
@@ -88,17 +103,44 @@ class RunResults:
                 self.pushed.append((row.repository, row.reference, row.digest, row.size))
 
     def add(self, node: str, req: ReplayRequest, res: ReplayResult | None, lost_reason: str = "") -> None:
-        """Write and count a result (``res`` None: it never came back, for ``lost_reason``)."""
+        """Write and count a result the master holds itself (``res`` None: it never came back, for ``lost_reason``)."""
+        rows = list(rows_of(node, req, res, lost_reason))
         history = self.history
-        for row in rows_of(node, req, res, lost_reason):
+        for row in rows:
             self.model.add(row)
-            self.csv.writerow(cells(row))
             if history is not None:
                 history.add(row)
+        self._write(csv_text(map(cells, rows)))
+
+    def add_frame(self, node: str, frame: ResultFrame) -> None:
+        """A node's frame: its rows appended as they are, its intervals to the history, its failures counted."""
+        if frame.rows:
+            self._write(frame.rows)
+        if frame.failed:
+            self.streamed_failed[node] = self.streamed_failed.get(node, 0) + frame.failed
+        if self.history is not None and frame.intervals:
+            self.history.add_parts(frame.intervals)
+
+    def merge_node(self, node: str, model: dict) -> None:
+        """A node's last frame: its whole model joins the run's (its failures are counted there from now on)."""
+        self.model.merge(model)
+        self.streamed_failed.pop(node, None)
+
+    def rebuild_node(self, node: str) -> None:
+        """A node died before its model came: count its rows of this run from requests.csv instead (rare)."""
+        self.streamed_failed.pop(node, None)
+        with open(self.path, newline="") as f:
+            f.seek(self.run_offset)
+            for values in csv.reader(f):
+                try:
+                    row = parse_cells(values)
+                except ValueError:
+                    continue
+                if row.node == node and row.outcome != LOST:  # its lost rows were counted when written
+                    self.model.add(row)
 
     def flush(self) -> None:
-        """Flush requests.csv, and write the stats history's intervals that are over."""
-        self.file.flush()
+        """Write the stats history's intervals that are over (requests.csv has no buffer to flush)."""
         if self.history is not None:
             self.history.tick()
 
@@ -106,8 +148,8 @@ class RunResults:
         return self.model.summary(**extra)
 
     def discard_unwritten(self) -> None:
-        """After a failed write (disk full, file size limit): close requests.csv, dropping the rows it could not
-        take, so that close() can still write summary.json."""
+        """After a failed write (disk full, file size limit): close requests.csv, so that close() can still
+        write summary.json."""
         try:
             self.file.close()
         except OSError:

@@ -26,6 +26,8 @@ import time
 import uuid
 from pathlib import Path
 
+import msgspec
+
 from drtp.config import Config, redacted
 from drtp.errors import DrtpError, RunError
 from drtp.master.nodes import NodeLink
@@ -40,7 +42,8 @@ from drtp.master.warmup import load_map
 from drtp.outputs import prepare_output_dir
 from drtp.progress import progress
 from drtp.registry.auth import config_auth, registry_names, repository_prefix
-from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
+from drtp.replay.frames import ResultFrame
+from drtp.replay.messages import ReplayRequest, RunSpec, registry_base
 from drtp.replay.signing import resolve_token
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 from drtp.replay.stats_file import STATS_FILE
@@ -98,6 +101,7 @@ class Replay:
         self.batch = max(1, self.ci.batch)
         self.refill_at = max(0, self.cap - self.batch)  # at the cap, wait until a whole batch fits again
         self.held = HeldRecords(self.planner)  # records waiting for a request in flight, per trace client
+        self.releases_seen = -1  # planner.releases when the held records were last looked at
         self.inflight: dict[int, tuple[str, ReplayRequest]] = {}
         self.per_node: dict[str, int] = {a: 0 for a in self.links}
         self.buffers: dict[str, list[ReplayRequest]] = {a: [] for a in self.links}
@@ -169,10 +173,13 @@ class Replay:
             auth=self.auths,
             engine=engine,
             registries=[registry_base(r) for r in self.registries],  # a node refuses any other target
+            timed=timed,
+            on_time_s=ci.on_time_ms / 1000,
+            stats_interval_s=self.stats_interval_s,
         )
         try:
-            for link in self.links.values():
-                link.start(spec)
+            for name, link in self.links.items():
+                link.start(msgspec.structs.replace(spec, node=name))  # the node writes its rows under this name
         except RunError:
             self._cancel()  # the nodes that did start must not wait for batches that will never come
             raise
@@ -283,9 +290,9 @@ class Replay:
                 why = f"{stop}, and {why}"
             raise ResultsWriteError(why) from None
 
-    def _record(self, node: str, req: ReplayRequest, res: ReplayResult | None, lost_reason: str = "") -> None:
+    def _lost(self, node: str, req: ReplayRequest, reason: str) -> None:
         try:
-            self.results.add(node, req, res, lost_reason=lost_reason)
+            self.results.add(node, req, None, lost_reason=reason)
         except OSError as e:
             raise write_failed(self.out_dir / "requests.csv", e) from None
 
@@ -336,8 +343,8 @@ class Replay:
         if self.per_node[node] >= self.cap and node not in self.dead:
             # at the cap: refill a whole batch at once, not one request per result (a batch of
             # one per result cost each node a connection and a thread per request)
-            self._flush_all()
             while self.per_node[node] > self.refill_at and node not in self.dead:
+                self._flush_all()
                 self._drain(timeout=1.0)
         if node in self.dead:
             node = self._route(rec)
@@ -353,7 +360,14 @@ class Replay:
         return True
 
     def _release_held(self) -> bool:
-        """Send the held records whose wait is over; False when every node is dead."""
+        """Send the held records whose wait is over; False when every node is dead.
+
+        Held records wait only for requests in flight that the planner releases when they finish, and
+        for each other: with no release since the last look, none can go (the look costs per held record).
+        """
+        if self.planner.releases == self.releases_seen:
+            return True
+        self.releases_seen = self.planner.releases
         for held in self.held.release():
             self.held.planned(held)
             if not self._send(held.rec, held.seq, held.at):
@@ -391,12 +405,20 @@ class Replay:
             self.links[node].send(buf)
             self.buffers[node] = []
 
-    def _flush_all(self) -> None:
-        for node in self.buffers:
-            self._flush(node)
+    def _flush_all(self, final: bool = False) -> None:
+        """Before the master waits: send the partial batches of the nodes that could run short of work.
+
+        A node with a whole batch of requests out is busy until it has done them; its partial batch
+        waits to be filled, so batches stay big (each costs a POST at both ends). As is, every
+        partial batch goes: its requests have their times to keep.
+        """
+        send_all = final or self.ci.wait
+        for node, buf in self.buffers.items():
+            if buf and (send_all or self.per_node[node] - len(buf) < self.batch):
+                self._flush(node)
 
     def _finish(self) -> None:
-        self._flush_all()
+        self._flush_all(final=True)
         for name, link in self.links.items():
             if name not in self.dead:
                 link.end()
@@ -427,9 +449,9 @@ class Replay:
             return 0
         while True:
             kind, node, payload = event
-            if kind == "results":
-                for res in payload:
-                    self._result(node, res)
+            if kind == "frames":
+                for frame in payload:
+                    self._frame(node, frame)
             elif kind == "dead":
                 self._node_dead(node, payload)
             elif kind == "closed" and self.per_node[node] > 0:
@@ -448,27 +470,42 @@ class Replay:
             self.unreported = 0
         return n
 
-    def _result(self, node: str, res: ReplayResult) -> None:
-        entry = self.inflight.pop(res.seq, None)
-        if entry is None:
-            return  # a result from a node already given up on
-        owner, req = entry
-        self.per_node[owner] -= 1
-        self.planner.done(req, res)
-        self._record(owner, req, res)
-        self.done += 1
-        self.unreported += 1
+    def _frame(self, node: str, frame: ResultFrame) -> None:
+        """A node's frame: its rows to requests.csv, its requests out of flight, the planner told of pushes."""
+        if node in self.dead:
+            return  # its requests in flight were written as lost when it was given up on
+        try:
+            self.results.add_frame(node, frame)
+        except OSError as e:
+            raise write_failed(self.out_dir / "requests.csv", e) from None
+        if frame.model is not None:
+            self.results.merge_node(node, frame.model)
+        inflight, planner = self.inflight, self.planner
+        feedback = {res.seq: res for res in frame.feedback} if frame.feedback else {}
+        n = 0
+        for seq in frame.done:
+            entry = inflight.pop(seq, None)
+            if entry is not None:
+                planner.done(entry[1], feedback.get(seq))
+                n += 1
+        self.per_node[node] -= n
+        self.done += n
+        self.unreported += n
 
     def _node_dead(self, node: str, reason: str) -> None:
         if node in self.dead:
             return
         self.links[node].dead = True
         self.router.remove(node)
+        try:
+            self.results.rebuild_node(node)  # what it finished counts from its rows; its model never came
+        except OSError as e:
+            raise write_failed(self.out_dir / "requests.csv", e) from None
         lost = [seq for seq, (owner, _) in self.inflight.items() if owner == node]
         for seq in sorted(lost):
             _, req = self.inflight.pop(seq)
             self.planner.done(req, None)
-            self._record(node, req, None, lost_reason=f"client node {node} died")
+            self._lost(node, req, f"client node {node} died")
             if self.bar is not None:
                 self.bar.update(1)
         self.per_node[node] = 0

@@ -9,8 +9,10 @@ since the run's start, the origin of requests.csv's ``start_s``):
   but ``ok``), and the bytes they moved; helper (auxiliary) requests are not
   counted, as in summary.json's figures;
 * ``rate_per_s`` — ``requests`` per second of the interval;
-* ``p50_ms``, ``p99_ms`` — latency percentiles (numpy's, linear interpolation)
-  of the interval's requests that succeeded, in milliseconds; empty when none did.
+* ``p50_ms``, ``p99_ms`` — latency percentiles of the interval's requests that
+  succeeded, in milliseconds, empty when none did; nearest rank on the same
+  0.1 %-wide histogram as summary.json's percentiles (drtp.replay.summary), so
+  both use one definition.
 
 A request lost with its node has no end: it counts as a failure in the interval
 in which the master learned of it.  Results reach the master a little after
@@ -18,7 +20,10 @@ they end, so an interval's row is written (and flushed) once the run's clock is
 :data:`WRITE_LAG_S` past its end; a result that comes later still counts in the
 oldest interval not yet written, never nowhere.
 
-Adding a row costs an append; the rows are grouped when an interval is due.
+The client nodes group their rows by interval themselves and send each
+interval's counts and latency histogram (drtp.replay.frames); the history
+merges the nodes' parts, which is exact.  Rows the master makes itself (lost,
+reloaded on resume) cost an append here and are grouped when an interval is due.
 A write that fails stops the history (its reason is kept for summary.json), not
 the run: requests.csv holds every row the history would have counted.
 On resume the file is appended to: the rows of the interrupted run stay, and
@@ -33,11 +38,9 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from drtp.errors import DrtpError
 from drtp.outputs import os_reason
-from drtp.replay.outcome import OK
+from drtp.replay.frames import IntervalPart, IntervalStats
 from drtp.replay.result_row import ResultRow
 from drtp.replay.stats_file import STATS_COLUMNS
 from drtp.units import MS_PER_S
@@ -58,7 +61,8 @@ class StatsHistory:
         self.pending: list[ResultRow] = []  # rows added since they were last grouped
         # a row the master recorded: one append, nothing else (a helper's row is left out when grouped)
         self.add: Callable[[ResultRow], None] = self.pending.append
-        self.open: dict[int, list[ResultRow]] = {}  # interval index → the trace requests that ended in it
+        self.parts: list[IntervalPart] = []  # the nodes' interval parts since they were last grouped
+        self.open: dict[int, IntervalStats] = {}  # interval index → the trace requests that ended in it
         self.error: str | None = None  # why the history stopped, when a write failed
         self.late = 0  # rows that ended in an interval already written (counted in the oldest open one)
         written_until = _last_elapsed(path) if resume and path.exists() else None
@@ -78,6 +82,10 @@ class StatsHistory:
             return
         if self.written_until is None or row.start_s + row.latency_s > self.written_until:
             self.pending.append(row)
+
+    def add_parts(self, parts: list[IntervalPart]) -> None:
+        """A node's intervals from one frame (grouped when an interval is due)."""
+        self.parts.extend(parts)
 
     def tick(self) -> None:
         """Write the intervals whose rows are due (cheap when none is)."""
@@ -123,50 +131,53 @@ class StatsHistory:
         """A write failed: the history stops (requests.csv still holds every row it would have counted)."""
         self.error = f"{self.path}: {os_reason(e)}"
         self.pending.clear()
+        self.parts.clear()
         self.open = {}
         try:
             self.file.close()
         except OSError:
             pass
 
+    def _interval(self, index: int) -> IntervalStats:
+        """The open interval ``index``; one already written is late: its requests go to the oldest open one."""
+        if index < self.next_index:
+            index = self.next_index
+        stats = self.open.get(index)
+        if stats is None:
+            stats = self.open[index] = IntervalStats()
+        return stats
+
     def _group(self, now: float) -> None:
-        """Move the pending rows into their intervals."""
+        """Move the pending rows and the nodes' parts into their intervals."""
         rows = self.pending[:]
         self.pending.clear()  # the same list: ``add`` is bound to it
         iv = self.interval_s
         first = self.next_index
         lost_index = max(first, math.floor(now / iv))  # a lost row has no end: it counts when the master learned
-        floor = math.floor
-        index = -1
-        group: list[ResultRow] = []
         for row in rows:
             if row.auxiliary:
                 continue
             start = row.start_s
-            if start is None:
-                at = lost_index
-            else:
-                at = floor((start + row.latency_s) / iv)  # a trace row with a start has its latency
-                if at < first:
-                    self.late += 1
-                    at = first
-            if at != index:  # rows come nearly in end order: most share the previous row's interval
-                index = at
-                group = self.open.setdefault(at, [])
-            group.append(row)
+            at = lost_index if start is None else math.floor((start + row.latency_s) / iv)
+            if at < first:
+                self.late += 1
+            self._interval(at).add_row(row)
+        parts = self.parts[:]
+        self.parts.clear()
+        for part in parts:
+            if part.index < first:
+                self.late += part.requests
+            self._interval(part.index).add_part(part)
 
     def _write(self, index: int, end_s: float) -> None:
-        rows = self.open.pop(index, [])
-        latencies_s = [row.latency_s for row in rows if row.outcome == OK]
+        stats = self.open.pop(index, None) or IntervalStats()
         length = end_s - index * self.interval_s
-        rate = len(rows) / length if length > 0 else 0.0
+        rate = stats.requests / length if length > 0 else 0.0
         p50 = p99 = ""
-        if latencies_s:
-            p50_s, p99_s = np.percentile(np.asarray(latencies_s, dtype=float), [50, 99])
-            p50, p99 = f"{p50_s * MS_PER_S:.3f}", f"{p99_s * MS_PER_S:.3f}"
-        nbytes = sum(row.bytes for row in rows)
-        failures = len(rows) - len(latencies_s)
-        self.csv.writerow([f"{end_s:.3f}", len(rows), failures, nbytes, f"{rate:.3f}", p50, p99])
+        if stats.latency.n:
+            p50 = f"{stats.latency.quantile(0.50) * MS_PER_S:.3f}"
+            p99 = f"{stats.latency.quantile(0.99) * MS_PER_S:.3f}"
+        self.csv.writerow([f"{end_s:.3f}", stats.requests, stats.failures, stats.bytes, f"{rate:.3f}", p50, p99])
         self.next_index = index + 1
 
 

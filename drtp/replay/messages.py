@@ -94,6 +94,12 @@ class RunSpec(msgspec.Struct, omit_defaults=True):
     connect_timeout: float = 5.0  # seconds to establish a connection (TCP and TLS)
     retries: int = 0  # GET/HEAD only, and only when no byte of the answer arrived; every attempt is counted
     registries: list[str] = []  # base URLs (registry_base) this run may send to; a node refuses any other target
+    # how the node reports (drtp.replay.frames): its name in the rows' node column, the summary's as-is
+    # settings, and the width of stats_history.csv's intervals
+    node: str = ""
+    timed: bool = False
+    on_time_s: float = 0.0
+    stats_interval_s: float = 1.0
 
 
 class Batch(msgspec.Struct):

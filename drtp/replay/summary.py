@@ -74,6 +74,27 @@ class LogHistogram:
                 return min(self.max, self.MIN * math.exp((idx + 0.5) * self.LOG_RATIO))
         return self.max
 
+    def merge(self, other: LogHistogram) -> None:
+        """Add ``other``'s values: the buckets are the same for every histogram, so a merge is exact."""
+        counts = self.counts
+        for idx, c in other.counts.items():
+            counts[idx] = counts.get(idx, 0) + c
+        self.n += other.n
+        self.total += other.total
+        if other.max > self.max:
+            self.max = other.max
+
+    def state(self) -> list:
+        """The histogram as plain values (for msgspec): [bucket counts, n, max, total]."""
+        return [self.counts, self.n, self.max, self.total]
+
+    @classmethod
+    def from_state(cls, state: list) -> LogHistogram:
+        h = cls()
+        counts, h.n, h.max, h.total = state
+        h.counts = {int(k): v for k, v in counts.items()}
+        return h
+
     def describe(self) -> dict:
         if not self.n:
             return {}
@@ -164,6 +185,30 @@ class Group:
             self.lateness.add(m.late, m.late_idx)
             self.on_time += m.late <= on_time_s
 
+    _COUNTS = ("requests", "succeeded", "lost", "sent", "bytes", "matched", "on_time")
+    _HISTOGRAMS = ("latency", "response", "lateness")
+
+    def state(self) -> dict:
+        """The group as plain values, for a node to ship its figures and the master to merge them."""
+        out = {k: getattr(self, k) for k in self._COUNTS}
+        out["failures"] = self.failures
+        out["first"], out["last"] = (self.first, self.last) if self.sent else (None, None)
+        for k in self._HISTOGRAMS:
+            out[k] = getattr(self, k).state()
+        return out
+
+    def merge(self, state: dict) -> None:
+        """Add another group's figures (its :meth:`state`): the same as adding its rows here."""
+        for k in self._COUNTS:
+            setattr(self, k, getattr(self, k) + state[k])
+        for outcome, c in state["failures"].items():
+            self.failures[outcome] = self.failures.get(outcome, 0) + c
+        if state["first"] is not None:
+            self.first = min(self.first, state["first"])
+            self.last = max(self.last, state["last"])
+        for k in self._HISTOGRAMS:
+            getattr(self, k).merge(LogHistogram.from_state(state[k]))
+
     def summary(self, timed: bool) -> dict:
         duration = self.last - self.first if self.sent else 0.0
         out = {
@@ -198,6 +243,11 @@ class Helpers:
         self.requests += 1
         if not row.ok:
             self.failures[row.outcome] = self.failures.get(row.outcome, 0) + 1
+
+    def merge(self, requests: int, failures: dict[str, int]) -> None:
+        self.requests += requests
+        for outcome, c in failures.items():
+            self.failures[outcome] = self.failures.get(outcome, 0) + c
 
     def summary(self) -> dict:
         return {
@@ -235,6 +285,29 @@ class ResultsModel:
         self.all.add(row, marks, on_time_s)
         _group(self.by_method, f"{row.method} {row.kind}").add(row, marks, on_time_s)
         _group(self.by_node, row.node).add(row, marks, on_time_s)
+
+    def state(self) -> dict:
+        """Every figure as plain values (msgspec encodes them): what a client node ships at the end of its run."""
+        return {
+            "all": self.all.state(),
+            "by_method": {k: g.state() for k, g in self.by_method.items()},
+            "by_node": {k: g.state() for k, g in self.by_node.items()},
+            "helpers": [self.helpers.requests, self.helpers.failures],
+            "manifests_above_trace_size": self.manifests_above_trace_size,
+        }
+
+    def merge(self, state: dict) -> None:
+        """Add the figures of another model over other rows (its :meth:`state`).
+
+        Counts and histogram buckets add up exactly, so the percentiles after merging are those of all
+        the rows together; only a mean's last digit may differ (a float sum in another order)."""
+        self.all.merge(state["all"])
+        for k, g in state["by_method"].items():
+            _group(self.by_method, k).merge(g)
+        for k, g in state["by_node"].items():
+            _group(self.by_node, k).merge(g)
+        self.helpers.merge(*state["helpers"])
+        self.manifests_above_trace_size += state["manifests_above_trace_size"]
 
     def summary(self, **extra) -> dict:
         """The run's figures; ``extra`` (the run's settings and circumstances) go before the per-slice ones."""

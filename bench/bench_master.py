@@ -1,0 +1,226 @@
+"""The master's CPU per request when neither the registry nor the nodes limit it.
+
+The client nodes are stand-ins: real ``drtp client`` services (the real control
+plane, signature checks, batches, the real result stream and its encoder) whose
+run engine finishes every request at once with a made-up success instead of
+sending it to a registry.  The master is the real ``drtp run`` (trace reader,
+planner, router, results writer, summary, stats history), in this process; its
+CPU over the run ÷ the trace's requests is the figure.  The stand-ins run in
+their own processes, so their CPU is not counted.
+
+Rows: 1, 2 and 4 stand-in nodes at full speed, and the stand-ins paced to a
+total of ``--rates`` requests/s (a slow registry's rate), to show the cost per
+request stays flat (no fixed cost per frame or per event that grows when frames
+carry few results).
+
+Usage: python bench/bench_master.py [--requests 100000] [--nodes 1 2 4] [--rates 20000 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from drtp.master.run import run_replay  # noqa: E402
+from drtp.registry.local import free_port  # noqa: E402
+from drtp.trace.generate import GenerateOptions, generate  # noqa: E402
+from drtp.trace.reader import write_ibm  # noqa: E402
+
+TOKEN = "bench-master-token-0123456789abcdef"
+
+STAND_IN = r"""
+import sys, threading, time, logging
+from collections import deque
+from drtp.client import server, scheduler
+from drtp.replay.messages import ReplayResult
+
+try:
+    from drtp.replay.frames import Finished
+except ImportError:  # an older tree: the stream takes bare results
+    Finished = None
+
+RATE = float(sys.argv[2])  # requests/s this stand-in finishes; 0: at once
+
+
+class InstantRun(scheduler.RunBook):
+    # finishes every request with a made-up success: no registry, no HTTP
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.lock = threading.Lock()
+        self.todo = deque()
+        self.ready = deque()
+        if RATE:
+            threading.Thread(target=self._pace, daemon=True).start()
+
+    def submit(self, requests):
+        now = self.clock()
+        if not RATE:
+            out = [self._finish(req, now) for req in requests]
+            with self.lock:
+                self.done += len(out)
+                for item in out:
+                    self.results.put(item)
+            return
+        with self.lock:
+            self.todo.extend(requests)
+            self.queued += len(requests)
+
+    def _finish(self, req, now):
+        res = ReplayResult(req.seq, req.expected_status, True, now, 0.0005, bytes=req.size)
+        return Finished(req, res) if Finished else res
+
+    def _pace(self):
+        t0 = time.monotonic()
+        sent = 0
+        while True:
+            due = int((time.monotonic() - t0) * RATE) - sent
+            with self.lock:
+                take = [self.todo.popleft() for _ in range(min(due, len(self.todo)))]
+                self.queued -= len(take)
+            if take:
+                now = self.clock()
+                batch = [self._finish(r, now) for r in take]
+                self.results.put(batch)
+                sent += len(take)
+                with self.lock:
+                    self.done += len(take)
+            elif self.ended and not self.todo:
+                break
+            else:
+                if not self.todo:
+                    t0, sent = time.monotonic(), 0  # idle: no catching up for the time nothing was queued
+                time.sleep(0.002)
+        self.results.put(None)
+
+    def end(self):
+        self.ended = True
+        if not RATE:
+            self.results.put(None)
+
+    def cancel(self):
+        self.end()
+
+
+server.NodeRun = InstantRun
+server.LoopRun = InstantRun
+logging.basicConfig(level=logging.WARNING)
+svc = server.NodeService(sys.argv[3])
+svc.serve("127.0.0.1", int(sys.argv[1]))
+"""
+
+
+class _Ok(BaseHTTPRequestHandler):
+    """The registry the preflight check asks (``GET /v2/``): nothing else reaches it."""
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format, *args) -> None:  # noqa: A002
+        pass
+
+
+def stand_ins(n: int, rate: float) -> tuple[list[str], list[subprocess.Popen]]:
+    ports = [free_port() for _ in range(n)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", STAND_IN, str(p), str(rate / n if rate else 0), TOKEN]) for p in ports
+    ]
+    import socket
+
+    for p in ports:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", p), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+    return [f"127.0.0.1:{p}" for p in ports], procs
+
+
+def one_run(work: Path, trace: Path, registry: str, n_nodes: int, rate: float) -> dict:
+    nodes, procs = stand_ins(n_nodes, rate)
+    try:
+        name = f"n{n_nodes}-r{int(rate)}"
+        cfg = {
+            "trace": {"location": str(trace.parent), "traces": [trace.name]},
+            "registry": [registry],
+            "client_info": {"client_list": nodes, "wait": False, "token": TOKEN, "threads": 16},
+            "warmup": {"output": str(work / "map.jsonl")},
+            "results": str(work / "results"),
+        }
+        path = work / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        from drtp.config import load_config
+
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        t0 = time.perf_counter()
+        s = run_replay(load_config(path), work / f"run-{name}", quiet=True)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return {
+            "nodes": n_nodes,
+            "paced_rps": rate or None,
+            "requests": s["requests"],
+            "failed": s["failed"],
+            "rate_rps": s["requests"] / wall,
+            "master_cpu_us_per_req": cpu / max(1, s["requests"]) * 1e6,
+        }
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--rates", type=float, nargs="+", default=[20_000, 2_000], help="paced total rates (req/s)")
+    ap.add_argument("--paced-requests", type=int, default=20_000, help="trace length of the paced runs")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args()
+    os.environ["DRTP_TOKEN"] = TOKEN
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "map.jsonl").write_text("")
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        registry = f"127.0.0.1:{srv.server_port}"
+        full = work / "full.json"
+        write_ibm(full, generate(GenerateOptions(requests=args.requests, seed=1, span_s=3600.0)))
+        for n in args.nodes:
+            rows.append(one_run(work, full, registry, n, 0))
+        paced = work / "paced.json"
+        write_ibm(paced, generate(GenerateOptions(requests=args.paced_requests, seed=2, span_s=3600.0)))
+        for rate in args.rates:
+            rows.append(one_run(work, paced, registry, 2, rate))
+        srv.shutdown()
+    print(f"{'nodes':>5} {'paced req/s':>11} {'requests':>9} {'failed':>6} {'req/s':>9} {'master µs/req':>13}")
+    for r in rows:
+        paced = f"{r['paced_rps']:.0f}" if r["paced_rps"] else "full"
+        print(f"{r['nodes']:>5} {paced:>11} {r['requests']:>9} {r['failed']:>6} {r['rate_rps']:>9.0f} "
+              f"{r['master_cpu_us_per_req']:>13.1f}")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""What a client node streams back to the master: result frames, built on the node.
+
+A frame holds what the master needs from a batch of finished requests and
+nothing it would have to compute per request:
+
+* ``rows`` — their ``requests.csv`` lines, already CSV text (the node makes the
+  rows with drtp.replay.result_row, byte for byte what the file holds), so the
+  master appends them to the file with one write;
+* ``done`` — the ``seq`` of every trace request the frame finishes (the master
+  frees its in-flight slot), ``failed`` — how many of them failed (progress);
+* ``feedback`` — the whole results the master's planner needs: every request
+  but a read (a push's new digest, a mount's outcome);
+* ``intervals`` — the frame's trace requests grouped by the interval of the run
+  in which they ended (counts, bytes and a latency histogram per interval), for
+  ``stats_history.csv``;
+* ``model`` — in the stream's last frame only: the node's whole
+  :class:`~drtp.replay.summary.ResultsModel`, which the master merges into the
+  run's summary.  Histograms merge exactly, so the summary's percentiles are
+  those of all the rows of ``requests.csv``.
+
+On the wire a frame is msgpack behind a 4-byte big-endian length; a length of 0
+is a keep-alive.  The master's cost per frame is a decode, a write and a loop
+over ``done``: none of the per-row work (row objects, CSV cells, histograms).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import struct
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import msgspec
+
+from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec
+from drtp.replay.outcome import OK
+from drtp.replay.result_row import ResultRow, cells, rows_of
+from drtp.replay.summary import LogHistogram, ResultsModel
+
+LENGTH = struct.Struct(">I")
+KEEPALIVE = LENGTH.pack(0)
+MAX_FRAME = 1 << 30  # a length above this is a broken stream, not a frame
+
+
+class Finished(NamedTuple):
+    """A trace request and its result, as an engine hands it to the result stream."""
+
+    request: ReplayRequest
+    result: ReplayResult
+
+
+class IntervalPart(msgspec.Struct, array_like=True, gc=False):
+    """Trace requests that ended in interval ``index`` (end // the run's interval): one node's share."""
+
+    index: int
+    requests: int
+    failures: int
+    bytes: int
+    latency: list  # LogHistogram.state() of the latencies of those that succeeded
+
+
+class ResultFrame(msgspec.Struct, array_like=True, gc=False):
+    rows: bytes = b""
+    done: list[int] = []
+    failed: int = 0
+    feedback: list[ReplayResult] = []
+    intervals: list[IntervalPart] = []
+    model: dict | None = None
+
+
+_encode = msgspec.msgpack.Encoder().encode
+_decoder = msgspec.msgpack.Decoder(ResultFrame)
+
+
+def pack(frame: ResultFrame) -> bytes:
+    body = _encode(frame)
+    return LENGTH.pack(len(body)) + body
+
+
+def csv_text(lines: Iterable[Iterable]) -> bytes:
+    """Lines of cells (drtp.replay.result_row.cells) as requests.csv text: the csv module's default dialect."""
+    out = io.StringIO()
+    csv.writer(out).writerows(lines)
+    return out.getvalue().encode()
+
+
+class IntervalStats:
+    """The figures of one interval of stats_history.csv: counts, bytes, and a latency histogram to merge."""
+
+    __slots__ = ("requests", "failures", "bytes", "latency")
+
+    def __init__(self) -> None:
+        self.requests = self.failures = self.bytes = 0
+        self.latency = LogHistogram()
+
+    def add_row(self, row: ResultRow) -> None:
+        self.requests += 1
+        self.bytes += row.bytes
+        if row.outcome == OK and row.latency_s is not None:
+            self.latency.add(row.latency_s)
+        else:
+            self.failures += 1
+
+    def add_part(self, part: IntervalPart) -> None:
+        self.requests += part.requests
+        self.failures += part.failures
+        self.bytes += part.bytes
+        self.latency.merge(LogHistogram.from_state(part.latency))
+
+    def part(self, index: int) -> IntervalPart:
+        return IntervalPart(index, self.requests, self.failures, self.bytes, self.latency.state())
+
+
+def interval_of(row: ResultRow, interval_s: float) -> int | None:
+    """The interval a trace row ended in; None for a row with no end (lost)."""
+    if row.start_s is None:
+        return None
+    return math.floor((row.start_s + (row.latency_s or 0.0)) / interval_s)
+
+
+class FrameBuilder:
+    """A node's side of the stream: rows, counts and the node's running model, one frame per hand-over."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.node = spec.node
+        self.interval_s = spec.stats_interval_s
+        self.model = ResultsModel(spec.timed, spec.on_time_s)
+
+    def frame(self, finished: Iterable[Finished]) -> bytes:
+        rows: list[ResultRow] = []
+        done: list[int] = []
+        feedback: list[ReplayResult] = []
+        intervals: dict[int, IntervalStats] = {}
+        failed = 0
+        add = self.model.add
+        iv = self.interval_s
+        for req, res in finished:
+            done.append(req.seq)
+            if req.op != "get":
+                feedback.append(res)
+            failed += res.outcome != OK
+            for row in rows_of(self.node, req, res):
+                rows.append(row)
+                add(row)
+                if not row.auxiliary:
+                    index = interval_of(row, iv)
+                    stats = intervals.get(index)
+                    if stats is None:
+                        stats = intervals[index] = IntervalStats()
+                    stats.add_row(row)
+        parts = [s.part(i) for i, s in intervals.items()]
+        return pack(ResultFrame(csv_text(map(cells, rows)), done, failed, feedback, parts))
+
+    def last(self) -> bytes:
+        """The stream's last frame: the node's whole model."""
+        return pack(ResultFrame(model=self.model.state()))
+
+
+class FrameReader:
+    """The master's side: bytes of the stream in, whole frames out (keep-alives dropped)."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, data: bytes) -> list[ResultFrame]:
+        buf = self.buf
+        buf += data
+        frames = []
+        at = 0
+        end = len(buf)
+        while end - at >= 4:
+            (n,) = LENGTH.unpack_from(buf, at)
+            if n > MAX_FRAME:
+                raise msgspec.DecodeError(f"a frame of {n} bytes")
+            if end - at - 4 < n:
+                break
+            if n:
+                frames.append(_decoder.decode(buf[at + 4 : at + 4 + n]))
+            at += 4 + n
+        if at:
+            del buf[:at]
+        return frames
+
+    @property
+    def pending(self) -> int:
+        """Bytes of a frame not yet complete (at the stream's end: a cut frame)."""
+        return len(self.buf)
