@@ -52,6 +52,7 @@ from drtp.trace.reader import TraceReader
 log = logging.getLogger(__name__)  # -v / verbose: true shows the run's steps
 
 START_LEAD_S = 1.0  # as-is mode: the common start is this far after the run is set up
+PARTIAL_BATCH_S = 0.002  # stress mode: a partial batch for a node short of work waits at most this long
 
 
 class Stop(enum.Enum):
@@ -105,6 +106,7 @@ class Replay:
         self.inflight: dict[int, tuple[str, ReplayRequest]] = {}
         self.per_node: dict[str, int] = {a: 0 for a in self.links}
         self.buffers: dict[str, list[ReplayRequest]] = {a: [] for a in self.links}
+        self.buffered_at: dict[str, float] = {a: 0.0 for a in self.links}  # when a node's partial batch began
         self.upload_node: dict[tuple[str, str], str] = {}
         self.dead: dict[str, dict] = {}
         self.done = 0
@@ -344,8 +346,7 @@ class Replay:
             # at the cap: refill a whole batch at once, not one request per result (a batch of
             # one per result cost each node a connection and a thread per request)
             while self.per_node[node] > self.refill_at and node not in self.dead:
-                self._flush_all()
-                self._drain(timeout=1.0)
+                self._drain(timeout=self._flush_all())
         if node in self.dead:
             node = self._route(rec)
             if node is None:
@@ -354,6 +355,8 @@ class Replay:
         self.inflight[seq] = (node, req)
         self.per_node[node] += 1
         buf = self.buffers[node]
+        if not buf:
+            self.buffered_at[node] = time.monotonic()
         buf.append(req)
         if len(buf) >= self.batch:
             self._flush(node)
@@ -377,8 +380,7 @@ class Replay:
     def _wait_held(self, until: int) -> bool:
         """Wait for results until at most ``until`` records are held; False when every node is dead."""
         while len(self.held) > until and self.router.alive:
-            self._flush_all()
-            self._drain(timeout=1.0)
+            self._drain(timeout=self._flush_all())
             if not self._release_held():
                 return False
         return self.router.alive
@@ -405,17 +407,29 @@ class Replay:
             self.links[node].send(buf)
             self.buffers[node] = []
 
-    def _flush_all(self, final: bool = False) -> None:
-        """Before the master waits: send the partial batches of the nodes that could run short of work.
+    def _flush_all(self, final: bool = False) -> float:
+        """Before the master waits: send the partial batches of the nodes that could run short of work;
+        returns how long it may wait before it must look again.
 
-        A node with a whole batch of requests out is busy until it has done them; its partial batch
-        waits to be filled, so batches stay big (each costs a POST at both ends). As is, every
-        partial batch goes: its requests have their times to keep.
+        A node with a whole batch of requests out is busy until it has done them: its partial batch
+        waits to be filled, so batches stay big (each costs a POST at both ends).  A node with less
+        gets its partial batch once it is a quarter full or has waited ``PARTIAL_BATCH_S``.  As is,
+        every partial batch goes at once: its requests have their times to keep.
         """
+        wait = 1.0
         send_all = final or self.ci.wait
+        now = time.monotonic()
         for node, buf in self.buffers.items():
-            if buf and (send_all or self.per_node[node] - len(buf) < self.batch):
+            if not buf or node in self.dead:
+                continue
+            if not send_all and self.per_node[node] - len(buf) >= self.batch:
+                continue  # busy: its results wake the master before it runs out of work
+            waited = now - self.buffered_at[node]
+            if send_all or 4 * len(buf) >= self.batch or waited >= PARTIAL_BATCH_S:
                 self._flush(node)
+            else:
+                wait = min(wait, PARTIAL_BATCH_S - waited)
+        return wait
 
     def _finish(self) -> None:
         self._flush_all(final=True)

@@ -5,6 +5,7 @@ The registry's own JSON log is the judge of what was sent.
 
 from __future__ import annotations
 
+import csv
 import json
 from collections import Counter
 
@@ -15,6 +16,8 @@ import pytest
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
+from drtp.replay.result_row import parse_cells
+from drtp.replay.summary import ResultsModel
 from drtp.trace.reader import TraceReader
 from tests.replay_support import log_tail, make_trace, method_kind_counts, write_config
 
@@ -88,6 +91,17 @@ def test_replay_matches_trace_and_registry_log(tmp_path, nodes, trace, route, wa
         exact = np.percentile(ok.latency_s, p, method="inverted_cdf")
         assert summary["latency_s"][f"p{p}"] == pytest.approx(exact, rel=2e-3, abs=2e-6)
     assert summary["latency_s"]["max"] == pytest.approx(ok.latency_s.max(), abs=2e-6)
+    # the summary is merged from the nodes' own models: every count and percentile equals the one the same
+    # model computes from all the rows of requests.csv (as drtp analyze results does); a mean may differ in
+    # its last digit (a float sum added in another order)
+    from_file = ResultsModel(wait, on_disk["on_time_s"] if wait else 0.0)
+    with open(tmp_path / "run" / "requests.csv", newline="") as f:
+        lines = csv.reader(f)
+        next(lines)
+        for values in lines:
+            from_file.add(parse_cells(values))
+    assert _without_means(from_file.summary()) == _without_means({k: v for k, v in summary.items() if k in
+                                                                  from_file.summary()})  # fmt: skip
     end = (main.start_s + main.latency_s).max()
     assert summary["duration_s"] == pytest.approx(end - main.start_s.min(), abs=1e-5)
     for key, group in main.groupby(main.method + " " + main.kind):
@@ -126,3 +140,10 @@ def test_replay_spreads_repositories_over_several_registries(tmp_path, nodes, tr
     repos = [{r.repository for r in s} for s in sent]
     assert not repos[0] & repos[1], "a repository lives on one registry"
     assert sum(len(s) for s in sent) == len(records) + summary["auxiliary"]["requests"]
+
+
+def _without_means(d):
+    """A summary with its means dropped and other floats as they are (compared exactly)."""
+    if isinstance(d, dict):
+        return {k: _without_means(v) for k, v in d.items() if k != "mean"}
+    return d
