@@ -263,11 +263,14 @@ def _decrement(counts: dict[tuple, int], key: tuple) -> None:
 
 
 class Held(msgspec.Struct, gc=False):
-    """A trace record the master holds back, with what it was given when read."""
+    """A trace record the master holds back, with what it was given when read and the objects it pushes and
+    reads (worked out once: a held record is looked at again after every release)."""
 
     rec: TraceRecord
     seq: int
     at: float | None
+    push_key: tuple | None = None
+    read_key: tuple | None = None
 
 
 def _push_key(rec: TraceRecord) -> tuple | None:
@@ -292,12 +295,13 @@ def _read_key(rec: TraceRecord) -> tuple | None:
     return None if rec.reference.startswith("uploads") else ("blob", rec.reference)
 
 
-def _waits_for(rec: TraceRecord, pushes: set[tuple]) -> bool:
-    """Does ``rec`` depend on one of ``pushes`` (a manifest PUT on any blob push into its repository)?"""
-    key = _read_key(rec)
+def _waits_for(held: Held, pushes: set[tuple]) -> bool:
+    """Does a held record depend on one of ``pushes`` (a manifest PUT on any blob push into its repository)?"""
+    key = held.read_key
     if key is not None and key in pushes:
         return True
-    return rec.kind == "manifest" and rec.method == "PUT" and ("image", rec.repository) in pushes
+    push = held.push_key  # a manifest PUT pushes ("manifest", repository, tag)
+    return push is not None and push[0] == "manifest" and ("image", push[1]) in pushes
 
 
 class HeldRecords:
@@ -320,26 +324,33 @@ class HeldRecords:
     def __len__(self) -> int:
         return self.count
 
-    def _overtakes(self, rec: TraceRecord, seq: int) -> bool:
-        """Would ``rec`` overtake an earlier held record on the same object?"""
-        key = _read_key(rec)
-        if key is not None and (seqs := self.pushes.get(key)) and seqs[0] < seq:
+    def _overtakes(self, read_key: tuple | None, push_key: tuple | None, seq: int) -> bool:
+        """Would a record (its read and push keys) overtake an earlier held record on the same object?"""
+        if read_key is not None and (seqs := self.pushes.get(read_key)) and seqs[0] < seq:
             return True
-        key = _push_key(rec)
+        key = push_key
         return key is not None and key[0] == "manifest" and bool(seqs := self.reads.get(key)) and seqs[0] < seq
 
     def hold(self, rec: TraceRecord, seq: int, at: float | None) -> bool:
         """Hold ``rec`` when its client already waits or it depends on a request in flight or held."""
         queue = self.by_client.get(rec.client)
+        push_key = read_key = None
         if queue is None:
-            if not (self.count and self._overtakes(rec, seq)) and not self.planner.blocked_by(rec):
-                return False
-            queue = self.by_client[rec.client] = []
-        queue.append(Held(rec, seq, at))
-        if (key := _push_key(rec)) is not None:
-            self.pushes.setdefault(key, []).append(seq)
-        if (key := _read_key(rec)) is not None and key[0] == "manifest":
-            self.reads.setdefault(key, []).append(seq)
+            if self.count:
+                push_key, read_key = _push_key(rec), _read_key(rec)
+                if self._overtakes(read_key, push_key, seq):
+                    queue = self.by_client[rec.client] = []
+            if queue is None:
+                if not self.planner.blocked_by(rec):
+                    return False
+                queue = self.by_client[rec.client] = []
+        if push_key is None and read_key is None:
+            push_key, read_key = _push_key(rec), _read_key(rec)
+        queue.append(Held(rec, seq, at, push_key, read_key))
+        if push_key is not None:
+            self.pushes.setdefault(push_key, []).append(seq)
+        if read_key is not None and read_key[0] == "manifest":
+            self.reads.setdefault(read_key, []).append(seq)
         self.count += 1
         return True
 
@@ -351,11 +362,11 @@ class HeldRecords:
             n = 0
             pushes: set[tuple] = set()  # what this pass releases of the client's pushes (not planned yet)
             for held in queue:
-                if self._overtakes(held.rec, held.seq) or self.planner.blocked_by(held.rec):
+                if self._overtakes(held.read_key, held.push_key, held.seq) or self.planner.blocked_by(held.rec):
                     break
-                if pushes and _waits_for(held.rec, pushes):  # it depends on a push released just before it
+                if pushes and _waits_for(held, pushes):  # it depends on a push released just before it
                     break
-                if (key := _push_key(held.rec)) is not None:
+                if (key := held.push_key) is not None:
                     pushes.add(key)
                     if key[0] == "blob":
                         pushes.add(("image", held.rec.repository))
@@ -371,7 +382,7 @@ class HeldRecords:
 
     def planned(self, held: Held) -> None:
         """A released record is about to be planned: the planner counts it from now on."""
-        for table, key in ((self.pushes, _push_key(held.rec)), (self.reads, _read_key(held.rec))):
+        for table, key in ((self.pushes, held.push_key), (self.reads, held.read_key)):
             seqs = table.get(key) if key is not None else None
             if seqs and held.seq in seqs:
                 seqs.remove(held.seq)
