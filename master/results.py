@@ -40,6 +40,7 @@ class RunResults:
         self.history = history  # stats_history.csv: every row goes there too, grouped by interval
         self.model = ResultsModel(timed, on_time_s)
         self.streamed_failed: dict[str, int] = {}  # node -> failures in its frames whose model is not merged yet
+        self.node_models: dict[str, dict] = {}  # node -> its whole model, from its stream's last frame
         # resume: what an earlier, interrupted run of this directory completed
         self.completed: set[str] = set()  # trace ids with a result (not lost)
         self.pushed: list[tuple[str, str, str, int]] = []  # (repository, layer ref, digest, size) pushed
@@ -121,14 +122,31 @@ class RunResults:
         if self.history is not None and frame.intervals:
             self.history.add_parts(frame.intervals)
 
-    def merge_node(self, node: str, model: dict) -> None:
-        """A node's last frame: its whole model joins the run's (its failures are counted there from now on)."""
-        self.model.merge(model)
-        self.streamed_failed.pop(node, None)
+    def node_model(self, node: str, model: dict) -> None:
+        """A node's last frame: its whole model, merged when the run settles."""
+        self.node_models[node] = model
 
-    def rebuild_node(self, node: str) -> None:
-        """A node died before its model came: count its rows of this run from requests.csv instead (rare)."""
-        self.streamed_failed.pop(node, None)
+    def settle(self, nodes: list[str], whole: set[str]) -> None:
+        """Bring the nodes' figures into the run's once the streams are over.
+
+        A node in ``whole`` sent every frame and the master wrote every one: its own model is merged (exact,
+        and free). Any other node (it died, or the run was interrupted and frames may have been cut off or
+        left unread) is counted from its rows in requests.csv instead, so the summary always says what the
+        file holds.
+        """
+        rebuild = set()
+        for node in nodes:
+            model = self.node_models.pop(node, None)
+            if model is not None and node in whole:
+                self.model.merge(model)
+            else:
+                rebuild.add(node)
+            self.streamed_failed.pop(node, None)
+        if rebuild:
+            self._count_from_file(rebuild)
+
+    def _count_from_file(self, nodes: set[str]) -> None:
+        """Count this run's rows of ``nodes`` from requests.csv (the lost ones were counted when written)."""
         with open(self.path, newline="") as f:
             f.seek(self.run_offset)
             for values in csv.reader(f):
@@ -136,7 +154,7 @@ class RunResults:
                     row = parse_cells(values)
                 except ValueError:
                     continue
-                if row.node == node and row.outcome != LOST:  # its lost rows were counted when written
+                if row.node in nodes and row.outcome != LOST:
                     self.model.add(row)
 
     def flush(self) -> None:

@@ -197,6 +197,13 @@ class Replay:
             self.bar = bar
             stop = self._replay(timed)
         wall = time.perf_counter() - t0
+        whole = (
+            set() if stop is not None else {n for n, link in self.links.items() if link.finished and n not in self.dead}
+        )
+        try:
+            self.results.settle(list(self.links), whole)
+        except OSError as e:
+            raise write_failed(self.out_dir / "requests.csv", e) from None
         not_sent = total - self.results.all.requests
         incomplete = self._incomplete_reason(stop, not_sent)
         extra = {
@@ -446,6 +453,7 @@ class Replay:
         until = time.monotonic() + self.ci.timeout + 5.0
         while not all(link.dead or link.finished for link in self.links.values()) and time.monotonic() < until:
             self._drain(timeout=0.1)
+        self._drain(timeout=0)  # what the streams sent before they ended (their last frames) may still wait
         self._flush_results()
 
     # -- events ------------------------------------------------------------------------------------------
@@ -493,7 +501,7 @@ class Replay:
         except OSError as e:
             raise write_failed(self.out_dir / "requests.csv", e) from None
         if frame.model is not None:
-            self.results.merge_node(node, frame.model)
+            self.results.node_model(node, frame.model)
         inflight, planner = self.inflight, self.planner
         feedback = {res.seq: res for res in frame.feedback} if frame.feedback else {}
         n = 0
@@ -511,10 +519,6 @@ class Replay:
             return
         self.links[node].dead = True
         self.router.remove(node)
-        try:
-            self.results.rebuild_node(node)  # what it finished counts from its rows; its model never came
-        except OSError as e:
-            raise write_failed(self.out_dir / "requests.csv", e) from None
         lost = [seq for seq, (owner, _) in self.inflight.items() if owner == node]
         for seq in sorted(lost):
             _, req = self.inflight.pop(seq)

@@ -21,6 +21,7 @@ import requests
 from drtp.client.admission import batch_error, spec_error
 from drtp.errors import DrtpError
 from drtp.master.nodes import NodeLink
+from drtp.replay.frames import FrameReader
 from drtp.replay.messages import Batch, Layer, ReplayRequest, RunSpec
 from drtp.replay.signing import (
     MAX_BODY,
@@ -279,12 +280,15 @@ def _post(node: Node, path: str, body: bytes, headers: dict[str, str]) -> reques
     return requests.post(f"http://{node.address}{path}", data=body, headers=headers, timeout=10)
 
 
-def _finish(link: NodeLink, run: str) -> list[dict]:
-    """End a run and read its result stream to the end: the node then forgets it as running."""
+def _finish(link: NodeLink, run: str) -> list[int]:
+    """End a run and read its result stream to the end (the node then forgets it as running): the seqs it did."""
     assert link.call("POST", f"/runs/{run}/end").status_code == 200
     r = requests.get(f"{link.base}/runs/{run}/results", headers=sign(TOKEN, "GET", f"/runs/{run}/results"), timeout=30)
     assert r.status_code == 200
-    return [msgspec.json.decode(line) for line in r.content.splitlines() if line.strip()]
+    reader = FrameReader()
+    frames = reader.feed(r.content)
+    assert reader.pending == 0 and frames[-1].model is not None  # the stream ends with the node's model
+    return [seq for frame in frames for seq in frame.done]
 
 
 def _runs(link: NodeLink) -> dict:
@@ -320,7 +324,7 @@ def test_a_batch_sent_twice_is_refused_the_second_time(node, registry):
     assert _post(node, "/runs/twice/batch", body, captured).status_code == 202
     assert _post(node, "/runs/twice/batch", body, captured).status_code == 401
     results = _finish(link, "twice")
-    assert [r["seq"] for r in results] == [0]
+    assert results == [0]
     blob_gets = [x for x in logged_requests(registry.log_path, offset) if x.path.endswith(DIGEST)]
     assert len(blob_gets) == 1  # the registry saw the request once
 

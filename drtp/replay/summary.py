@@ -37,7 +37,12 @@ PERCENTILES = (50, 90, 99)
 
 
 class LogHistogram:
-    """Counts of non-negative values in buckets 0.1 % wide from 1 µs up; exact count and max."""
+    """Counts of non-negative values in buckets 0.1 % wide from 1 µs up; exact count, max and sum.
+
+    The sum is kept in whole microseconds (rows hold their times to the microsecond), so it does not
+    depend on the order of the values: histograms merged from client nodes give the same mean, to
+    the last digit, as one histogram fed every row.
+    """
 
     MIN = 1e-6
     LOG_RATIO = math.log(1.001)
@@ -48,7 +53,7 @@ class LogHistogram:
         self.counts: dict[int, int] = {}
         self.n = 0
         self.max = 0.0
-        self.total = 0.0
+        self.total = 0  # microseconds
 
     def add(self, x: float, idx: int | None = None) -> None:
         """Count ``x``; ``idx`` is its bucket when the caller already has it (see :func:`bucket`)."""
@@ -56,7 +61,7 @@ class LogHistogram:
             idx = bucket(x)
         self.counts[idx] = self.counts.get(idx, 0) + 1
         self.n += 1
-        self.total += x
+        self.total += round(x * 1e6)
         if x > self.max:
             self.max = x
 
@@ -100,7 +105,7 @@ class LogHistogram:
             return {}
         out = {f"p{p}": self.quantile(p / 100) for p in PERCENTILES}
         out["max"] = self.max
-        out["mean"] = self.total / self.n
+        out["mean"] = self.total / self.n / 1e6
         return out
 
 
