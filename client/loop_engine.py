@@ -3,11 +3,15 @@
 On a 2-core machine a thread pool pays for every answer with a GIL hand-off
 between threads the OS may have parked behind the registry's own threads; one
 event loop (uvloop when installed) reading answers with httptools keeps pace
-with ``wrk`` where the pool reached ~75 % of it.  GETs and HEADs of manifests
-and blobs on plain-HTTP registries without credentials — almost all of a
-pull-heavy trace — run on the loop; every other request (pushes, uploads,
-authenticated or TLS registries, redirects) runs on the thread Executor
-through ``run_in_executor``, so it behaves exactly as in the thread engine.
+with ``wrk`` where the pool reached ~75 % of it.  Every GET and HEAD of a
+manifest or blob — almost all of a pull-heavy trace — runs on the loop, on
+every kind of registry: plain http or TLS (the registry entry's CA bundle or
+``insecure``), anonymous, basic auth or bearer tokens (the registry's
+:class:`~drtp.registry.auth.Authenticator`; only a challenge's token fetch,
+a blocking call, runs on the thread pool), and blob reads redirected to a
+storage server (followed on the loop, never with the registry's credentials).
+Pushes, uploads, manifest PUTs, mounts and DELETEs run on the thread Executor
+through ``run_in_executor``, so they behave exactly as in the thread engine.
 Per trace client the order is kept: its next request starts when the
 previous one has finished.  A request that has run for more than ``STALL_S``
 stops counting toward ``threads`` (a fresh worker takes its place, at most
@@ -23,13 +27,11 @@ import logging
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urljoin, urlsplit
 
-from drtp.client.executor import IDEMPOTENT, object_digest, object_headers, object_path, result_of
+from drtp.client.loop_requests import Connections, LoopRequests
 from drtp.client.scheduler import STALL_S, RunBook, node_error
-from drtp.registry.transport import AsyncConnection, RequestError, Response
 from drtp.replay.frames import Finished
-from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
+from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec
 
 try:
     import uvloop
@@ -40,7 +42,6 @@ except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
 
 log = logging.getLogger("drtp.client")
 
-REDIRECTS = (301, 302, 303, 307, 308)
 FLUSH_S = 0.002  # results go to the stream at most this late, many per hand-over (each one wakes a thread)
 
 
@@ -52,12 +53,14 @@ class LoopRun(RunBook):
         self.slots = max(1, spec.threads)
         # requests on the thread Executor: a stalled one keeps its pool thread, its stand-in needs another
         self.pool = ThreadPoolExecutor(max_workers=2 * self.slots, thread_name_prefix="drtp-slow")
+        self.reads = LoopRequests(spec, self.clock, self.pool)  # GETs and HEADs, on the loop
+        self.on_loop = 0  # trace requests sent on the event loop ...
+        self.on_pool = 0  # ... and on the thread Executor (pushes, uploads, mounts, deletes)
         self.busy: dict[int, float] = {}  # worker id -> loop time its request started
         self.stalled: set[int] = set()  # workers whose request overran STALL_S (a stand-in took their slot)
         self.live = 0  # worker tasks alive
         self.next_worker = 0
         self.all_done: asyncio.Future | None = None
-        self.with_auth = {registry_base(a.registry) for a in spec.auth}  # credentials/TLS: the thread Executor
         self.ready: deque[str] = deque()  # idle trace clients with work, in arrival order
         self.idle: deque[asyncio.Future] = deque()  # workers waiting for work
         self.outbox: list[Finished] = []
@@ -92,6 +95,13 @@ class LoopRun(RunBook):
         self.loop.run_until_complete(self.all_done)
         watch.cancel()
         self._flush()
+        log.info(
+            "run %s: %d requests on the event loop, %d on the thread pool (%d auth challenges answered there)",
+            self.spec.run,
+            self.on_loop,
+            self.on_pool,
+            self.reads.challenges,
+        )
         self.pool.shutdown(wait=False)
         self.loop.close()
 
@@ -139,6 +149,9 @@ class LoopRun(RunBook):
     async def _next(self) -> ReplayRequest | None:
         while True:
             if self.cancelled or (self.ended and self.queued == 0):
+                # none will come: the workers still waiting (the end came while they waited for queued requests
+                # of busy trace clients) end too, or the run's loop would never finish
+                self._wake(len(self.idle))
                 return None
             if self.ready:
                 client = self.ready.popleft()
@@ -151,7 +164,7 @@ class LoopRun(RunBook):
             await fut
 
     async def _work(self, wid: int) -> None:
-        conns: dict[str, AsyncConnection] = {}  # this worker's keep-alive connections, by base URL
+        conns: Connections = {}  # this worker's keep-alive connections, by server
         try:
             while True:
                 req = await self._next()
@@ -159,10 +172,11 @@ class LoopRun(RunBook):
                     return
                 self.busy[wid] = self.loop.time()
                 try:
-                    base = registry_base(req.registry)
-                    if req.op == "get" and base.startswith("http://") and base not in self.with_auth:
-                        result = await self._get(req, base, conns)
+                    if req.op == "get":
+                        self.on_loop += 1
+                        result = await self.reads.get(req, conns)
                     else:
+                        self.on_pool += 1
                         result = await self.loop.run_in_executor(self.pool, self.executor.execute, req)
                 except Exception as e:  # a bug must not kill the worker or lose the request
                     log.exception("request %d failed inside the node", req.seq)
@@ -178,32 +192,6 @@ class LoopRun(RunBook):
             self.live -= 1
             if self.live == 0 and not self.all_done.done():
                 self.all_done.set_result(None)
-
-    async def _get(self, req: ReplayRequest, base: str, conns: dict[str, AsyncConnection]) -> ReplayResult:
-        conn = conns.get(base)
-        if conn is None:
-            conn = conns[base] = AsyncConnection(urlsplit(base).netloc, self.spec.timeout, self.spec.connect_timeout)
-        path, headers = object_path(req), object_headers(req)
-        retries = self.spec.retries if req.method in IDEMPOTENT else 0
-        start = self.clock()
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                r = await conn.request(req.method, path, headers)
-            except RequestError as e:
-                if e.answered or attempts > retries:
-                    r = Response.failed(e, attempts)
-                    break
-                continue
-            r.attempts = attempts
-            break
-        if r.status in REDIRECTS and r.header("location"):  # e.g. to a storage backend: follow as the Executor does
-            url = urljoin(base + path, r.header("location"))
-            r = await self.loop.run_in_executor(self.pool, self.executor.http, req.method, url, None, headers)
-            r.attempts = attempts  # sends of the trace request itself; the redirect's target is another server
-        latency = self.clock() - start
-        return result_of(req, r, start, latency, object_digest(req, r), [])
 
     def _complete(self, req: ReplayRequest, result: ReplayResult) -> None:
         self.outbox.append(Finished(req, result))

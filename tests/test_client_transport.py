@@ -290,8 +290,8 @@ def run_on_loop(requests, timeout: float = 5.0) -> list:
     return sorted(out, key=lambda r: r.seq)
 
 
-def test_loop_engine_follows_a_redirect_through_the_thread_executor():
-    """A registry that redirects blob reads to its storage (307): the loop hands the follow-up to the Executor."""
+def test_loop_engine_follows_a_redirect():
+    """A registry that redirects blob reads to its storage (307): the loop follows it to the storage server."""
     from drtp.replay.messages import ReplayRequest
 
     storage = Peer([b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nlayer"])

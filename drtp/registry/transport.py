@@ -305,10 +305,21 @@ class Connection:
         return Response(status, answer.headers, answer.nbytes)
 
 
-class _Headers:
-    """httptools callbacks without on_body: the parser skips the body in C, nothing is copied into Python."""
+# the answer headers the event-loop engine reads (body size and delimitation, digest, redirect, auth
+# challenge): decoding only these saves a str pair per header of every answer
+KEPT_HEADERS = {
+    name.encode(): name
+    for name in ("content-length", "transfer-encoding", "docker-content-digest", "location", "www-authenticate")
+}
 
-    __slots__ = ("headers", "complete", "head", "keep_alive", "parser", "headers_done", "nbytes")
+
+class _Headers:
+    """httptools callbacks without on_body: the parser skips the body in C, nothing is copied into Python.
+
+    Only the :data:`KEPT_HEADERS` are kept.
+    """
+
+    __slots__ = ("headers", "complete", "head", "keep_alive", "parser", "headers_done")
 
     def __init__(self, head: bool) -> None:
         self.headers: dict[str, str] = {}
@@ -316,32 +327,79 @@ class _Headers:
         self.head = head
         self.keep_alive = False
         self.headers_done = False
-        self.nbytes = 0  # body bytes seen, known only when the answer is cut (from the wire count)
         self.parser: httptools.HttpResponseParser | None = None
 
-    on_header = _Answer.on_header
+    def on_header(self, name: bytes, value: bytes) -> None:
+        kept = KEPT_HEADERS.get(name.lower())
+        if kept is not None:
+            self.headers[kept] = value.decode("latin-1")
+
     on_headers_complete = _Answer.on_headers_complete
     on_message_complete = _Answer.on_message_complete
 
 
-class AsyncConnection(asyncio.BufferedProtocol):
+class _Link(asyncio.BufferedProtocol):
+    """The protocol of one transport of an AsyncConnection: hands its reads and its end to the connection while it
+    is the connection's current one.  A transport the connection closed ends later, on the loop's next turn; its
+    late ``connection_lost`` must not touch the request the connection is already sending on a new transport."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    def connection_made(self, transport) -> None:
+        if self.conn.link is self:
+            self.conn.transport = transport  # asyncio and uvloop set TCP_NODELAY themselves
+        else:
+            transport.close()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.conn.view if self.conn.link is self else memoryview(bytearray(max(sizehint, 1024)))
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.conn.link is self:
+            self.conn.received(nbytes)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        conn = self.conn
+        if conn.link is self:
+            conn.link = None
+            conn.transport = None
+            conn.lost(exc)
+
+
+class AsyncConnection:
     """The event-loop twin of Connection for body-less requests (GET, HEAD): one answer at a time.
 
     The socket is read into one reused buffer and the body is not copied: its size is the answer's
     Content-Length, or (chunked, or delimited by the close) the bytes that followed the header block.
     A connection the registry closed while idle is already gone (``connection_lost``) when the next
     request comes, so that request opens a new one; failures raise RequestError like Connection.
+    ``scheme`` https speaks TLS through ``context`` (the system's trust when none is given); the
+    connection and its handshake together get ``connect_timeout``.
     """
 
-    def __init__(self, netloc: str, timeout: float, connect_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        netloc: str,
+        timeout: float,
+        connect_timeout: float | None = None,
+        *,
+        scheme: str = "http",
+        context: ssl.SSLContext | None = None,
+    ) -> None:
         self.netloc = netloc
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
+        self.tls = scheme == "https"
+        self.context = (context or ssl.create_default_context()) if self.tls else None
         host, _, port = netloc.rpartition(":")
         if not host or not port.isdigit():
-            host, port = netloc, "80"
+            host, port = netloc, ("443" if self.tls else "80")
         self.host, self.port = host.strip("[]"), int(port)
         self.transport: asyncio.Transport | None = None
+        self.link: _Link | None = None  # the protocol of the current transport
         self.waiter: asyncio.Future | None = None
         self.answer: _Headers | None = None
         self.parser: httptools.HttpResponseParser | None = None
@@ -357,8 +415,28 @@ class AsyncConnection(asyncio.BufferedProtocol):
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
         what = f"{self.host}:{self.port}"
+        link = self.link = _Link(self)
+        if self.tls:
+            opening = loop.create_connection(
+                lambda: link,
+                self.host,
+                self.port,
+                ssl=self.context,
+                server_hostname=self.host,
+                ssl_handshake_timeout=self.connect_timeout,
+            )
+        else:
+            opening = loop.create_connection(lambda: link, self.host, self.port)
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), self.connect_timeout)
+            await asyncio.wait_for(opening, self.connect_timeout)
+        except (ssl.SSLError, ssl.CertificateError) as e:
+            raise RequestError(TLS, f"TLS with {what} failed: {e}") from None
+        except ConnectionAbortedError as e:
+            if self.tls and "handshake" in str(e):  # the loop's own handshake timer
+                raise RequestError(
+                    TIMEOUT, f"connect timeout: TLS handshake with {what} took over {self.connect_timeout:g} s"
+                ) from None
+            raise connect_failed(e, what, self.connect_timeout) from None
         except OSError as e:  # TimeoutError included
             raise connect_failed(e, what, self.connect_timeout) from None
 
@@ -367,6 +445,8 @@ class AsyncConnection(asyncio.BufferedProtocol):
         loop = asyncio.get_running_loop()
         if self.transport is None:
             await self._connect(loop)
+            if self.transport is None:  # closed by the peer as soon as it was open
+                raise RequestError(RESET, "the connection closed without an answer")
         self.answer = answer = _Headers(method == "HEAD")
         self.parser = answer.parser = httptools.HttpResponseParser(answer)
         self.got, self.head_end, self.tail = 0, -1, b""
@@ -397,6 +477,7 @@ class AsyncConnection(asyncio.BufferedProtocol):
         return max(0, self.got - self.head_end) if self.head_end >= 0 else 0
 
     def close(self) -> None:
+        self.link = None  # whatever its transport still reports is ignored
         if self.transport is not None:
             self.transport.close()
             self.transport = None
@@ -407,15 +488,10 @@ class AsyncConnection(asyncio.BufferedProtocol):
         what = "no answer" if self.got == 0 else f"the answer stalled after {self.got} bytes"
         waiter.set_exception(RequestError(TIMEOUT, f"read timeout: {what} in {self.timeout:g} s", self.got > 0))
 
-    # -- asyncio.BufferedProtocol --------------------------------------------------------------------
+    # -- what the current transport's protocol (_Link) reports ----------------------------------------------
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport  # asyncio and uvloop set TCP_NODELAY themselves
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.view
-
-    def buffer_updated(self, nbytes: int) -> None:
+    def received(self, nbytes: int) -> None:
+        """``nbytes`` more bytes of the answer are at the start of ``view``."""
         waiter = self.waiter
         if waiter is None or waiter.done():
             return  # bytes after a finished answer (or a timed-out one): the connection is closed then
@@ -436,13 +512,15 @@ class AsyncConnection(asyncio.BufferedProtocol):
         if self.answer.complete:
             waiter.set_result(None)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+    def lost(self, exc: Exception | None) -> None:
+        """The transport ended (closed by the peer, or broken: ``exc``)."""
         waiter = self.waiter
         if waiter is None or waiter.done():
             return
         answer = self.answer
-        if self.got == 0:
+        if isinstance(exc, ssl.SSLError | ssl.CertificateError):
+            waiter.set_exception(RequestError(TLS, f"TLS failed while reading the answer: {exc}", self.got > 0))
+        elif self.got == 0:
             why = f": {exc}" if exc else ""
             waiter.set_exception(RequestError(RESET, f"the connection closed without an answer{why}"))
         elif (

@@ -1,0 +1,141 @@
+"""GETs and HEADs of manifests and blobs on the event loop, for every kind of registry.
+
+What the thread Executor does for a read, done without leaving the loop: TLS with the
+registry entry's trust (its CA bundle, or ``insecure``), the Authorization header of the
+registry's :class:`~drtp.registry.auth.Authenticator` and, after a 401 with a challenge, the
+one request sent again when the challenge gave new credentials; and redirects (a blob read
+that the registry sends to its storage server) followed to their target.  Only the
+challenge itself — it may fetch a bearer token over the network, a blocking call — runs
+on the run's thread pool.  Credentials go only to the server they belong to: a redirect
+target that is another server gets the request without any Authorization header.
+
+A request is sent once; a GET/HEAD that got no byte of an answer is sent again only when
+the run allows retries, and ``attempts`` counts the sends of the trace request itself (a
+redirect's target is another request to another server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from concurrent.futures import Executor
+from urllib.parse import urljoin, urlsplit
+
+from drtp.client.executor import IDEMPOTENT, object_digest, object_headers, object_path, result_of
+from drtp.registry.auth import Authenticator, AuthError
+from drtp.registry.transport import AsyncConnection, RequestError, Response
+from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
+
+REDIRECTS = frozenset((301, 302, 303, 307, 308))
+MAX_REDIRECTS = 3  # followed per request, as the thread Executor does
+
+Server = tuple[str, str]  # (scheme, netloc) of a registry or a redirect target
+Connections = dict[Server, AsyncConnection]  # one loop worker's keep-alive connections
+
+
+class LoopRequests:
+    """The reads of one run on its event loop; shared by the run's loop workers, each with its own connections.
+
+    ``challenges`` counts the 401 challenges answered on the thread pool (a bearer token fetch, or
+    switching to basic credentials).
+    """
+
+    def __init__(self, spec: RunSpec, clock, pool: Executor) -> None:
+        self.spec = spec
+        self.clock = clock
+        self.pool = pool
+        self.retries = spec.retries
+        # registry (scheme, netloc) -> its credentials and TLS trust (spec.auth); other servers are anonymous
+        self.auth: dict[Server, Authenticator] = {}
+        for a in spec.auth:
+            u = urlsplit(registry_base(a.registry))
+            self.auth[(u.scheme, u.netloc)] = Authenticator(a, spec.timeout)
+        self.servers: dict[str, Server] = {}  # a request's registry entry -> its server
+        self.system_trust: ssl.SSLContext | None = None  # https without a registries: entry (made once)
+        self.challenges = 0
+
+    def server_of(self, registry: str) -> Server:
+        server = self.servers.get(registry)
+        if server is None:
+            u = urlsplit(registry_base(registry))
+            server = self.servers[registry] = (u.scheme, u.netloc)
+        return server
+
+    def connection(self, conns: Connections, server: Server) -> AsyncConnection:
+        conn = conns.get(server)
+        if conn is None:
+            scheme, netloc = server
+            context = None
+            if scheme == "https":
+                auth = self.auth.get(server)
+                if auth is not None:
+                    context = auth.ssl
+                else:
+                    if self.system_trust is None:
+                        self.system_trust = ssl.create_default_context()
+                    context = self.system_trust
+            conn = conns[server] = AsyncConnection(
+                netloc, self.spec.timeout, self.spec.connect_timeout, scheme=scheme, context=context
+            )
+        return conn
+
+    async def get(self, req: ReplayRequest, conns: Connections) -> ReplayResult:
+        """A trace GET/HEAD of a manifest or blob, redirects followed; latency covers every hop."""
+        server = self.server_of(req.registry)
+        target, headers = object_path(req), object_headers(req)
+        start = self.clock()
+        r = await self._authenticated(conns, server, req.method, target, headers)
+        attempts = r.attempts
+        for _ in range(MAX_REDIRECTS):
+            if r.status not in REDIRECTS:
+                break
+            location = r.header("location")
+            if not location:
+                break
+            u = urlsplit(urljoin(f"{server[0]}://{server[1]}{target}", location))
+            server = (u.scheme, u.netloc)
+            target = u.path + ("?" + u.query if u.query else "")
+            r = await self._authenticated(conns, server, req.method, target, headers)
+        r.attempts = attempts
+        latency = self.clock() - start
+        return result_of(req, r, start, latency, object_digest(req, r), [])
+
+    async def _authenticated(
+        self, conns: Connections, server: Server, method: str, target: str, headers: dict[str, str] | None
+    ) -> Response:
+        """One request with the server's credentials, if it has any; a 401 with a challenge they can answer
+        is sent once more, authenticated (what the thread Executor does)."""
+        conn = self.connection(conns, server)
+        auth = self.auth.get(server)
+        if auth is None:
+            return await self._send(conn, method, target, headers)
+        path = target.partition("?")[0]
+        sent = auth.header(path)
+        r = await self._send(conn, method, target, {**headers, **sent} if headers else sent)
+        if r.status == 401:
+            self.challenges += 1
+            loop = asyncio.get_running_loop()
+            try:
+                again = await loop.run_in_executor(self.pool, auth.challenge, path, r.header("www-authenticate"), sent)
+            except AuthError as e:
+                r.error = str(e)
+                return r
+            if again:
+                fresh = auth.header(path)
+                r = await self._send(conn, method, target, {**headers, **fresh} if headers else fresh)
+        return r
+
+    async def _send(self, conn: AsyncConnection, method: str, target: str, headers: dict[str, str] | None) -> Response:
+        """One request, sent once; again only when no byte of an answer came and the run allows retries."""
+        retries = self.retries if method in IDEMPOTENT else 0
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                r = await conn.request(method, target, headers)
+            except RequestError as e:
+                if e.answered or attempts > retries:
+                    return Response.failed(e, attempts)
+                continue
+            r.attempts = attempts
+            return r
