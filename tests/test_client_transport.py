@@ -285,7 +285,7 @@ def run_on_loop(requests, timeout: float = 5.0) -> list:
     run.end()
     out = []
     while (item := run.results.get(timeout=10)) is not None:
-        out.extend(item if isinstance(item, list) else [item])
+        out.extend(f.result for f in (item if isinstance(item, list) else [item]))  # Finished: request, result
     assert run.finished
     return sorted(out, key=lambda r: r.seq)
 
@@ -357,7 +357,7 @@ def test_a_stuck_request_holds_back_only_its_own_trace_client(engine):
     run.end()
     out = []
     while (item := run.results.get(timeout=30)) is not None:
-        out.extend(item if isinstance(item, list) else [item])
+        out.extend(f.result for f in (item if isinstance(item, list) else [item]))  # Finished: request, result
     by_seq = {r.seq: r for r in out}
     stuck = by_seq[0]
     assert stuck.outcome == "timeout" and stuck.latency >= timeout * 0.9
