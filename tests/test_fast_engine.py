@@ -213,7 +213,7 @@ def test_a_certificate_the_entrys_ca_did_not_sign_fails_as_tls(tmp_path, pki):
         run.end()
         results = []
         while (item := run.results.get(timeout=30)) is not None:
-            results.extend(item if isinstance(item, list) else [item])
+            results.extend(f.result for f in (item if isinstance(item, list) else [item]))  # Finished: request, result
     assert sorted(r.seq for r in results) == list(range(6))
     assert all((r.ok, r.status, r.outcome) == (False, 0, "tls") for r in results), results[0]
     assert all("certificate verify failed" in r.error for r in results)
@@ -234,7 +234,7 @@ def test_the_loop_ends_when_the_end_came_while_requests_were_queued(registry):
     run.end()
     results = []
     while (item := run.results.get(timeout=30)) is not None:
-        results.extend(item if isinstance(item, list) else [item])
+        results.extend(f.result for f in (item if isinstance(item, list) else [item]))  # Finished: request, result
     assert [r.status for r in results] == [404, 404, 404]
     run.thread.join(timeout=30)  # the bound turns a loop that never ends into a failure
     assert not run.thread.is_alive()
