@@ -87,7 +87,7 @@ def _b64(data: bytes) -> str:
 class TokenServer:
     """Docker token server over https: GET /token?service=&scope= with basic auth → {"token": JWT}."""
 
-    def __init__(self, d: Path, pki: Pki, user: str = USER, password: str = PASSWORD) -> None:
+    def __init__(self, d: Path, pki: Pki, user: str = USER, password: str = PASSWORD, expires_in: int = 300) -> None:
         self.signing_key = _key()
         signer = _cert("drtp token signer", self.signing_key, _name("drtp token signer"), self.signing_key, ca=True)
         self.bundle = d / "token-signer.pem"
@@ -95,6 +95,8 @@ class TokenServer:
         self.x5c = base64.b64encode(signer.public_bytes(serialization.Encoding.DER)).decode()
         self.user, self.password = user, password
         self.issued = 0
+        self.scopes: list[str] = []  # the scope asked for, per token issued
+        self.expires_in = expires_in  # the tokens' life in seconds (the JWT's exp and the answer's expires_in)
         self.port = free_port()
         app = bottle.Bottle()
         app.route("/token", "GET", self.token)
@@ -129,7 +131,7 @@ class TokenServer:
             "iss": ISSUER,
             "sub": self.user,
             "aud": bottle.request.query.get("service") or SERVICE,
-            "exp": now + 300,
+            "exp": now + self.expires_in,
             "nbf": now - 10,
             "iat": now,
             "jti": uuid.uuid4().hex,
@@ -139,7 +141,8 @@ class TokenServer:
         signing_input = _b64(json.dumps(header).encode()) + "." + _b64(json.dumps(claims).encode())
         sig = self.signing_key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
         self.issued += 1
-        return {"token": signing_input + "." + _b64(sig), "expires_in": 300}
+        self.scopes.append(" ".join(bottle.request.query.getall("scope")))
+        return {"token": signing_input + "." + _b64(sig), "expires_in": self.expires_in}
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -11,8 +11,14 @@ nodes (:class:`Authenticator`, its token fetch over ``http.client``) and
   to that registry carries it.
 * **Bearer** (Docker token flow): 401 with ``WWW-Authenticate: Bearer
   realm=…,service=…,scope=…``; a token is fetched from the realm (with the
-  basic credentials, if any) for that scope and cached per repository; a 401
-  on a cached token (expired, or a wider scope needed) fetches a new one.
+  basic credentials, if any) for that scope and cached per scope: a repository's
+  requests carry the token of the scope its last challenge asked for, and a
+  second repository, or a wider scope (pull, then push), gets a token of its own.
+  A token is renewed before it expires, as Docker clients do: once less than 30 s
+  (or a tenth of a longer life) is left, the next request that uses it starts a
+  renewal in the background and goes on with the still-valid token, so no request
+  waits for the token server and none meets a 401 for an expired token.  A 401 on
+  a cached token (revoked, or a wider scope needed) still fetches a new one.
 
 Plain http, or https without verification, is used only when the entry says
 ``insecure: true``.  Passwords are never printed: :func:`masked` is what the
@@ -27,6 +33,9 @@ import json
 import re
 import ssl
 import threading
+import time
+from collections.abc import Callable
+from typing import NamedTuple
 from urllib.parse import urlencode, urlsplit
 
 from drtp.config import Config, RegistryEntry
@@ -34,6 +43,9 @@ from drtp.errors import ConfigError, DrtpError
 from drtp.replay.messages import RegistryAuth, registry_base
 
 _PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+DEFAULT_TOKEN_LIFE_S = 60.0  # a token response without expires_in lives this long (the Docker token spec)
+RENEW_BEFORE_S = 30.0  # renew a token this long before it expires (at most half its life) ...
+RENEW_FRACTION = 0.1  # ... or this fraction of its life before, if that is longer
 _REPO = re.compile(r"^/v2/(.+?)/(?:blobs|manifests|tags)/")
 
 
@@ -110,28 +122,55 @@ def repository_of(path: str) -> str:
     return m.group(1) if m else ""
 
 
-class Authenticator:
-    """The Authorization header for one registry's requests; shared by a node's threads."""
+class Token(NamedTuple):
+    """A bearer token and when (on the authenticator's clock) to renew it and when it expires."""
 
-    def __init__(self, auth: RegistryAuth | None, timeout: float = 30.0) -> None:
+    value: str
+    renew_at: float
+    expires_at: float
+
+
+def token_times(now: float, life_s: float) -> tuple[float, float]:
+    """(renew at, expires at) for a token of ``life_s`` seconds received at ``now``."""
+    before = max(RENEW_FRACTION * life_s, min(RENEW_BEFORE_S, life_s / 2))
+    return now + life_s - before, now + life_s
+
+
+class Authenticator:
+    """The Authorization header for one registry's requests; shared by a node's threads (and its event loop:
+    :meth:`header` never waits for the network)."""
+
+    def __init__(
+        self, auth: RegistryAuth | None, timeout: float = 30.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.auth = auth
         self.timeout = timeout
+        self.clock = clock
         self.ssl = ssl_context(auth)
         self.basic = None
         if auth is not None and auth.username:
             raw = f"{auth.username}:{auth.password}".encode()
             self.basic = "Basic " + base64.b64encode(raw).decode()
         self.mode = ""  # "", "basic" or "bearer" once the registry has asked
-        self.tokens: dict[str, str] = {}  # repository ("" for /v2/) -> bearer token
+        self.tokens: dict[str, Token] = {}  # scope -> its token
+        self.scope_of: dict[str, str] = {}  # repository ("" for /v2/) -> the scope its last challenge asked for
+        self.challenges: dict[str, dict[str, str]] = {}  # scope -> the challenge's parameters (to renew it)
+        self.renewing: set[str] = set()  # scopes whose renewal is under way
+        self.renew_errors = 0  # renewals that failed (the token in hand is used until it expires)
         self.lock = threading.Lock()
 
     def header(self, path: str) -> dict[str, str]:
         if self.mode == "basic" and self.basic:
             return {"Authorization": self.basic}
         if self.mode == "bearer":
-            token = self.tokens.get(repository_of(path))
-            if token:
-                return {"Authorization": "Bearer " + token}
+            scope = self.scope_of.get(repository_of(path))
+            token = self.tokens.get(scope) if scope is not None else None
+            if token is not None:
+                now = self.clock()
+                if now >= token.renew_at:
+                    self._renew_soon(scope)
+                if now < token.expires_at:
+                    return {"Authorization": "Bearer " + token.value}
         return {}
 
     def challenge(self, path: str, www_authenticate: str | None, sent: dict[str, str]) -> bool:
@@ -146,17 +185,47 @@ class Authenticator:
             self.mode = "basic"
         elif scheme == "bearer" and params.get("realm"):
             repo = repository_of(path)
+            scope = params.get("scope", "")
             with self.lock:  # one token fetch at a time; a thread that finds a newer token just uses it
-                if self.mode != "bearer" or self.header(path) == sent:
-                    self.tokens[repo] = self.fetch_token(params)
-                    self.mode = "bearer"
+                token = self.tokens.get(scope)
+                stale = token is None or ("Bearer " + token.value) == sent.get("Authorization")
+                if self.mode != "bearer" or stale or self.clock() >= token.expires_at:
+                    self._store(scope, params, self.fetch_token(params))
+                self.scope_of[repo] = scope
+                self.mode = "bearer"
         else:
             return False
         fresh = self.header(path)
         return bool(fresh) and fresh != sent
 
-    def fetch_token(self, params: dict[str, str]) -> str:
-        """GET realm?service=…&scope=… (with basic credentials); AuthError if refused."""
+    def _store(self, scope: str, params: dict[str, str], answer: tuple[str, float]) -> None:
+        value, life_s = answer
+        renew_at, expires_at = token_times(self.clock(), life_s)
+        self.tokens[scope] = Token(value, renew_at, expires_at)
+        self.challenges[scope] = params
+
+    def _renew_soon(self, scope: str) -> None:
+        """Fetch a new token for ``scope`` in the background; the caller goes on with the one it has."""
+        with self.lock:
+            if scope in self.renewing or scope not in self.challenges:
+                return
+            self.renewing.add(scope)
+        threading.Thread(target=self._renew, args=(scope,), name="drtp-token-renewal", daemon=True).start()
+
+    def _renew(self, scope: str) -> None:
+        try:
+            params = self.challenges[scope]
+            answer = self.fetch_token(params)
+            with self.lock:
+                self._store(scope, params, answer)
+        except AuthError:
+            self.renew_errors += 1  # the token in hand serves until it expires; then a 401 fetches again
+        finally:
+            with self.lock:
+                self.renewing.discard(scope)
+
+    def fetch_token(self, params: dict[str, str]) -> tuple[str, float]:
+        """GET realm?service=…&scope=… (with basic credentials): (token, its life in seconds); AuthError if refused."""
         realm = urlsplit(params["realm"])
         if self.basic and realm.scheme != "https" and registry_base(self.auth.registry).startswith("https://"):
             # the registry is reached over TLS: its password must not cross the network in clear text
@@ -181,9 +250,13 @@ class Authenticator:
             raise AuthError(f"token server {realm.netloc} refused {who}: HTTP {resp.status}")
         try:
             data = json.loads(body)
-            return data.get("token") or data["access_token"]
-        except (ValueError, KeyError, TypeError):
+            token = data.get("token") or data["access_token"]
+            life_s = float(data.get("expires_in") or DEFAULT_TOKEN_LIFE_S)
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise AuthError(f"token server {realm.netloc} gave no token (HTTP {resp.status})") from None
+        if not isinstance(token, str) or not token or not 0 < life_s < 1e7:
+            raise AuthError(f"token server {realm.netloc} gave no usable token (HTTP {resp.status})")
+        return token, life_s
 
 
 def auth_for(registry: str, auths: list[RegistryAuth]) -> RegistryAuth | None:
