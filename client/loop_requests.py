@@ -22,8 +22,9 @@ from concurrent.futures import Executor
 from urllib.parse import urljoin, urlsplit
 
 from drtp.client.executor import IDEMPOTENT, object_digest, object_headers, object_path, result_of
+from drtp.registry.async_transport import AsyncConnection
 from drtp.registry.auth import Authenticator, AuthError
-from drtp.registry.transport import AsyncConnection, RequestError, Response
+from drtp.registry.transport import RequestError, Response
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
 
 REDIRECTS = frozenset((301, 302, 303, 307, 308))

@@ -222,7 +222,7 @@ def fetch(netloc: str, requests: list[tuple[str, str]], timeout: float = 5):
     """Run AsyncConnection requests one after the other on one connection; results or exceptions."""
     import asyncio
 
-    from drtp.registry.transport import AsyncConnection
+    from drtp.registry.async_transport import AsyncConnection
 
     async def go():
         conn = AsyncConnection(netloc, timeout)
