@@ -20,7 +20,9 @@ catch.
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
+import threading
 from pathlib import Path
 
 import certifi
@@ -129,14 +131,23 @@ def dxf_options(auth: RegistryAuth | None, registry: str) -> dict:
 
 
 _CA_FILES: dict[str, str] = {}
+_CA_LOCK = threading.Lock()
 
 
 def ca_file_for(auth: RegistryAuth) -> str:
-    """A file holding the CA text and the public CAs (python-dxf/requests take one path); one per bundle."""
+    """A file holding the CA text and the public CAs (python-dxf/requests take one path); one per bundle.
+
+    Written whole under another name and renamed into place: a thread (or process) that reads it never
+    sees half a file, which TLS would refuse as a broken certificate.
+    """
     key = hashlib.sha256(auth.ca_pem.encode()).hexdigest()[:16]
-    path = _CA_FILES.get(key)
-    if path is None or not Path(path).exists():
-        path = str(Path(tempfile.gettempdir()) / f"drtp-ca-{key}.pem")
-        Path(path).write_text(Path(certifi.where()).read_text() + "\n" + auth.ca_pem)
-        _CA_FILES[key] = path
+    with _CA_LOCK:
+        path = _CA_FILES.get(key)
+        if path is None or not Path(path).exists():
+            path = str(Path(tempfile.gettempdir()) / f"drtp-ca-{key}.pem")
+            fd, tmp = tempfile.mkstemp(prefix=f"drtp-ca-{key}.", suffix=".tmp", dir=tempfile.gettempdir())
+            with os.fdopen(fd, "w") as f:
+                f.write(Path(certifi.where()).read_text() + "\n" + auth.ca_pem)
+            os.replace(tmp, path)
+            _CA_FILES[key] = path
     return path
