@@ -39,7 +39,7 @@ from urllib.parse import urlencode, urljoin, urlsplit
 from drtp.registry.auth import Authenticator, AuthError
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
-from drtp.registry.transport import Connection, RequestError, Response
+from drtp.registry.transport import Connection, RequestError, Response, send_again
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import HTTP, NOT_SENT, OK, PROTOCOL, TRUNCATED, status_outcome
 
@@ -156,7 +156,7 @@ class Executor:
             try:
                 r = conn.request(method, target, body, headers)
             except RequestError as e:
-                if e.answered or attempts > retries:
+                if not send_again(e, attempts, retries):
                     return Response.failed(e, attempts)
                 continue
             r.attempts = attempts

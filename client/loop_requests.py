@@ -24,7 +24,7 @@ from urllib.parse import urljoin, urlsplit
 from drtp.client.executor import IDEMPOTENT, object_digest, object_headers, object_path, result_of
 from drtp.registry.async_transport import AsyncConnection
 from drtp.registry.auth import Authenticator, AuthError
-from drtp.registry.transport import RequestError, Response
+from drtp.registry.transport import RequestError, Response, send_again
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
 
 REDIRECTS = frozenset((301, 302, 303, 307, 308))
@@ -135,7 +135,7 @@ class LoopRequests:
             try:
                 r = await conn.request(method, target, headers)
             except RequestError as e:
-                if e.answered or attempts > retries:
+                if not send_again(e, attempts, retries):
                     return Response.failed(e, attempts)
                 continue
             r.attempts = attempts

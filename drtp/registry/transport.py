@@ -51,6 +51,12 @@ class RequestError(Exception):
         self.answered = answered
 
 
+def send_again(e: RequestError, attempts: int, retries: int) -> bool:
+    """Whether a request that failed with ``e`` after ``attempts`` sends may go once more: only when no byte
+    of an answer came and the run allows ``retries`` (the one rule of every engine: nothing re-sent silently)."""
+    return not e.answered and attempts <= retries
+
+
 class Response:
     """Status, headers (names lower-case) and how many body bytes arrived.
 
