@@ -22,6 +22,7 @@ import pytest
 
 from drtp.master.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
+from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.trace.reader import TraceReader
 from tests.faultproxy import (
     KINDS,
@@ -163,11 +164,20 @@ def check_analysis_agrees(run: Replayed, out: Path) -> None:
     assert failures[run.run_dir.name].to_dict() == run.summary["failures"]
 
 
+# The GET/HEAD helper requests a node sends, by the ``reference`` their rows carry: (kind, target)
+HELPER_READS = {"config blob check": ("blob", CONFIG_DIGEST)}
+
+
 def _paths(rows: pd.DataFrame) -> list[str]:
-    """The request path of each GET/HEAD row: blobs by digest, manifests by the trace's reference."""
+    """The request path of each GET/HEAD row: blobs by digest, manifests by the trace's reference,
+    a helper read by what it reads (its row names the helper, not the object)."""
     out = []
-    for repo, kind, ref, digest in zip(rows.repository, rows.kind, rows.reference, rows.digest, strict=True):
-        target = digest if kind == "blob" and isinstance(digest, str) and digest else ref
+    columns = (rows.repository, rows.kind, rows.reference, rows.digest, rows.auxiliary)
+    for repo, kind, ref, digest, helper in zip(*columns, strict=True):
+        if helper and ref in HELPER_READS:
+            kind, target = HELPER_READS[ref]
+        else:
+            target = digest if kind == "blob" and isinstance(digest, str) and digest else ref
         out.append(f"/v2/{repo}/{kind}s/{target}")
     return out
 
