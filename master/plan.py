@@ -45,7 +45,7 @@ import msgspec
 
 from drtp.registry.manifest import placeholder_digest
 from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for
-from drtp.trace.records import TraceRecord
+from drtp.trace.records import TraceRecord, Uri
 
 MAX_IMAGE_BLOBS = 128  # blobs kept per image: Docker allows 127 layers, plus the config
 
@@ -78,8 +78,8 @@ def with_prefix(batches: Iterable[list[TraceRecord]], prefix: str) -> Iterator[l
         yield [msgspec.structs.replace(r, uri=prefixed(r.uri)) for r in records]
 
 
-def op_of(rec: TraceRecord) -> str:
-    return op_for(rec.method, rec.kind)
+def op_of(rec: TraceRecord, uri: Uri | None = None) -> str:
+    return op_for(rec.method, (uri or rec.parts).kind)
 
 
 class Planner:
@@ -104,21 +104,23 @@ class Planner:
 
     # -- planning ----------------------------------------------------------------------------------
 
-    def blocked_by(self, rec: TraceRecord) -> list[tuple]:
+    def blocked_by(self, rec: TraceRecord, uri: Uri | None = None) -> list[tuple]:
         """Requests in flight that this record must wait for: pushes of what it reads or references,
-        reads of the tag it pushes."""
-        if rec.kind == "blob":
+        reads of the tag it pushes.  ``uri``: the record's URI parts, when the caller split it already
+        (the master splits each record's URI once; every look at ``rec.kind`` would split it again)."""
+        uri = uri or rec.parts
+        if uri.kind == "blob":
             if rec.method == "POST":  # an upload open waits for nothing; a mount for a push of its blob
                 mount = rec.mount
                 key = ("blob", mount.blob) if mount is not None else None
                 return [key] if key is not None and self.pending.get(key) else []
-            key = ("blob", rec.reference)
+            key = ("blob", uri.reference)
             return [key] if rec.method != "PUT" and self.pending.get(key) else []
-        key = ("manifest", rec.repository, rec.reference)
+        key = ("manifest", uri.repository, uri.reference)
         if rec.method == "PUT":
             keys = [
                 k
-                for k in (("blob", r) for r in self.image.get((rec.client, rec.repository), ()))
+                for k in (("blob", r) for r in self.image.get((rec.client, uri.repository), ()))
                 if self.pending.get(k)
             ]
             return keys + [key] if self.reading.get(key) else keys
@@ -127,9 +129,12 @@ class Planner:
     def resolve(self, repository: str, ref: str) -> Layer | None:
         return self.blobs.get((repository, ref)) or self.blob_any.get(ref)
 
-    def plan(self, rec: TraceRecord, seq: int, at: float | None) -> ReplayRequest:
-        op = op_of(rec)
-        repo, ref = rec.repository, rec.reference
+    def plan(self, rec: TraceRecord, seq: int, at: float | None, uri: Uri | None = None) -> ReplayRequest:
+        """The request a node sends for ``rec`` (``uri``: its URI parts, if split already)."""
+        uri = uri or rec.parts
+        kind = uri.kind
+        op = op_for(rec.method, kind)
+        repo, ref = uri.repository, uri.reference
         digest = None
         object_size = None
         layers: list[Layer] = []
@@ -148,14 +153,14 @@ class Planner:
             self.mounting[seq] = wanted.blob
             if rec.status == 201:  # mounted in the trace: a layer of the image being pushed
                 self._add_layer(key, wanted.blob)
-        elif op == "get" and rec.kind == "blob" and not ref.startswith("uploads"):
+        elif op == "get" and kind == "blob" and not ref.startswith("uploads"):
             layer = self.resolve(repo, ref)
             digest = layer.digest if layer else placeholder_digest(ref)
             if layer is not None and rec.method == "GET":
                 object_size = layer.size or None
             if rec.method == "HEAD" and rec.status < 400 and layer is not None:
                 self._add_layer(key, ref)
-        elif op == "get" and rec.kind == "manifest":
+        elif op == "get" and kind == "manifest":
             if rec.method == "GET":
                 self.image.pop(key, None)  # a pull starts: forget what an earlier push looked at
             self._count_read(("manifest", repo, ref))
@@ -170,7 +175,7 @@ class Planner:
             trace_id=rec.id,
             client=rec.client,
             method=rec.method,
-            kind=rec.kind,
+            kind=kind,
             op=op,
             registry=registry,
             repository=repo,
@@ -267,32 +272,34 @@ class Held(msgspec.Struct, gc=False):
     reads (worked out once: a held record is looked at again after every release)."""
 
     rec: TraceRecord
+    uri: Uri  # the record's URI parts
     seq: int
     at: float | None
     push_key: tuple | None = None
     read_key: tuple | None = None
 
 
-def _push_key(rec: TraceRecord) -> tuple | None:
+def _push_key(rec: TraceRecord, uri: Uri) -> tuple | None:
     """The object a record pushes (a layer, or a manifest tag; a mount pushes its blob), if it pushes one."""
     if rec.method != "PUT":
         mount = rec.mount if rec.method == "POST" else None
         return ("blob", mount.blob) if mount is not None else None
-    if rec.kind == "manifest":
-        return ("manifest", rec.repository, rec.reference)
-    return None if rec.reference.startswith("uploads") else ("blob", rec.reference)
+    if uri.kind == "manifest":
+        return ("manifest", uri.repository, uri.reference)
+    return None if uri.reference.startswith("uploads") else ("blob", uri.reference)
 
 
-def _read_key(rec: TraceRecord) -> tuple | None:
+def _read_key(rec: TraceRecord, uri: Uri) -> tuple | None:
     """The object a record reads (a layer, or a manifest tag; a mount reads its blob), if it reads one."""
-    if rec.kind == "blob" and rec.method == "POST":
+    method, kind = rec.method, uri.kind
+    if kind == "blob" and method == "POST":
         mount = rec.mount
         return ("blob", mount.blob) if mount is not None else None
-    if rec.method == "PUT" or (rec.kind == "blob" and rec.method == "PATCH"):
+    if method == "PUT" or (kind == "blob" and method == "PATCH"):
         return None
-    if rec.kind == "manifest":
-        return ("manifest", rec.repository, rec.reference)
-    return None if rec.reference.startswith("uploads") else ("blob", rec.reference)
+    if kind == "manifest":
+        return ("manifest", uri.repository, uri.reference)
+    return None if uri.reference.startswith("uploads") else ("blob", uri.reference)
 
 
 def _waits_for(held: Held, pushes: set[tuple]) -> bool:
@@ -331,22 +338,24 @@ class HeldRecords:
         key = push_key
         return key is not None and key[0] == "manifest" and bool(seqs := self.reads.get(key)) and seqs[0] < seq
 
-    def hold(self, rec: TraceRecord, seq: int, at: float | None) -> bool:
-        """Hold ``rec`` when its client already waits or it depends on a request in flight or held."""
+    def hold(self, rec: TraceRecord, seq: int, at: float | None, uri: Uri | None = None) -> bool:
+        """Hold ``rec`` when its client already waits or it depends on a request in flight or held
+        (``uri``: its URI parts, if split already)."""
+        uri = uri or rec.parts
         queue = self.by_client.get(rec.client)
         push_key = read_key = None
         if queue is None:
             if self.count:
-                push_key, read_key = _push_key(rec), _read_key(rec)
+                push_key, read_key = _push_key(rec, uri), _read_key(rec, uri)
                 if self._overtakes(read_key, push_key, seq):
                     queue = self.by_client[rec.client] = []
             if queue is None:
-                if not self.planner.blocked_by(rec):
+                if not self.planner.blocked_by(rec, uri):
                     return False
                 queue = self.by_client[rec.client] = []
         if push_key is None and read_key is None:
-            push_key, read_key = _push_key(rec), _read_key(rec)
-        queue.append(Held(rec, seq, at, push_key, read_key))
+            push_key, read_key = _push_key(rec, uri), _read_key(rec, uri)
+        queue.append(Held(rec, uri, seq, at, push_key, read_key))
         if push_key is not None:
             self.pushes.setdefault(push_key, []).append(seq)
         if read_key is not None and read_key[0] == "manifest":
@@ -362,14 +371,16 @@ class HeldRecords:
             n = 0
             pushes: set[tuple] = set()  # what this pass releases of the client's pushes (not planned yet)
             for held in queue:
-                if self._overtakes(held.read_key, held.push_key, held.seq) or self.planner.blocked_by(held.rec):
+                if self._overtakes(held.read_key, held.push_key, held.seq) or self.planner.blocked_by(
+                    held.rec, held.uri
+                ):
                     break
                 if pushes and _waits_for(held, pushes):  # it depends on a push released just before it
                     break
                 if (key := held.push_key) is not None:
                     pushes.add(key)
                     if key[0] == "blob":
-                        pushes.add(("image", held.rec.repository))
+                        pushes.add(("image", held.uri.repository))
                 out.append(held)
                 n += 1
             if n == len(queue):

@@ -48,6 +48,7 @@ from drtp.replay.signing import resolve_token
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 from drtp.replay.stats_file import STATS_FILE
 from drtp.trace.reader import TraceReader
+from drtp.trace.records import TraceRecord, Uri
 
 log = logging.getLogger(__name__)  # -v / verbose: true shows the run's steps
 
@@ -334,19 +335,21 @@ class Replay:
                 if first is None:
                     first = t
                 at = self.offset + (t - first) / speedup if timed else None
-                if self.held.hold(rec, seq, at):  # it waits for a request in flight; other clients go on
+                uri = rec.parts  # split once: hold, route and plan all look at it
+                if self.held.hold(rec, seq, at, uri):  # it waits for a request in flight; other clients go on
                     seq += 1
                     if len(self.held) >= cap and not self._wait_held(cap // 2):
                         return
                     continue
-                if not self._send(rec, seq, at):
+                if not self._send(rec, uri, seq, at):
                     return
                 seq += 1
         self._wait_held(0)
 
-    def _send(self, rec, seq: int, at: float | None) -> bool:
-        """Plan ``rec`` and put it in its node's next batch; False when every node is dead."""
-        node = self._route(rec)
+    def _send(self, rec: TraceRecord, uri: Uri, seq: int, at: float | None) -> bool:
+        """Plan ``rec`` (``uri``: its URI parts) and put it in its node's next batch; False when every node
+        is dead."""
+        node = self._route(rec, uri)
         if node is None:  # every node is dead: what was measured is kept, the summary still written
             return False
         if self.per_node[node] >= self.cap and node not in self.dead:
@@ -355,10 +358,10 @@ class Replay:
             while self.per_node[node] > self.refill_at and node not in self.dead:
                 self._drain(timeout=self._flush_all())
         if node in self.dead:
-            node = self._route(rec)
+            node = self._route(rec, uri)
             if node is None:
                 return False
-        req = self.planner.plan(rec, seq, at)
+        req = self.planner.plan(rec, seq, at, uri)
         self.inflight[seq] = (node, req)
         self.per_node[node] += 1
         buf = self.buffers[node]
@@ -380,7 +383,7 @@ class Replay:
         self.releases_seen = self.planner.releases
         for held in self.held.release():
             self.held.planned(held)
-            if not self._send(held.rec, held.seq, held.at):
+            if not self._send(held.rec, held.uri, held.seq, held.at):
                 return False
         return True
 
@@ -392,16 +395,17 @@ class Replay:
                 return False
         return self.router.alive
 
-    def _route(self, rec) -> str | None:
-        op_key = (rec.client, rec.repository)
+    def _route(self, rec: TraceRecord, uri: Uri) -> str | None:
+        op_key = (rec.client, uri.repository)
         pinned = None
-        if rec.kind == "blob" and rec.method in ("POST", "PATCH", "PUT"):
+        blob = uri.kind == "blob"
+        if blob and rec.method in ("POST", "PATCH", "PUT"):
             # an upload continues on the node that opened it (the node holds the session)
             pinned = self.upload_node.get(op_key)
             if pinned in self.dead:
                 pinned = None
         node = pinned or self.router.pick(rec.client)
-        if node is not None and rec.kind == "blob":
+        if node is not None and blob:
             if rec.method in ("POST", "PATCH"):
                 self.upload_node[op_key] = node
             elif rec.method == "PUT":

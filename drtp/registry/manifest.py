@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 
 SCHEMA2 = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"
@@ -65,6 +66,8 @@ def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+@lru_cache(maxsize=1 << 14)
 def placeholder_digest(reference: str) -> str:
-    """A digest no registry holds, for a trace reference never pushed (its read is expected to 404)."""
+    """A digest no registry holds, for a trace reference never pushed (its read is expected to 404).
+    Cached: the master asks for it once per read of an unknown object, and popular objects repeat."""
     return "sha256:" + hashlib.sha256(b"drtp-unknown:" + reference.encode()).hexdigest()

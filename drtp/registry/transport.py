@@ -58,14 +58,14 @@ def send_again(e: RequestError, attempts: int, retries: int) -> bool:
 
 
 class Response:
-    """Status, headers (names lower-case) and how many body bytes arrived.
+    """Status, headers (names lower-case), how many body bytes arrived, and the body when asked for.
 
     ``outcome`` is empty for an answer read completely, else the drtp.replay.outcome
     class of the failure with ``error`` saying what happened (``status`` 0 then);
     ``attempts`` counts the sends (more than one only with opt-in retries).
     """
 
-    __slots__ = ("status", "headers", "bytes", "error", "outcome", "attempts")
+    __slots__ = ("status", "headers", "bytes", "error", "outcome", "attempts", "body")
 
     def __init__(
         self,
@@ -82,6 +82,7 @@ class Response:
         self.error = error
         self.outcome = outcome
         self.attempts = attempts
+        self.body = b""  # kept only for ``request(keep_body=True)``: a registry's bodies are counted, not kept
 
     @classmethod
     def failed(cls, e: RequestError, attempts: int = 1) -> Response:
@@ -129,6 +130,20 @@ class _Answer(AnswerState):
 
     def on_body(self, body: bytes) -> None:
         self.nbytes += len(body)
+
+
+class _KeptAnswer(_Answer):
+    """An answer whose body is kept as well as counted (a small JSON reply, not a registry's blob)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, head: bool) -> None:
+        super().__init__(head)
+        self.parts: list[bytes] = []
+
+    def on_body(self, body: bytes) -> None:
+        self.nbytes += len(body)
+        self.parts.append(bytes(body))
 
 
 def request_head(method: str, target: str, netloc: str, body, headers: dict[str, str] | None) -> bytes:
@@ -246,8 +261,9 @@ class Connection:
         target: str,
         body: bytes | Callable[[], Iterator[bytes]] | None = None,
         headers: dict[str, str] | None = None,
+        keep_body: bool = False,
     ) -> Response:
-        """Send one request and read its whole answer.
+        """Send one request and read its whole answer (its body in ``Response.body`` if ``keep_body``).
 
         Raises RequestError (classified: timeout, refused, reset, truncated, tls,
         protocol); the connection is closed then.
@@ -280,13 +296,12 @@ class Connection:
                 raise RequestError(TLS, f"TLS failed while sending the request: {e}") from None
             except OSError as e:
                 raise RequestError(RESET, f"the connection broke while sending the request: {e}") from None
-            return self._read(method == "HEAD")
+            return self._read(_KeptAnswer(method == "HEAD") if keep_body else _Answer(method == "HEAD"))
         except BaseException:
             self.close()
             raise
 
-    def _read(self, head: bool) -> Response:
-        answer = _Answer(head)
+    def _read(self, answer: _Answer) -> Response:
         parser = answer.parser = httptools.HttpResponseParser(answer)
         sock, buf, view = self.sock, self.buf, self.view
         got = 0
@@ -317,4 +332,7 @@ class Connection:
         status = parser.get_status_code()
         if not answer.keep_alive:
             self.close()
-        return Response(status, answer.headers, answer.nbytes)
+        r = Response(status, answer.headers, answer.nbytes)
+        if isinstance(answer, _KeptAnswer):
+            r.body = b"".join(answer.parts)
+        return r
