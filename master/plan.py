@@ -93,6 +93,7 @@ class Planner:
         self.image: dict[tuple[str, str], list[str]] = {}  # (client, repository) -> blob refs of the image
         self.mounting: dict[int, str] = {}  # seq of a mount in flight -> the trace reference of its blob
         self.releases = 0  # how often a request that others may wait for finished: held records look again
+        self.freed: list[tuple] = []  # the objects of those requests, until the held records take them
 
     # -- the warmup map ----------------------------------------------------------------------
 
@@ -251,11 +252,18 @@ class Planner:
 
     def _release_read(self, key: tuple) -> None:
         self.releases += 1
+        self.freed.append(key)
         _decrement(self.reading, key)
 
     def _release(self, key: tuple) -> None:
         self.releases += 1
+        self.freed.append(key)
         _decrement(self.pending, key)
+
+    def take_freed(self) -> list[tuple]:
+        """The objects whose requests finished since the last call (what held records may wait for)."""
+        freed, self.freed = self.freed, []
+        return freed
 
 
 def _decrement(counts: dict[tuple, int], key: tuple) -> None:
@@ -319,6 +327,13 @@ class HeldRecords:
     meanwhile.  A held record also holds back the later records of other clients that would
     overtake it on the same object: a read of what it pushes, a push of the tag it reads.
     A held record counts as such until it is planned (``planned``), also after ``release``.
+
+    A client's first held record waits for objects: pushes or reads in flight (the planner frees
+    them as results come) or earlier held records on them (freed when those are planned).  Each
+    client is filed under the objects it waits for, and a release pass looks only at the clients
+    whose objects were freed since the last pass: looking at every waiting client after every
+    result made the master's cost per request grow with the number of waiting clients, most at
+    a slow registry's rates, where each result comes on its own.
     """
 
     def __init__(self, planner: Planner) -> None:
@@ -327,6 +342,19 @@ class HeldRecords:
         self.pushes: dict[tuple, list[int]] = {}  # object -> seqs of held records pushing it, ascending
         self.reads: dict[tuple, list[int]] = {}  # manifest tag -> seqs of held records reading it, ascending
         self.count = 0
+        self.waiting: dict[tuple, set[str]] = {}  # object -> clients whose first held record waits for it
+        self.woken: set[str] = set()  # clients to look at in the next pass: an object they wait for was freed
+
+    def _wait(self, client: str, keys: Iterable[tuple | None]) -> None:
+        """File ``client`` under the objects its first held record waits for."""
+        for key in keys:
+            if key is not None:
+                self.waiting.setdefault(key, set()).add(client)
+
+    def _wake(self, key: tuple) -> None:
+        clients = self.waiting.pop(key, None)
+        if clients:
+            self.woken |= clients
 
     def __len__(self) -> int:
         return self.count
@@ -349,10 +377,13 @@ class HeldRecords:
                 push_key, read_key = _push_key(rec, uri), _read_key(rec, uri)
                 if self._overtakes(read_key, push_key, seq):
                     queue = self.by_client[rec.client] = []
+                    self._wait(rec.client, (read_key, push_key))
             if queue is None:
-                if not self.planner.blocked_by(rec, uri):
+                blockers = self.planner.blocked_by(rec, uri)
+                if not blockers:
                     return False
                 queue = self.by_client[rec.client] = []
+                self._wait(rec.client, blockers)
         if push_key is None and read_key is None:
             push_key, read_key = _push_key(rec, uri), _read_key(rec, uri)
         queue.append(Held(rec, uri, seq, at, push_key, read_key))
@@ -363,19 +394,32 @@ class HeldRecords:
         self.count += 1
         return True
 
-    def release(self) -> list[Held]:
-        """The held records that may go now, in each client's trace order; call ``planned`` for each."""
+    def release(self, everyone: bool = False) -> list[Held]:
+        """The held records that may go now, in each client's trace order; call ``planned`` for each.
+
+        Only the clients an object was freed for are looked at, or ``everyone`` (when nothing is in
+        flight, no result will free anything: a last look at all of them)."""
+        for key in self.planner.take_freed():
+            self._wake(key)
+        if everyone:
+            clients = list(self.by_client)
+        else:
+            clients = [c for c in self.woken if c in self.by_client]
+        self.woken = set()
         out: list[Held] = []
-        for client in list(self.by_client):
+        for client in clients:
             queue = self.by_client[client]
             n = 0
             pushes: set[tuple] = set()  # what this pass releases of the client's pushes (not planned yet)
             for held in queue:
-                if self._overtakes(held.read_key, held.push_key, held.seq) or self.planner.blocked_by(
-                    held.rec, held.uri
-                ):
+                if self._overtakes(held.read_key, held.push_key, held.seq):
+                    self._wait(client, (held.read_key, held.push_key))
+                    break
+                if blockers := self.planner.blocked_by(held.rec, held.uri):
+                    self._wait(client, blockers)
                     break
                 if pushes and _waits_for(held, pushes):  # it depends on a push released just before it
+                    self._wait(client, pushes)
                     break
                 if (key := held.push_key) is not None:
                     pushes.add(key)
@@ -399,3 +443,4 @@ class HeldRecords:
                 seqs.remove(held.seq)
                 if not seqs:
                     del table[key]
+                self._wake(key)  # a later record of another client may wait for this one

@@ -378,10 +378,10 @@ class Replay:
         Held records wait only for requests in flight that the planner releases when they finish, and
         for each other: with no release since the last look, none can go (the look costs per held record).
         """
-        if self.planner.releases == self.releases_seen:
+        if self.planner.releases == self.releases_seen and self.inflight:
             return True
         self.releases_seen = self.planner.releases
-        for held in self.held.release():
+        for held in self.held.release(everyone=not self.inflight):
             self.held.planned(held)
             if not self._send(held.rec, held.uri, held.seq, held.at):
                 return False
