@@ -23,6 +23,7 @@ import queue
 import re
 import sys
 import threading
+import time
 from collections import OrderedDict
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -34,7 +35,7 @@ from drtp import __version__
 from drtp.client.admission import allowed_targets, batch_error, spec_error
 from drtp.client.loop_engine import LoopRun
 from drtp.client.scheduler import NodeRun
-from drtp.replay.frames import KEEPALIVE
+from drtp.replay.frames import KEEPALIVE, gather
 from drtp.replay.messages import batch_decoder, spec_decoder
 from drtp.replay.signing import MAX_BODY, Verifier
 
@@ -235,6 +236,7 @@ class NodeService:
         frames = node_run.frames
 
         def stream():
+            last_sent = 0.0
             try:
                 while True:
                     try:
@@ -242,19 +244,11 @@ class NodeService:
                     except queue.Empty:
                         yield KEEPALIVE
                         continue
-                    finished = []
-                    while item is not None:  # one frame of what is ready
-                        if isinstance(item, list):  # the loop engine hands results over in batches
-                            finished.extend(item)
-                        else:
-                            finished.append(item)
-                        try:
-                            item = node_run.results.get_nowait()
-                        except queue.Empty:
-                            break
+                    finished, ended = gather(item, node_run.results, last_sent)
                     if finished:
                         yield frames.frame(finished)
-                    if item is None:
+                        last_sent = time.monotonic()
+                    if ended:
                         yield frames.last()
                         return
             finally:

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import csv
 import io
+import queue
 import random
 
 import msgspec
 import pytest
 
-from drtp.replay.frames import KEEPALIVE, Finished, FrameBuilder, FrameReader, IntervalStats, interval_of
+from drtp.replay.frames import (
+    FRAME_FULL,
+    FRAME_GAP_S,
+    KEEPALIVE,
+    Finished,
+    FrameBuilder,
+    FrameReader,
+    IntervalStats,
+    gather,
+    interval_of,
+)
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult, RunSpec
 from drtp.replay.result_row import COLUMNS, cells, parse_cells, rows_of
 from drtp.replay.summary import ResultsModel
@@ -98,3 +109,75 @@ def test_keepalives_are_dropped_and_a_cut_frame_stays_pending():
     assert len(reader.feed(one[-3:] + KEEPALIVE)) == 1 and reader.pending == 0
     with pytest.raises(msgspec.DecodeError):
         FrameReader().feed(b"\xff\xff\xff\xff" + b"x")
+
+
+def _one(seq: int, method: str, kind: str) -> Finished:
+    op = "manifest-put" if (method, kind) == ("PUT", "manifest") else "get"
+    req = ReplayRequest(seq, f"id{seq}", "10.0.0.1", method, kind, op, "127.0.0.1:5000", "r/x", f"ref{seq}", 10, 200)
+    return Finished(req, ReplayResult(seq, 200, True, 0.0, 0.001))
+
+
+class _Clock:
+    """A clock that moves only when the queue is waited on (the wait's timeout passes in full)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.waits: list[float] = []  # the timeout of every wait on the queue
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Results(queue.Queue):
+    """Results handed over by an engine; a wait that finds nothing lets the clock run to its timeout."""
+
+    def __init__(self, clock: _Clock, later: list) -> None:
+        super().__init__()
+        self.clock, self.later = clock, later
+
+    def get(self, block=True, timeout=None):
+        if not self.empty():
+            return super().get(False)
+        if not block:
+            raise queue.Empty
+        self.clock.waits.append(timeout)
+        if self.later:
+            self.clock.now += timeout / 2
+            return self.later.pop(0)  # arrives half-way through the wait
+        self.clock.now += timeout
+        raise queue.Empty
+
+
+def test_a_frame_of_blob_reads_waits_for_more_until_the_gap_and_one_the_planner_needs_goes_at_once():
+    clock = _Clock()
+    # blob reads alone, the previous frame just sent: the frame waits, and what comes meanwhile joins it
+    results = _Results(clock, [_one(2, "GET", "blob")])
+    results.put(_one(1, "HEAD", "blob"))
+    got, ended = gather(_one(0, "GET", "blob"), results, last_sent=clock.now, clock=clock)
+    assert [f.request.seq for f in got] == [0, 1, 2] and not ended
+    assert clock.waits[0] == pytest.approx(FRAME_GAP_S) and clock.now == pytest.approx(100.0 + FRAME_GAP_S)
+    # a manifest read (held records may wait for it) goes with what is ready, without waiting
+    clock.waits.clear()
+    results = _Results(clock, [_one(9, "GET", "blob")])
+    results.put(_one(4, "GET", "manifest"))
+    got, ended = gather(_one(3, "GET", "blob"), results, last_sent=clock.now, clock=clock)
+    assert [f.request.seq for f in got] == [3, 4] and clock.waits == []
+    # a push too, and so does a frame whose gap is over; the engine's end (None) ends the gather
+    assert (
+        gather(_one(5, "PUT", "manifest"), _Results(clock, []), last_sent=clock.now, clock=clock)[0][0].request.seq == 5
+    )
+    assert clock.waits == []
+    results = _Results(clock, [])
+    results.put([_one(7, "GET", "blob")])
+    results.put(None)
+    got, ended = gather(_one(6, "GET", "blob"), results, last_sent=clock.now - 1.0, clock=clock)
+    assert [f.request.seq for f in got] == [6, 7] and ended and clock.waits == []
+
+
+def test_a_full_frame_does_not_wait():
+    clock = _Clock()
+    results = _Results(clock, [_one(10**6, "GET", "blob")])
+    for seq in range(1, FRAME_FULL):
+        results.put(_one(seq, "GET", "blob"))
+    got, ended = gather(_one(0, "GET", "blob"), results, last_sent=clock.now, clock=clock)
+    assert len(got) == FRAME_FULL and clock.waits == [] and not ended

@@ -21,6 +21,13 @@ nothing it would have to compute per request:
 On the wire a frame is msgpack behind a 4-byte big-endian length; a length of 0
 is a keep-alive.  The master's cost per frame is a decode, a write and a loop
 over ``done``: none of the per-row work (row objects, CSV cells, histograms).
+
+That cost is fixed per frame, so a frame of blob reads alone waits up to
+``FRAME_GAP_S`` after the previous frame for more results to join it
+(:func:`gather`): at a slow registry's rates results come one by one, and a
+frame each cost the master more than the requests in it.  A frame with a result
+the master's planner waits for (a push, a mount, a manifest read: later records
+may be held for it) goes at once.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+import queue
 import struct
+import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -42,6 +51,8 @@ from drtp.replay.summary import LogHistogram, ResultsModel
 LENGTH = struct.Struct(">I")
 KEEPALIVE = LENGTH.pack(0)
 MAX_FRAME = 1 << 30  # a length above this is a broken stream, not a frame
+FRAME_GAP_S = 0.01  # a frame of blob reads alone waits until this long after the previous frame
+FRAME_FULL = 1024  # ... unless it holds this many results already
 
 
 class Finished(NamedTuple):
@@ -49,6 +60,40 @@ class Finished(NamedTuple):
 
     request: ReplayRequest
     result: ReplayResult
+
+
+def _add(item, finished: list[Finished]) -> bool:
+    """An engine's hand-over (one result, a list of them, or None at the end) into ``finished``;
+    True when the planner waits for one of them (anything but a blob read)."""
+    if isinstance(item, list):
+        finished.extend(item)
+        return any(f.request.op != "get" or f.request.kind == "manifest" for f in item)
+    finished.append(item)
+    return item.request.op != "get" or item.request.kind == "manifest"
+
+
+def gather(first, results: queue.Queue, last_sent: float, clock=time.monotonic) -> tuple[list[Finished], bool]:
+    """The results of the next frame, starting from ``first`` (taken from ``results``), and whether the
+    engine ended (None came).  What is ready goes; a frame of blob reads alone also waits for more until
+    ``FRAME_GAP_S`` after ``last_sent`` (the previous frame's time) or until it is ``FRAME_FULL``."""
+    finished: list[Finished] = []
+    if first is None:
+        return finished, True
+    urgent = _add(first, finished)
+    while True:
+        try:
+            item = results.get_nowait()
+        except queue.Empty:
+            wait = last_sent + FRAME_GAP_S - clock()
+            if urgent or wait <= 0 or len(finished) >= FRAME_FULL:
+                return finished, False
+            try:
+                item = results.get(timeout=wait)
+            except queue.Empty:
+                return finished, False
+        if item is None:
+            return finished, True
+        urgent = _add(item, finished) or urgent
 
 
 class IntervalPart(msgspec.Struct, array_like=True, gc=False):
