@@ -244,7 +244,7 @@ class NodeService:
                     except queue.Empty:
                         yield KEEPALIVE
                         continue
-                    finished, ended = gather(item, node_run.results, last_sent)
+                    finished, ended = gather(item, node_run.results, last_sent, node_run.spec.timed)
                     if finished:
                         yield frames.frame(finished)
                         last_sent = time.monotonic()

@@ -153,25 +153,31 @@ def test_a_frame_of_blob_reads_waits_for_more_until_the_gap_and_one_the_planner_
     # blob reads alone, the previous frame just sent: the frame waits, and what comes meanwhile joins it
     results = _Results(clock, [_one(2, "GET", "blob")])
     results.put(_one(1, "HEAD", "blob"))
-    got, ended = gather(_one(0, "GET", "blob"), results, last_sent=clock.now, clock=clock)
+    got, ended = gather(_one(0, "GET", "blob"), results, last_sent=clock.now, timed=True, clock=clock)
     assert [f.request.seq for f in got] == [0, 1, 2] and not ended
     assert clock.waits[0] == pytest.approx(FRAME_GAP_S) and clock.now == pytest.approx(100.0 + FRAME_GAP_S)
     # a manifest read (held records may wait for it) goes with what is ready, without waiting
     clock.waits.clear()
     results = _Results(clock, [_one(9, "GET", "blob")])
     results.put(_one(4, "GET", "manifest"))
-    got, ended = gather(_one(3, "GET", "blob"), results, last_sent=clock.now, clock=clock)
+    got, ended = gather(_one(3, "GET", "blob"), results, last_sent=clock.now, timed=True, clock=clock)
     assert [f.request.seq for f in got] == [3, 4] and clock.waits == []
     # a push too, and so does a frame whose gap is over; the engine's end (None) ends the gather
-    assert (
-        gather(_one(5, "PUT", "manifest"), _Results(clock, []), last_sent=clock.now, clock=clock)[0][0].request.seq == 5
-    )
-    assert clock.waits == []
+    got, _ = gather(_one(5, "PUT", "manifest"), _Results(clock, []), last_sent=clock.now, timed=True, clock=clock)
+    assert [f.request.seq for f in got] == [5] and clock.waits == []
     results = _Results(clock, [])
     results.put([_one(7, "GET", "blob")])
     results.put(None)
-    got, ended = gather(_one(6, "GET", "blob"), results, last_sent=clock.now - 1.0, clock=clock)
+    got, ended = gather(_one(6, "GET", "blob"), results, last_sent=clock.now - 1.0, timed=True, clock=clock)
     assert [f.request.seq for f in got] == [6, 7] and ended and clock.waits == []
+
+
+def test_in_stress_mode_a_frame_with_a_push_waits_too():
+    """Nothing is late in stress mode: the planner's results wait for more like any other."""
+    clock = _Clock()
+    results = _Results(clock, [_one(1, "GET", "blob")])
+    got, ended = gather(_one(0, "PUT", "manifest"), results, last_sent=clock.now, timed=False, clock=clock)
+    assert [f.request.seq for f in got] == [0, 1] and clock.waits[0] == pytest.approx(FRAME_GAP_S)
 
 
 def test_a_full_frame_does_not_wait():
@@ -179,5 +185,5 @@ def test_a_full_frame_does_not_wait():
     results = _Results(clock, [_one(10**6, "GET", "blob")])
     for seq in range(1, FRAME_FULL):
         results.put(_one(seq, "GET", "blob"))
-    got, ended = gather(_one(0, "GET", "blob"), results, last_sent=clock.now, clock=clock)
+    got, ended = gather(_one(0, "GET", "blob"), results, last_sent=clock.now, timed=True, clock=clock)
     assert len(got) == FRAME_FULL and clock.waits == [] and not ended
