@@ -55,7 +55,7 @@ headers = {"Authorization": auth} if auth else {}
 if kind == "loop":
     import ssl, uvloop
     from urllib.parse import urlsplit
-    from drtp.registry.transport import AsyncConnection
+    from drtp.registry.async_transport import AsyncConnection
     u = urlsplit(url)
     ctx = None
     if u.scheme == "https":

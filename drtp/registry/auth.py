@@ -3,7 +3,7 @@
 The config's ``registries:`` entries become :class:`RegistryAuth` records
 (resolved once on the master: ``${ENV}`` or ``password_file``, the CA file's
 text) that travel to client nodes only inside the signed run spec.  Both the
-nodes (:class:`Authenticator`, its token fetch over ``http.client``) and
+nodes (:class:`Authenticator`, its token fetch on drtp's own connection) and
 :mod:`drtp.registry.client` (python-dxf) authenticate from them:
 
 * **Basic**: the registry answers 401 with ``WWW-Authenticate: Basic``; the
@@ -28,7 +28,6 @@ results and logs see.
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import re
 import ssl
@@ -40,6 +39,7 @@ from urllib.parse import urlencode, urlsplit
 
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
+from drtp.registry.transport import Connection, RequestError
 from drtp.replay.messages import RegistryAuth, registry_base
 
 _PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
@@ -232,19 +232,16 @@ class Authenticator:
             raise AuthError(f"token server {realm.netloc} is plain http: the credentials of {masked(self.auth)} stay")
         query = [(k, params[k]) for k in ("service", "scope") if params.get(k)]
         path = (realm.path or "/") + "?" + "&".join(filter(None, [realm.query, urlencode(query)]))
-        if realm.scheme == "https":
-            conn = http.client.HTTPSConnection(realm.netloc, timeout=self.timeout, context=self.ssl)
-        else:
-            conn = http.client.HTTPConnection(realm.netloc, timeout=self.timeout)
+        https = realm.scheme == "https"
+        conn = Connection(realm.scheme, realm.netloc, self.timeout, self.ssl if https else None)
         headers = {"Authorization": self.basic} if self.basic else {}
         try:
-            conn.request("GET", path, headers=headers)
-            resp = conn.getresponse()
-            body = resp.read()
-        except (OSError, http.client.HTTPException) as e:
-            raise AuthError(f"token server {realm.netloc} does not answer ({type(e).__name__}: {e})") from None
+            resp = conn.request("GET", path, None, headers, keep_body=True)
+        except RequestError as e:
+            raise AuthError(f"token server {realm.netloc} does not answer ({e.outcome}: {e.message})") from None
         finally:
             conn.close()
+        body = resp.body
         who = f"user {self.auth.username!r}" if self.basic else "anonymous (no username/password configured)"
         if resp.status in (401, 403):
             raise AuthError(f"token server {realm.netloc} refused {who}: HTTP {resp.status}")
