@@ -34,18 +34,16 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import urlencode, urljoin
 
-from drtp.registry.auth import Authenticator, AuthError
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
-from drtp.registry.transport import Connection, RequestError, Response, send_again
+from drtp.registry.session import Session
+from drtp.registry.transport import Response
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import HTTP, NOT_SENT, OK, PROTOCOL, TRUNCATED, status_outcome
 
 FALLBACK_SIZE = 1024  # bytes uploaded for a refused mount of a blob whose size nobody knows
-
-IDEMPOTENT = frozenset(("GET", "HEAD"))  # the only methods the run may send again (client_info.retries)
 
 
 class Upload:
@@ -76,25 +74,10 @@ class Executor:
         self.clock = clock  # seconds since the run's common start
         self.uploads: dict[tuple[str, str], Upload] = {}  # (trace client, repository) -> open upload
         self.local = threading.local()
-        # registry (scheme, netloc) -> its credentials and TLS trust (spec.auth); others are anonymous
-        self.auth: dict[tuple[str, str], Authenticator] = {}
-        for a in spec.auth:
-            u = urlsplit(registry_base(a.registry))
-            self.auth[(u.scheme, u.netloc)] = Authenticator(a, spec.timeout)
-
-    # -- transport -----------------------------------------------------------------
-
-    def _conn(self, scheme: str, netloc: str) -> Connection:
-        conns = getattr(self.local, "conns", None)
-        if conns is None:
-            conns = self.local.conns = {}
-        key = (scheme, netloc)
-        conn = conns.get(key)
-        if conn is None:
-            auth = self.auth.get(key) if scheme == "https" else None
-            context = auth.ssl if auth is not None else None
-            conn = conns[key] = Connection(scheme, netloc, self.spec.timeout, context, self.spec.connect_timeout)
-        return conn
+        # keep-alive connections per thread, credentials and TLS trust per registry (spec.auth), redirects
+        # and the retry rule: drtp.registry.session
+        self.session = Session(spec.auth, spec.timeout, spec.connect_timeout, spec.retries)
+        self.http = self.session.request
 
     def _rng(self) -> random.Random:
         rng = getattr(self.local, "rng", None)
@@ -111,56 +94,6 @@ class Executor:
             return self.content(size), size
         seed, randomized = new_seed(), self.spec.random
         return (lambda: chunks(seed, size, randomized)), size
-
-    def http(self, method: str, url: str, body=None, headers: dict | None = None) -> Response:
-        """One request on this thread's keep-alive connection; follows up to 3 redirects of reads.
-
-        A 401 with a challenge the registry's credentials can answer (basic, or a bearer token
-        fetched for the request's scope) is sent once more, authenticated.
-        """
-        headers = headers or {}
-        for _ in range(4):
-            r = self._send_authenticated(method, url, body, headers)
-            if r.status in (301, 302, 303, 307, 308) and method in ("GET", "HEAD") and r.header("location"):
-                url = urljoin(url, r.header("location"))
-                continue
-            return r
-        return r
-
-    def _send_authenticated(self, method: str, url: str, body, headers: dict) -> Response:
-        u = urlsplit(url)
-        auth = self.auth.get((u.scheme, u.netloc))
-        if auth is None:
-            return self._send(method, url, body, headers)
-        sent = auth.header(u.path)
-        r = self._send(method, url, body, {**headers, **sent})
-        if r.status == 401:
-            try:
-                again = auth.challenge(u.path, r.header("www-authenticate"), sent)
-            except AuthError as e:
-                r.error = str(e)
-                return r
-            if again:
-                r = self._send(method, url, body, {**headers, **auth.header(u.path)})
-        return r
-
-    def _send(self, method: str, url: str, body, headers: dict) -> Response:
-        """One request, sent once; a GET/HEAD that got no byte of an answer again if the run allows retries."""
-        u = urlsplit(url)
-        target = u.path + ("?" + u.query if u.query else "")
-        conn = self._conn(u.scheme, u.netloc)
-        retries = self.spec.retries if method in IDEMPOTENT else 0
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                r = conn.request(method, target, body, headers)
-            except RequestError as e:
-                if not send_again(e, attempts, retries):
-                    return Response.failed(e, attempts)
-                continue
-            r.attempts = attempts
-            return r
 
     # -- requests --------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ class LoopRun(RunBook):
         self.slots = max(1, spec.threads)
         # requests on the thread Executor: a stalled one keeps its pool thread, its stand-in needs another
         self.pool = ThreadPoolExecutor(max_workers=2 * self.slots, thread_name_prefix="drtp-slow")
-        self.reads = LoopRequests(spec, self.clock, self.pool)  # GETs and HEADs, on the loop
+        self.reads = LoopRequests(spec, self.clock, self.pool, self.executor.session.auth)  # GETs and HEADs
         self.on_loop = 0  # trace requests sent on the event loop ...
         self.on_pool = 0  # ... and on the thread Executor (pushes, uploads, mounts, deletes)
         self.busy: dict[int, float] = {}  # worker id -> loop time its request started

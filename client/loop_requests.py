@@ -21,16 +21,13 @@ import ssl
 from concurrent.futures import Executor
 from urllib.parse import urljoin, urlsplit
 
-from drtp.client.executor import IDEMPOTENT, object_digest, object_headers, object_path, result_of
+from drtp.client.executor import object_digest, object_headers, object_path, result_of
 from drtp.registry.async_transport import AsyncConnection
 from drtp.registry.auth import Authenticator, AuthError
+from drtp.registry.session import IDEMPOTENT, MAX_REDIRECTS, REDIRECTS, Server
 from drtp.registry.transport import RequestError, Response, send_again
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
 
-REDIRECTS = frozenset((301, 302, 303, 307, 308))
-MAX_REDIRECTS = 3  # followed per request, as the thread Executor does
-
-Server = tuple[str, str]  # (scheme, netloc) of a registry or a redirect target
 Connections = dict[Server, AsyncConnection]  # one loop worker's keep-alive connections
 
 
@@ -41,16 +38,14 @@ class LoopRequests:
     switching to basic credentials).
     """
 
-    def __init__(self, spec: RunSpec, clock, pool: Executor) -> None:
+    def __init__(self, spec: RunSpec, clock, pool: Executor, auth: dict[Server, Authenticator]) -> None:
         self.spec = spec
         self.clock = clock
         self.pool = pool
         self.retries = spec.retries
-        # registry (scheme, netloc) -> its credentials and TLS trust (spec.auth); other servers are anonymous
-        self.auth: dict[Server, Authenticator] = {}
-        for a in spec.auth:
-            u = urlsplit(registry_base(a.registry))
-            self.auth[(u.scheme, u.netloc)] = Authenticator(a, spec.timeout)
+        # registry (scheme, netloc) -> its credentials and TLS trust (spec.auth); other servers are anonymous.
+        # The run's thread engine shares them (drtp.registry.session): a bearer token is fetched once per node
+        self.auth = auth
         self.servers: dict[str, Server] = {}  # a request's registry entry -> its server
         self.system_trust: ssl.SSLContext | None = None  # https without a registries: entry (made once)
         self.challenges = 0

@@ -1,0 +1,132 @@
+"""Requests to registries on drtp's own connections: the one way drtp's synchronous code talks to a registry.
+
+A :class:`Session` holds a keep-alive :class:`~drtp.registry.transport.Connection`
+per thread and server (no lock on the request path), the credentials and TLS
+trust of each registry (one :class:`~drtp.registry.auth.Authenticator` per
+registry, so a bearer token is fetched once and shared by every thread), and the
+rules every engine keeps:
+
+* a 401 whose challenge the registry's credentials can answer (basic, or a
+  bearer token for the request's scope) is sent once more, authenticated;
+* a redirect of a GET or HEAD is followed (at most 3), and the registry's
+  credentials go only to the registry itself: a redirect target (object storage)
+  is another server and gets none;
+* a request is sent once; a GET or HEAD that got no byte of an answer is sent
+  again only if ``retries`` allows (:func:`~drtp.registry.transport.send_again`),
+  and every attempt is counted in ``Response.attempts``.
+
+Failures are answers, not exceptions: a request that got no complete answer
+returns a :class:`~drtp.registry.transport.Response` with ``status`` 0 and its
+classified ``outcome``.  The client node's thread engine (``drtp.client.executor``)
+and :class:`drtp.registry.client.RegistryClient` (warmup, capture, the demo, the
+local registry's probe) both send through it; the event-loop engine has the
+asynchronous twin of the connection and shares the session's authenticators.
+"""
+
+from __future__ import annotations
+
+import threading
+from urllib.parse import urljoin, urlsplit
+
+from drtp.registry.auth import Authenticator, AuthError
+from drtp.registry.transport import Connection, RequestError, Response, send_again
+from drtp.replay.messages import RegistryAuth, registry_base
+
+IDEMPOTENT = frozenset(("GET", "HEAD"))  # the only methods that may be sent again (``retries``)
+REDIRECTS = frozenset((301, 302, 303, 307, 308))
+MAX_REDIRECTS = 3
+
+Server = tuple[str, str]  # (scheme, netloc)
+
+
+def authenticators(auths: list[RegistryAuth], timeout: float) -> dict[Server, Authenticator]:
+    """One Authenticator per registry entry, by the (scheme, netloc) its requests go to."""
+    out: dict[Server, Authenticator] = {}
+    for a in auths:
+        u = urlsplit(registry_base(a.registry))
+        out[(u.scheme, u.netloc)] = Authenticator(a, timeout)
+    return out
+
+
+class Session:
+    """Registry requests with credentials, redirects and the retry rule; safe to share between threads."""
+
+    def __init__(
+        self,
+        auths: list[RegistryAuth],
+        timeout: float,
+        connect_timeout: float | None = None,
+        retries: int = 0,
+    ) -> None:
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.auth = authenticators(auths, timeout)  # registries not listed are anonymous
+        self.local = threading.local()
+
+    def connection(self, scheme: str, netloc: str) -> Connection:
+        """This thread's keep-alive connection to a server (made on first use)."""
+        conns = getattr(self.local, "conns", None)
+        if conns is None:
+            conns = self.local.conns = {}
+        key = (scheme, netloc)
+        conn = conns.get(key)
+        if conn is None:
+            auth = self.auth.get(key) if scheme == "https" else None
+            context = auth.ssl if auth is not None else None
+            conn = conns[key] = Connection(scheme, netloc, self.timeout, context, self.connect_timeout)
+        return conn
+
+    def close(self) -> None:
+        """Close this thread's connections."""
+        for conn in getattr(self.local, "conns", {}).values():
+            conn.close()
+        self.local.conns = {}
+
+    def request(
+        self, method: str, url: str, body=None, headers: dict | None = None, keep_body: bool = False
+    ) -> Response:
+        """One request (an absolute URL); redirects of reads followed, latency of every hop in the caller's clock."""
+        headers = headers or {}
+        for _ in range(MAX_REDIRECTS + 1):
+            r = self._send_authenticated(method, url, body, headers, keep_body)
+            if r.status in REDIRECTS and method in IDEMPOTENT and r.header("location"):
+                url = urljoin(url, r.header("location"))
+                continue
+            return r
+        return r
+
+    def _send_authenticated(self, method: str, url: str, body, headers: dict, keep_body: bool) -> Response:
+        u = urlsplit(url)
+        auth = self.auth.get((u.scheme, u.netloc))
+        if auth is None:  # a registry without credentials, or a redirect target: nothing secret goes there
+            return self._send(method, url, body, headers, keep_body)
+        sent = auth.header(u.path)
+        r = self._send(method, url, body, {**headers, **sent}, keep_body)
+        if r.status == 401:
+            try:
+                again = auth.challenge(u.path, r.header("www-authenticate"), sent)
+            except AuthError as e:
+                r.error = str(e)
+                return r
+            if again:
+                r = self._send(method, url, body, {**headers, **auth.header(u.path)}, keep_body)
+        return r
+
+    def _send(self, method: str, url: str, body, headers: dict, keep_body: bool) -> Response:
+        """One request, sent once; a GET/HEAD that got no byte of an answer again if ``retries`` allows."""
+        u = urlsplit(url)
+        target = u.path + ("?" + u.query if u.query else "")
+        conn = self.connection(u.scheme, u.netloc)
+        retries = self.retries if method in IDEMPOTENT else 0
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                r = conn.request(method, target, body, headers, keep_body)
+            except RequestError as e:
+                if not send_again(e, attempts, retries):
+                    return Response.failed(e, attempts)
+                continue
+            r.attempts = attempts
+            return r
