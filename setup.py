@@ -21,8 +21,6 @@ setup(
     package_data={"drtp.slurm": ["*.sbatch"]},
     install_requires=[
         "bottle>=0.12",
-        "python-dxf>=12",  # import name dxf; NOT the CAD package "dxf"
-        "requests>=2.28",
         "pyyaml>=6",
         "msgspec>=0.18",
         "pandas>=2",
@@ -39,7 +37,9 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "ruff>=0.4", "hypothesis>=6", "nbclient>=0.8", "nbformat>=5", "ipykernel>=6"]
-        + ["bcrypt>=4", "cryptography>=41"],  # real-registry tests: htpasswd, test CA and JWT signing
+        + ["bcrypt>=4", "cryptography>=41"]  # real-registry tests: htpasswd, test CA and JWT signing
+        # independent clients the tests read the registry with (import name dxf; NOT the CAD package "dxf")
+        + ["python-dxf>=12", "requests>=2.28"],
     },
     entry_points={"console_scripts": ["drtp=drtp.cli:main"]},
 )

@@ -203,7 +203,7 @@ class Warmup:
                 seed, randomized = new_seed(), self.cfg.warmup.random
                 digest = stream_digest(seed, size, randomized)
                 data = chunks(seed, size, randomized)
-            client.push_blob(repo, data, digest)
+            client.push_blob(repo, data, digest, size)
             entry = self._entry(registry, repo, "blob", ref, digest, size, "pushed")
             out.append(entry)
             source = source or entry

@@ -139,7 +139,7 @@ def test_experiment_replays_each_registry_and_survives_a_broken_one(
 
 
 def test_basic_auth_over_plain_http_when_insecure(tmp_path):
-    """python-dxf refuses credentials over http; drtp sends them when the entry says insecure: true."""
+    """Credentials over plain http: drtp sends them only when the entry says insecure: true."""
     trace = make_trace(tmp_path / "trace.json", requests=100)
     node = Node(tmp_path)
     try:
@@ -157,4 +157,4 @@ def test_basic_auth_over_plain_http_when_insecure(tmp_path):
         node.stop()
     assert status["plain"]["ok"], status
     assert status["plain"]["requests"] == 100 and status["plain"]["failed"] == 0
-    assert (tmp_path / "warmup-plain.jsonl").read_text().count("\n") > 0  # warmup (python-dxf) pushed with them
+    assert (tmp_path / "warmup-plain.jsonl").read_text().count("\n") > 0  # warmup pushed with them

@@ -1,7 +1,7 @@
 """drtp.registry.client against the real Distribution registry: each named call, checked from outside.
 
-What the registry holds is read back with plain ``requests`` and its JSON log (the ground truth), not
-with the client under test.
+What the registry holds is read back with plain ``requests``, python-dxf (an independent client with
+its own TLS and auth) and the registry's JSON log (the ground truth), not with the client under test.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import os
 
 import pytest
 import requests
+from dxf import DXF
 
-from drtp.registry.client import REGISTRY_ERRORS, RegistryClient
+from drtp.registry.client import REGISTRY_ERRORS, RegistryClient, RegistryError
 from drtp.registry.local import LocalRegistry, free_port
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.replay.messages import RegistryAuth
-from tests.realreg_support import PASSWORD, USER, write_htpasswd
+from tests.realreg_support import PASSWORD, USER, Pki, write_htpasswd
 from tests.registry_log import logged_requests
 
 pytestmark = pytest.mark.registry
@@ -75,3 +76,34 @@ def test_basic_auth_credentials_are_sent_and_checked(tmp_path):
         assert good.exists("blob", "drtp/a", digest)
         head = requests.head(f"{reg.url}/v2/drtp/a/blobs/{digest}", auth=(USER, PASSWORD), timeout=5)
         assert head.status_code == 200 and int(head.headers["Content-Length"]) == len(data)
+
+
+def test_python_dxf_reads_what_drtp_pushed_over_tls_with_basic_auth(tmp_path):
+    """An independent client (python-dxf, its own TLS and auth) is the witness of a streamed push."""
+    pki = Pki(tmp_path / "pki")
+    htpasswd = write_htpasswd(tmp_path / "htpasswd")
+    with LocalRegistry(tmp_path / "reg", tls=(pki.cert, pki.key), htpasswd=htpasswd) as reg:
+        auth = RegistryAuth(reg.url, USER, PASSWORD, ca_pem=pki.ca.read_text())
+        client = RegistryClient(reg.url, auth)
+        assert client.ping() == 401  # anonymous GET /v2/: the registry asks for credentials
+        parts = [os.urandom(70_000), os.urandom(130_000)]
+        data = b"".join(parts)
+        digest = digest_of(data)
+        client.push_blob("drtp/tls", iter(parts), digest, size=len(data))  # a stream of chunks, not one body
+        witness = DXF(reg.host, "drtp/tls", auth=lambda dxf, response: dxf.authenticate(USER, PASSWORD, response),
+                      tlsverify=str(pki.ca))  # fmt: skip
+        assert b"".join(witness.pull_blob(digest)) == data
+        assert client.size("blob", "drtp/tls", digest) == len(data)
+        with pytest.raises(RegistryError, match="HTTP 404"):
+            client.pull_blob("drtp/tls", digest_of(b"never pushed"))
+
+
+def test_a_refused_mount_cancels_the_upload_it_opened(registry):
+    """A mount of a blob the source does not hold: the registry opens an upload instead (202); the client
+    cancels it (DELETE) and raises, so warmup pushes the blob."""
+    client = RegistryClient(registry.host)
+    offset = registry.log_path.stat().st_size
+    with pytest.raises(RegistryError, match="not mounted"):
+        client.mount_blob("drtp/c", "drtp/nowhere", digest_of(b"not there"))
+    sent = [(x.method, x.status) for x in logged_requests(registry.log_path, offset)]
+    assert sent == [("POST", 202), ("DELETE", 204)]

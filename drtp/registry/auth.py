@@ -3,8 +3,8 @@
 The config's ``registries:`` entries become :class:`RegistryAuth` records
 (resolved once on the master: ``${ENV}`` or ``password_file``, the CA file's
 text) that travel to client nodes only inside the signed run spec.  Both the
-nodes (:class:`Authenticator`, its token fetch on drtp's own connection) and
-:mod:`drtp.registry.client` (python-dxf) authenticate from them:
+nodes and :mod:`drtp.registry.client` authenticate from them, through one
+:class:`Authenticator` per registry (its token fetch on drtp's own connection):
 
 * **Basic**: the registry answers 401 with ``WWW-Authenticate: Basic``; the
   request is sent again with ``Authorization: Basic …`` and every later request

@@ -2,152 +2,159 @@
 
 A :class:`RegistryClient` is what drtp's tools use to talk to a registry —
 warmup's existence checks, blob pushes and cross-repository mounts, manifest
-puts, capture's object sizes, the demo's round trip, the local registry's readiness probe — so that
-no module outside ``drtp.registry`` sends a registry request of its own.  It
-is built on python-dxf (a ``requests`` session per request), reached with the
-credentials and TLS trust of :mod:`drtp.registry.auth`.
+puts, capture's object sizes, the demo's round trip, the local registry's
+readiness probe — so that no module outside ``drtp.registry`` sends a registry
+request of its own.  It sends through :class:`drtp.registry.session.Session`,
+the same connections, credentials (basic, bearer tokens cached per scope),
+TLS trust and redirect rule as the client nodes' thread engine: one HTTP stack
+for every registry request drtp makes.
 
-Two paths stay on the client nodes' own transport (:mod:`drtp.registry.transport`,
-through ``drtp.client.executor``) on purpose: the replayed requests, where the
-replayer's CPU is taken from the registry under test, and what must behave
-exactly as the nodes do — the preflight's push-and-pull check and ``drtp bench``.
-
-Failures are the exceptions of python-dxf and requests, unchanged (their class
-name is part of what warmup reports): :data:`REGISTRY_ERRORS` is the tuple to
-catch.
+A call that does not get the answer it needs raises :class:`RegistryError`,
+which says what was asked, what came back (a status, or the failure class of a
+request that got no complete answer) and why.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
-import threading
-from pathlib import Path
+import json
+from collections.abc import Iterable
+from urllib.parse import urlencode, urljoin, urlsplit
 
-import certifi
-import requests
-from dxf import DXF
-from dxf.exceptions import DXFError, DXFUnauthorizedError
-
-from drtp.registry.auth import Authenticator
+from drtp.registry.manifest import SCHEMA2
+from drtp.registry.session import Session
+from drtp.registry.transport import RequestError, Response
 from drtp.replay.messages import RegistryAuth, registry_base
 
-REGISTRY_ERRORS: tuple[type[Exception], ...] = (requests.RequestException, DXFError)
-"""What a call of :class:`RegistryClient` raises when the registry refuses it or cannot be reached."""
-
 OBJECT_PATHS = {"blob": "blobs", "manifest": "manifests"}
+
+
+class RegistryError(Exception):
+    """A registry call that did not get the answer it needs.
+
+    ``status`` is the HTTP status (0 when no complete answer came) and ``outcome`` the
+    drtp.replay.outcome class of a request that got none ("" when an answer came).
+    """
+
+    def __init__(self, what: str, r: Response, why: str = "") -> None:
+        self.status = r.status
+        self.outcome = r.outcome
+        got = f"{r.outcome}: {r.error}" if r.outcome else f"HTTP {r.status}" + (f" ({r.error})" if r.error else "")
+        super().__init__(f"{what}: {got}" + (f": {why}" if why else ""))
+
+
+REGISTRY_ERRORS: tuple[type[Exception], ...] = (RegistryError,)
+"""What a call of :class:`RegistryClient` raises when the registry refuses it or cannot be reached."""
 
 
 class RegistryClient:
     """Named Distribution calls to one registry (``host:port`` or a URL), with its credentials and TLS trust.
 
-    Safe to share between threads: every call makes its own python-dxf handle, so no
-    session or token is shared (a bearer token is fetched per call when the registry asks).
+    Safe to share between threads: each thread has its own connections; a bearer token is shared.
     """
 
     def __init__(self, registry: str, auth: RegistryAuth | None = None, timeout: float = 60.0) -> None:
         self.registry = registry
-        self.host = registry.split("://")[-1].rstrip("/")
+        self.base = registry_base(registry)
         self.timeout = timeout
-        self.options = dxf_options(auth, registry)
+        if auth is not None and registry_base(auth.registry) != self.base:
+            auth = None  # credentials of another registry are never sent here
+        self.session = Session([auth] if auth is not None else [], timeout)
 
-    def _repository(self, repo: str) -> DXF:
-        return DXF(self.host, repo, timeout=self.timeout, **self.options)
+    def _url(self, repo: str, kind: str, ref: str) -> str:
+        return f"{self.base}/v2/{repo}/{OBJECT_PATHS[kind]}/{ref}"
 
     def ping(self) -> int:
         """The HTTP status of an anonymous ``GET /v2/``: 200 open, 401 asking for credentials.
 
-        Raises one of :data:`REGISTRY_ERRORS` (an ``OSError`` too) when nothing answers.
+        Raises RegistryError when nothing answers.
         """
-        tlsverify = self.options.get("tlsverify", True)
-        base = DXF(self.host, "", insecure=self.options["insecure"], tlsverify=tlsverify, timeout=self.timeout)
-        try:
-            return base.api_version_check()[1].status_code
-        except DXFUnauthorizedError:
-            return 401
-        except requests.HTTPError as e:
-            if e.response is None:
-                raise
-            return e.response.status_code
+        u = urlsplit(self.base)
+        try:  # this thread's connection, without the credentials: what a client that knows none sees
+            r = self.session.connection(u.scheme, u.netloc).request("GET", "/v2/")
+        except RequestError as e:
+            raise RegistryError(f"GET {self.base}/v2/", Response.failed(e)) from None
+        return r.status
 
     def exists(self, kind: str, repo: str, digest: str) -> bool:
-        """Whether the registry answers a ``HEAD`` of the blob or manifest ``digest`` in ``repo``."""
-        try:  # python-dxf's own request (its session, auth and TLS): it has no public bare HEAD of a manifest
-            self._repository(repo)._request("head", f"{OBJECT_PATHS[kind]}/{digest}")
-            return True
-        except REGISTRY_ERRORS:
-            return False
+        """Whether the registry answers a ``HEAD`` of the blob or manifest ``digest`` in ``repo`` with 200."""
+        return self.session.request("HEAD", self._url(repo, kind, digest)).status == 200
 
-    def push_blob(self, repo: str, data, digest: str) -> None:
-        """Upload a blob (bytes, or an iterator of chunks whose hash is ``digest``) unless ``repo`` has it."""
-        self._repository(repo).push_blob(data=data, digest=digest)
+    def push_blob(self, repo: str, data: bytes | Iterable[bytes], digest: str, size: int | None = None) -> None:
+        """Upload a blob unless ``repo`` has it: ``data`` is its bytes, or an iterator of chunks of ``size``
+        bytes in all whose hash is ``digest`` (sent as they come, never held whole)."""
+        if self.exists("blob", repo, digest):
+            return
+        if not isinstance(data, bytes | bytearray):
+            if size is None:
+                raise ValueError("a blob pushed as a stream of chunks needs its size")
+            chunks = data
+            body, length = (lambda: iter(chunks)), size
+        else:
+            body, length = bytes(data), len(data)
+        location = self._open_upload(repo)
+        self._close_upload(location, digest, body, length)
+
+    def _open_upload(self, repo: str) -> str:
+        what = f"POST {self.base}/v2/{repo}/blobs/uploads/"
+        r = self.session.request("POST", f"{self.base}/v2/{repo}/blobs/uploads/")
+        if r.status != 202:
+            raise RegistryError(what, r, "no upload opened")
+        if not r.header("location"):
+            raise RegistryError(what, r, "202 without a Location header")
+        return urljoin(self.base + "/", r.header("location"))
+
+    def _close_upload(self, location: str, digest: str, body, length: int) -> None:
+        sep = "&" if "?" in location else "?"
+        url = location + sep + urlencode({"digest": digest})
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(length)}
+        r = self.session.request("PUT", url, body=body, headers=headers)
+        if r.status != 201:
+            raise RegistryError(f"PUT {_without_query(url)} (blob {digest})", r, "the blob was not stored")
 
     def mount_blob(self, repo: str, from_repo: str, digest: str) -> None:
-        """Make ``from_repo``'s blob ``digest`` part of ``repo`` without sending its bytes."""
-        self._repository(repo).mount_blob(from_repo, digest)
+        """Make ``from_repo``'s blob ``digest`` part of ``repo`` without sending its bytes.
+
+        A registry that refuses to mount opens an upload instead (202): that upload is cancelled and
+        RegistryError raised, so the caller may push the blob.
+        """
+        query = urlencode({"mount": digest, "from": from_repo})
+        url = f"{self.base}/v2/{repo}/blobs/uploads/?{query}"
+        r = self.session.request("POST", url)
+        if r.status == 201:
+            return
+        if r.status == 202 and r.header("location"):
+            self.session.request("DELETE", urljoin(self.base + "/", r.header("location")))
+        raise RegistryError(f"POST {_without_query(url)} (mount {digest} from {from_repo})", r, "not mounted")
 
     def put_manifest(self, repo: str, tag: str, body: bytes) -> None:
         """``PUT`` a manifest (JSON naming its ``mediaType``) under ``tag``."""
-        self._repository(repo).set_manifest(tag, body.decode())
+        url = self._url(repo, "manifest", tag)
+        media_type = json.loads(body).get("mediaType", SCHEMA2)
+        r = self.session.request("PUT", url, body=body, headers={"Content-Type": media_type})
+        if r.status != 201:
+            raise RegistryError(f"PUT {url}", r, "the manifest was not stored")
 
     def size(self, kind: str, repo: str, ref: str, accept: str | None = None) -> int | None:
         """The ``Content-Length`` of a ``HEAD`` of a blob or manifest, or None when the registry has no answer."""
-        headers = {"Accept": accept} if accept else {}
-        try:
-            r = self._repository(repo)._request("head", f"{OBJECT_PATHS[kind]}/{ref}", headers=headers)
-        except REGISTRY_ERRORS:
+        r = self.session.request("HEAD", self._url(repo, kind, ref), headers={"Accept": accept} if accept else None)
+        length = r.header("content-length")
+        if r.status != 200 or length is None or not length.isdigit():
             return None
-        if r.status_code != 200 or "Content-Length" not in r.headers:
-            return None
-        return int(r.headers["Content-Length"])
+        return int(length)
 
     def pull_blob(self, repo: str, digest: str) -> bytes:
-        """A blob's bytes, checked against ``digest``."""
-        return b"".join(self._repository(repo).pull_blob(digest))
+        """A blob's bytes, checked against ``digest`` (redirects to the registry's storage followed)."""
+        url = self._url(repo, "blob", digest)
+        r = self.session.request("GET", url, keep_body=True)
+        if r.status != 200:
+            raise RegistryError(f"GET {url}", r, "no blob")
+        algorithm, _, expected = digest.partition(":")
+        if algorithm != "sha256" or hashlib.sha256(r.body).hexdigest() != expected:
+            raise RegistryError(f"GET {url}", r, "the bytes do not match the digest")
+        return r.body
 
 
-def dxf_options(auth: RegistryAuth | None, registry: str) -> dict:
-    """Keyword arguments for python-dxf's ``DXF(host, repo, **options)`` to reach ``registry``."""
-    base = registry_base(registry)
-    opts: dict = {"insecure": base.startswith("http://")}
-    if auth is None:
-        return opts
-    if auth.insecure:
-        opts["tlsverify"] = False
-    elif auth.ca_pem:
-        opts["tlsverify"] = ca_file_for(auth)
-    if auth.username:
-        user, password, basic = auth.username, auth.password, Authenticator(auth).basic
-
-        def authenticate(dxf, response) -> None:
-            if dxf._insecure:  # python-dxf refuses auth over http; the entry allowed it (insecure: true)
-                dxf._headers = {"Authorization": basic}
-                return
-            dxf.authenticate(user, password, response=response)
-
-        opts["auth"] = authenticate
-    return opts
-
-
-_CA_FILES: dict[str, str] = {}
-_CA_LOCK = threading.Lock()
-
-
-def ca_file_for(auth: RegistryAuth) -> str:
-    """A file holding the CA text and the public CAs (python-dxf/requests take one path); one per bundle.
-
-    Written whole under another name and renamed into place: a thread (or process) that reads it never
-    sees half a file, which TLS would refuse as a broken certificate.
-    """
-    key = hashlib.sha256(auth.ca_pem.encode()).hexdigest()[:16]
-    with _CA_LOCK:
-        path = _CA_FILES.get(key)
-        if path is None or not Path(path).exists():
-            path = str(Path(tempfile.gettempdir()) / f"drtp-ca-{key}.pem")
-            fd, tmp = tempfile.mkstemp(prefix=f"drtp-ca-{key}.", suffix=".tmp", dir=tempfile.gettempdir())
-            with os.fdopen(fd, "w") as f:
-                f.write(Path(certifi.where()).read_text() + "\n" + auth.ca_pem)
-            os.replace(tmp, path)
-            _CA_FILES[key] = path
-    return path
+def _without_query(url: str) -> str:
+    """A URL for a message: upload locations carry state tokens in their query, which need not be printed."""
+    return url.partition("?")[0]

@@ -93,7 +93,7 @@ class LocalRegistry:
 
     @property
     def host(self) -> str:
-        """``127.0.0.1:PORT``, the form python-dxf and the config's ``registry`` take."""
+        """``127.0.0.1:PORT``, the form the config's ``registry`` takes."""
         return f"127.0.0.1:{self.port}"
 
     @property

@@ -9,14 +9,11 @@ registry client needs: a bytes body or a stream of chunks with a known length,
 Content-Length or chunked answers, HEAD, keep-alive, TLS through an
 ``ssl.SSLContext``, a timeout per socket operation.
 
-This is the replay's path only: the nodes (``drtp.client.executor`` with
-:class:`Connection`, ``drtp.client.loop_engine`` with its event-loop twin
-:class:`drtp.registry.async_transport.AsyncConnection`),
-and the preflight check and ``drtp bench``, which must behave as the nodes do.
-Every other registry request — warmup, the demo, the local registry's
-readiness probe — goes through :class:`drtp.registry.client.RegistryClient`,
-which trades this speed for python-dxf's whole protocol (mounts, manifests,
-token auth).
+Every HTTP request drtp sends goes through it or its event-loop twin
+(:class:`drtp.registry.async_transport.AsyncConnection`): the nodes' registry
+requests, :class:`drtp.registry.client.RegistryClient` (warmup, capture, the
+demo, the local registry's probe) through :class:`drtp.registry.session.Session`,
+bearer-token fetches, and the master's control calls to its nodes.
 """
 
 from __future__ import annotations

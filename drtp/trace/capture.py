@@ -84,7 +84,7 @@ MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, applicat
 
 
 def _registry_client(url: str):
-    """The live registry that answers sizes the log does not hold (python-dxf is loaded only then)."""
+    """The live registry that answers sizes the log does not hold (its client is loaded only then)."""
     from drtp.registry.client import RegistryClient
 
     return RegistryClient(url.rstrip("/"), timeout=10)
