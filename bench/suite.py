@@ -29,6 +29,8 @@ if str(BENCH_DIR) not in sys.path:
 import bench_analyze  # noqa: E402
 import bench_faults  # noqa: E402
 import bench_fidelity  # noqa: E402
+import bench_master  # noqa: E402
+import bench_prodreg  # noqa: E402
 import bench_reader  # noqa: E402
 import bench_replay  # noqa: E402
 import bench_simulate  # noqa: E402
@@ -52,12 +54,16 @@ class Size:
     analyze: int  # records for `drtp analyze trace`
     rates: tuple[float, ...] = (50, 200, 500)
     faults: int = 300  # trace requests replayed clean and with ~10 % faults
+    prodreg: int = 300  # trace requests per drtp round against each registry kind
+    master: tuple[int, int] = (3000, 1000)  # trace requests at full rate, and paced
 
 
 SIZES = {
-    "tiny": Size(3000, 1, 300, 1, 1, 5000, 1, (2000, 20000), 3000, faults=300),
-    "small": Size(200_000, 2, 3000, 4, 5, 200_000, 2, (20_000, 200_000), 200_000, faults=1000),
-    "full": Size(1_000_000, 3, 8000, 8, 20, 1_000_000, 3, (100_000, 1_000_000), 1_000_000, faults=3000),
+    "tiny": Size(3000, 1, 300, 1, 1, 5000, 1, (2000, 20000), 3000),
+    "small": Size(200_000, 2, 3000, 4, 5, 200_000, 2, (20_000, 200_000), 200_000, 1000, 2000, (30_000, 10_000)),
+    "full": Size(
+        1_000_000, 3, 8000, 8, 20, 1_000_000, 3, (100_000, 1_000_000), 1_000_000, 3000, 5000, (100_000, 20_000)
+    ),
 }
 
 COLUMNS = ["row", "metric", "drtp", "baseline", "unit", "ratio", "better", "target", "met", "baseline_is", "note"]
@@ -385,7 +391,84 @@ def fidelity_rows() -> list[Row]:
     ]
 
 
-PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults", "fidelity")
+def prodreg_rows(size: Size, judged: bool) -> list[Row]:
+    """Rows 9: stress rate and the nodes' CPU per request mid-run against wrk, per kind of registry and mix."""
+    rows = []
+    for r in bench_prodreg.measure(size.prodreg, 2 if judged else 1, wrk_min_s=size.wrk_s):
+        where = f"{r['registry']}, {r['case']}"
+        rows.append(
+            Row(
+                "9 registries",
+                f"stress rate, {where}",
+                r["drtp_rps"],
+                r["wrk_rps"],
+                "req/s",
+                "higher",
+                "≥0.90 of wrk",
+                yes_no(r["ratio"] >= 0.9) if judged else "—",
+                f"wrk -t2 -c{r['concurrency']}, same registry, URLs and credentials",
+                f"{r['requests']} requests over {r['distinct_urls']} URLs; best of alternated rounds",
+            )
+        )
+        rows.append(
+            Row(
+                "9 registries",
+                f"client node CPU per request mid-run, {where}",
+                r["node_cpu_us_per_req"],
+                r["wrk_cpu_us_per_req"],
+                "CPU µs/req",
+                "lower",
+                "≤1.5× wrk's",
+                yes_no(r["cpu_ratio"] <= 1.5) if judged else "—",
+                "wrk's CPU per request over the middle half of its run",
+                f"both nodes, 25–75 % of the rows; rounds node {r['node_cpu_rounds']} µs, wrk {r['wrk_cpu_rounds']} µs",
+            )
+        )
+    return rows
+
+
+def master_rows(size: Size, judged: bool) -> list[Row]:
+    """Rows 10: the master's CPU per request against stand-in nodes that answer at once, full rate and paced."""
+    full_n, paced_n = size.master
+    res = bench_master.measure(full_n, (1, 2, 4), (20_000, 2_000), paced_n)
+    one = res["runs"][0]
+    rows = [
+        Row(
+            "10 master",
+            "master CPU per request, 1 stand-in node, full rate",
+            one["master_cpu_us_per_req"],
+            res["read_us_per_req"],
+            "CPU µs/req",
+            "lower",
+            "≤10 µs",
+            yes_no(one["master_cpu_us_per_req"] <= 10) if judged else "—",
+            "reading the same trace alone (TraceReader, CPU per record): the least a master spends",
+            f"{one['requests']:,} requests at {one['rate_rps']:,.0f} req/s; "
+            f"one master core feeds {1e6 / one['master_cpu_us_per_req']:,.0f} req/s",
+        )
+    ]
+    for r in res["runs"][1:]:
+        pace = f"paced to {r['paced_rps']:,.0f} req/s" if r["paced_rps"] else "full rate"
+        how = f"{r['nodes']} stand-in nodes, {pace}"
+        flat = r["master_cpu_us_per_req"] <= 1.2 * one["master_cpu_us_per_req"]
+        rows.append(
+            Row(
+                "10 master",
+                f"master CPU per request, {how}",
+                r["master_cpu_us_per_req"],
+                one["master_cpu_us_per_req"],
+                "CPU µs/req",
+                "lower",
+                "flat (≤1.2× of 1 node at full rate)",
+                yes_no(flat) if judged else "—",
+                "the same master with 1 stand-in node at full rate",
+                f"{r['requests']:,} requests at {r['rate_rps']:,.0f} req/s",
+            )
+        )
+    return rows
+
+
+PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults", "fidelity", "prodreg", "master")
 
 
 def run_suite(size_name: str = "tiny", out_dir: Path | None = None, parts: tuple = PARTS, log=print) -> dict:
@@ -404,13 +487,15 @@ def run_suite(size_name: str = "tiny", out_dir: Path | None = None, parts: tuple
             "analyze": lambda: analyze_rows(size, traces, work),
             "faults": lambda: faults_rows(size),
             "fidelity": fidelity_rows,
+            "prodreg": lambda: prodreg_rows(size, size_name != "tiny"),
+            "master": lambda: master_rows(size, size_name == "full"),
         }
         for part in parts:
             t0 = time.perf_counter()
             log(f"[selfbench] {part} ({size_name}) …", flush=True)
             rows += steps[part]()
             log(f"[selfbench] {part} done in {time.perf_counter() - t0:.1f} s", flush=True)
-    rows.sort(key=lambda r: r.row[0])
+    rows.sort(key=lambda r: int(r.row.split()[0]))
     doc = {
         "size": size_name,
         "sizes": asdict(size),

@@ -18,7 +18,7 @@ from drtp.errors import DrtpError
 from drtp.outputs import prepare_output_dir
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
-PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults", "fidelity")
+PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults", "fidelity", "prodreg", "master")
 
 
 def load_suite(bench_dir: Path = BENCH_DIR) -> ModuleType:
@@ -35,7 +35,7 @@ def load_suite(bench_dir: Path = BENCH_DIR) -> ModuleType:
 
 def cmd_selfbench(args: argparse.Namespace) -> int:
     parts = tuple(args.only or PARTS)
-    if "replay" in parts and not shutil.which("wrk"):
+    if {"replay", "prodreg"} & set(parts) and not shutil.which("wrk"):
         raise DrtpError("wrk is not installed (apt-get install -y wrk); or leave out the replay rows with --only")
     if "fidelity" in parts and not shutil.which("skopeo"):
         raise DrtpError("skopeo is not installed (apt-get install -y skopeo); or leave out the fidelity rows (--only)")

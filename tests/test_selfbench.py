@@ -14,6 +14,7 @@ import pytest
 pytestmark = pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (replay rows need it)")
 
 GROUPS = {"1 ingest", "2 stress", "3 as-is", "4 simulate", "5 scale", "6 analyze", "7 faults", "8 fidelity"}
+GROUPS |= {"9 registries", "10 master"}
 COLUMNS = ["row", "metric", "drtp", "baseline", "unit", "ratio", "better", "target", "met", "baseline_is", "note"]
 
 
@@ -55,6 +56,13 @@ def test_tiny_suite_writes_one_consistent_table(tmp_path):
     assert "drtp analyze trace end to end" in metrics
     assert "replay duration with ~10% faults ÷ clean" in metrics and "failed rows recorded as" in metrics
     assert "manifest bytes replayed ÷ trace" in metrics and "status match" in metrics
+    for kind in ("plain http", "https + basic auth", "https + bearer token"):
+        for case in ("GET manifest", "GET blob (300 KB)", "mixed trace"):
+            assert f"stress rate, {kind}, {case}" in metrics
+            assert f"client node CPU per request mid-run, {kind}, {case}" in metrics
+    assert "master CPU per request, 1 stand-in node, full rate" in metrics
+    for how in ("2 stand-in nodes, full rate", "4 stand-in nodes, full rate", "2 stand-in nodes, paced to 2,000 req/s"):
+        assert f"master CPU per request, {how}" in metrics
     # tiny sizes judge no size-dependent target
     assert next(r for r in rows if "analyze trace end to end" in r["metric"])["met"] == "—"
     assert "targets met" in proc.stdout
