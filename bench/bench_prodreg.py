@@ -41,18 +41,16 @@ import yaml
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH_DIR), str(BENCH_DIR.parent)]
 
-from bench_replay import WRK_LIST_SCRIPT, cpu_s, mixed_trace, uniform_trace, url_path, warm_map  # noqa: E402
+from bench_replay import WRK_LIST_SCRIPT, case_trace, cpu_s, warmed_paths  # noqa: E402
 
 from drtp.config import load_config  # noqa: E402
 from drtp.master.demo import start_nodes, stop_nodes  # noqa: E402
 from drtp.master.experiment import registry_config  # noqa: E402
 from drtp.master.run import run_replay  # noqa: E402
-from drtp.master.warmup import run_warmup  # noqa: E402
 from drtp.registry.auth import Authenticator  # noqa: E402
 from drtp.registry.local import LocalRegistry  # noqa: E402
 from drtp.registry.manifest import ACCEPT  # noqa: E402
 from drtp.replay.messages import RegistryAuth  # noqa: E402
-from drtp.trace.reader import TraceReader  # noqa: E402
 
 KINDS = ("plain", "basic", "bearer")
 KIND_NAMES = {"plain": "plain http", "basic": "https + basic auth", "bearer": "https + bearer token"}
@@ -185,14 +183,9 @@ def case_rows(
     rows = []
     for name, uri, size in CASES:
         trace = work / f"{kind}-{size or 'mixed'}.json"
-        if uri:
-            uniform_trace(trace, n, uri, size, 0.001, clients=500)
-        else:
-            mixed_trace(trace, n)
+        case_trace(trace, n, uri, size)
         cfg = config(work, trace, r, addrs)
-        run_warmup(cfg, quiet=True)
-        mapping = warm_map(cfg)
-        paths = sorted({url_path(rec, mapping) for rec in TraceReader([trace])})
+        paths = warmed_paths(cfg, trace)
         auth = r.wrk_auth(paths)
         wrk_paths = paths if len(paths) > 1 else None
         url = f"{r.reg.url}{paths[0]}"

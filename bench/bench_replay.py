@@ -173,6 +173,21 @@ def mixed_trace(path: Path, n: int, seed: int = 3) -> None:
     write_ibm(path, itertools.islice(gets, n))
 
 
+def case_trace(path: Path, n: int, uri: str | None, size: int | None) -> None:
+    """A stress case's trace: ``n`` GETs of ``uri`` (``size`` bytes), or the mixed trace when ``uri`` is None."""
+    if uri:
+        uniform_trace(path, n, uri, size, 0.001, clients=500)
+    else:
+        mixed_trace(path, n)
+
+
+def warmed_paths(cfg, trace: Path) -> list[str]:
+    """Warm the registry up for ``trace``; the distinct URL paths its GETs are replayed to (what wrk cycles)."""
+    run_warmup(cfg, quiet=True)
+    mapping = warm_map(cfg)
+    return sorted({url_path(r, mapping) for r in TraceReader([trace])})
+
+
 def replay_once(
     work: Path, trace: Path, reg: LocalRegistry, nodes: list[str], threads: int, engine: str, pids, what: str
 ) -> tuple[dict, float]:
@@ -206,14 +221,9 @@ def stress(
     ]
     for name, uri, size in cases:
         trace = work / f"stress-{size or 'mixed'}.json"
-        if uri:
-            uniform_trace(trace, n, uri, size, 0.001, clients=500)
-        else:
-            mixed_trace(trace, n)
+        case_trace(trace, n, uri, size)
         cfg = load_config(config(work, trace, reg.host, nodes, threads, wait=False))
-        run_warmup(cfg, quiet=True)
-        mapping = warm_map(cfg)
-        paths = sorted({url_path(r, mapping) for r in TraceReader([trace])})
+        paths = warmed_paths(cfg, trace)
         # a fresh registry is slower for its first thousands of answers (Go heap growth, caches), and whatever
         # runs first after a pause pays for it: warm the registry with the same requests, then alternate
         # drtp and wrk (A B A B) and keep each side's best round
