@@ -9,7 +9,6 @@ for ``silence_s`` is reported dead once, with the reason.
 
 from __future__ import annotations
 
-import http.client
 import json
 import queue
 import threading
@@ -160,33 +159,33 @@ class NodeLink:
         return True
 
     def _read(self) -> None:
+        """The node's result stream, one event per read of the socket with every whole frame it completed;
+        the connection's timeout is the longest silence allowed (the node sends a keep-alive frame)."""
         path = f"/runs/{self.run}/results"
-        url = urlsplit(self.base)
-        conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=self.silence_s)
         frames = FrameReader()
         last = False
+
+        def frames_in(data: bytes) -> None:
+            nonlocal last
+            got = frames.feed(data)
+            if got:
+                last = got[-1].model is not None
+                self.events.put(("frames", self.name, got))
+
+        conn = Connection("http", f"{self.host}:{self.port}", self.silence_s)
         try:
-            conn.request("GET", path, headers=sign(self.token, "GET", path))
-            resp = conn.getresponse()
-            if resp.status != 200:
-                self._died(f"refused the result stream: HTTP {resp.status}")
-                return
-            while True:  # one event per read, with every whole frame it completed
-                data = resp.read1(1 << 18)
-                if not data:
-                    break
-                got = frames.feed(data)
-                if got:
-                    last = got[-1].model is not None
-                    self.events.put(("frames", self.name, got))
-        except (OSError, http.client.HTTPException) as e:
-            self._died(f"result stream broken ({type(e).__name__}: {e})"[:200])
+            r = conn.request("GET", path, None, sign(self.token, "GET", path), stream=frames_in)
+        except RequestError as e:
+            self._died(f"result stream broken ({e.outcome}: {e.message})"[:200])
             return
         except msgspec.DecodeError as e:
             self._died(f"sent a malformed result frame ({e})"[:200])
             return
         finally:
             conn.close()
+        if r.status != 200:
+            self._died(f"refused the result stream: HTTP {r.status}")
+            return
         if frames.pending or not last:
             self._died("result stream ended without the node's last frame")
             return

@@ -118,6 +118,48 @@ def test_chunked_answer_is_counted():
     assert (r.status, r.bytes) == (200, 7) and conn.open
 
 
+def test_a_streamed_answer_reaches_its_sink_while_it_is_still_coming():
+    """The rest of the answer is sent only once the sink has its first part: a sink called at the end only
+    would leave the peer waiting and the request timing out."""
+    got: list[bytes] = []
+    first_part = threading.Event()
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        c, _ = srv.accept()
+        with c:
+            c.recv(65536)
+            c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+            if first_part.wait(5):
+                c.sendall(b"4\r\ndefg\r\n0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def sink(data: bytes) -> None:
+        got.append(data)
+        first_part.set()
+
+    conn = Connection("http", f"127.0.0.1:{srv.getsockname()[1]}", timeout=2)
+    r = conn.request("GET", "/stream", stream=sink)
+    assert (r.status, r.bytes, b"".join(got)) == (200, 7, b"abcdefg") and len(got) == 2
+
+
+def test_a_refused_stream_keeps_its_body_from_the_sink_and_a_failing_sink_closes_the_connection():
+    got: list[bytes] = []
+    peer = Peer([b"HTTP/1.1 403 Forbidden\r\nContent-Length: 6\r\n\r\nbanned"])
+    r = Connection("http", f"127.0.0.1:{peer.port}", timeout=5).request("GET", "/", stream=got.append)
+    assert (r.status, got) == (403, [])
+
+    def sink(data: bytes) -> None:
+        raise ValueError(f"not a frame: {data!r}")
+
+    peer = Peer([b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\njunk"])
+    conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=5)
+    with pytest.raises(ValueError, match="junk"):
+        conn.request("GET", "/", stream=sink)
+    assert not conn.open
+
+
 def test_garbage_answer_is_protocol_error():
     peer = Peer([b"SSH-2.0-OpenSSH_9.2\r\n\r\n"])
     conn = Connection("http", f"127.0.0.1:{peer.port}", timeout=5)

@@ -143,6 +143,29 @@ class _KeptAnswer(_Answer):
         self.parts.append(bytes(body))
 
 
+class _StreamedAnswer(_Answer):
+    """An answer whose body, when its status is 200, goes to ``sink`` as it arrives (after each read of the
+    socket, whatever arrived in it), not kept: a stream that lasts as long as the run."""
+
+    __slots__ = ("sink", "pending")
+
+    def __init__(self, head: bool, sink: Callable[[bytes], None]) -> None:
+        super().__init__(head)
+        self.sink = sink
+        self.pending: list[bytes] = []
+
+    def on_body(self, body: bytes) -> None:
+        self.nbytes += len(body)
+        if self.parser.get_status_code() == 200:
+            self.pending.append(bytes(body))
+
+    def deliver(self) -> None:
+        if self.pending:
+            data = b"".join(self.pending)
+            self.pending.clear()
+            self.sink(data)
+
+
 def request_head(method: str, target: str, netloc: str, body, headers: dict[str, str] | None) -> bytes:
     """The request line and headers; Content-Length from a bytes body unless the caller gave one."""
     head = [f"{method} {target} HTTP/1.1\r\nHost: {netloc}\r\nUser-Agent: {USER_AGENT}\r\n"]
@@ -259,11 +282,13 @@ class Connection:
         body: bytes | Callable[[], Iterator[bytes]] | None = None,
         headers: dict[str, str] | None = None,
         keep_body: bool = False,
+        stream: Callable[[bytes], None] | None = None,
     ) -> Response:
-        """Send one request and read its whole answer (its body in ``Response.body`` if ``keep_body``).
+        """Send one request and read its whole answer (its body in ``Response.body`` if ``keep_body``; given
+        to ``stream`` piece by piece as it arrives, if the status is 200 and ``stream`` is given).
 
         Raises RequestError (classified: timeout, refused, reset, truncated, tls,
-        protocol); the connection is closed then.
+        protocol), or what ``stream`` raised; the connection is closed then.
         """
         self.progress = time.monotonic()
         if self.sock is not None and _dropped(self.sock):
@@ -293,6 +318,8 @@ class Connection:
                 raise RequestError(TLS, f"TLS failed while sending the request: {e}") from None
             except OSError as e:
                 raise RequestError(RESET, f"the connection broke while sending the request: {e}") from None
+            if stream is not None:
+                return self._read(_StreamedAnswer(method == "HEAD", stream))
             return self._read(_KeptAnswer(method == "HEAD") if keep_body else _Answer(method == "HEAD"))
         except BaseException:
             self.close()
@@ -301,6 +328,7 @@ class Connection:
     def _read(self, answer: _Answer) -> Response:
         parser = answer.parser = httptools.HttpResponseParser(answer)
         sock, buf, view = self.sock, self.buf, self.view
+        streamed = isinstance(answer, _StreamedAnswer)
         got = 0
         try:
             while not answer.complete:
@@ -315,6 +343,8 @@ class Connection:
                 got += n
                 self.progress = time.monotonic()
                 parser.feed_data(view[:n])
+                if streamed:
+                    answer.deliver()
         except TimeoutError:
             what = "no answer" if got == 0 else f"the answer stalled after {got} bytes"
             raise RequestError(TIMEOUT, f"read timeout: {what} in {self.timeout:g} s", got > 0) from None
