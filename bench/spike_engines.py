@@ -16,9 +16,11 @@ bcrypt), a ~1 KB blob and a 300 KB blob. Engines alternate, ``--rounds`` times; 
 
 It also checks the property that decides whether libcurl may carry drtp's requests at all: a request
 must never be sent twice without the user asking. A loopback server answers the first request of each
-connection and closes the second without a byte of answer; the server counts what it receives.
+connection and closes the second without a byte of answer; the server counts what it receives. The
+check runs on drtp's transport, pycurl and curl_cffi (both libcurl; curl_cffi only here, not timed).
 
-Usage: python bench/spike_engines.py [--quick] (pycurl is not a drtp dependency: pip install pycurl)
+Usage: python bench/spike_engines.py [--quick] (pycurl and curl_cffi are not drtp dependencies: pip install
+pycurl curl_cffi)
 """
 
 from __future__ import annotations
@@ -188,26 +190,45 @@ def resend_check() -> dict[str, int]:
 
     threading.Thread(target=serve, daemon=True).start()
     results: dict[str, int] = {}
+
+    def libcurl(name: str, curl, opt, error) -> None:
+        """The same two requests per method on one libcurl handle (pycurl's or curl_cffi's binding)."""
+        for method in ("GET", "PUT"):
+            c = curl()
+            c.setopt(opt.WRITEFUNCTION, len)
+            c.setopt(opt.URL, f"http://127.0.0.1:{port}/warm-{name}-{method}".encode())
+            c.perform()
+            c.setopt(opt.URL, f"http://127.0.0.1:{port}/{name}-{method}".encode())
+            if method == "PUT":
+                c.setopt(opt.CUSTOMREQUEST, b"PUT")
+                c.setopt(opt.POSTFIELDS, b"x" * 100)
+            try:
+                c.perform()
+                results[f"{name} {method}: second request answered"] = 1
+            except error as e:
+                results[f"{name} {method}: error {str(e)[:60]}"] = 1
+            results[f"{name} {method}: times the server received it"] = counts.get(f"/{name}-{method}", 0)
+
     try:
         import pycurl
 
-        for method in ("GET", "PUT"):
-            c = pycurl.Curl()
-            c.setopt(pycurl.WRITEFUNCTION, len)
-            c.setopt(pycurl.URL, f"http://127.0.0.1:{port}/warm-{method}")
-            c.perform()
-            c.setopt(pycurl.URL, f"http://127.0.0.1:{port}/curl-{method}")
-            if method == "PUT":
-                c.setopt(pycurl.CUSTOMREQUEST, "PUT")
-                c.setopt(pycurl.POSTFIELDS, b"x" * 100)
-            try:
-                c.perform()
-                results[f"curl {method}: second request answered"] = 1
-            except pycurl.error as e:
-                results[f"curl {method}: error {e.args[0]}"] = 1
-            results[f"curl {method}: times the server received it"] = counts.get(f"/curl-{method}", 0)
+        libcurl("curl", pycurl.Curl, pycurl, pycurl.error)
     except ImportError:
         results["curl: pycurl not installed"] = 1
+    try:
+        from curl_cffi import requests as cffi
+
+        for method in ("GET", "PUT"):
+            with cffi.Session() as session:  # one libcurl handle: the second request reuses the connection
+                session.request(method, f"http://127.0.0.1:{port}/warm-cffi-{method}", data=b"x" * 100)
+                try:
+                    session.request(method, f"http://127.0.0.1:{port}/curl_cffi-{method}", data=b"x" * 100)
+                    results[f"curl_cffi {method}: second request answered"] = 1
+                except cffi.RequestsError as e:
+                    results[f"curl_cffi {method}: error {str(e)[:60]}"] = 1
+            results[f"curl_cffi {method}: times the server received it"] = counts.get(f"/curl_cffi-{method}", 0)
+    except ImportError:
+        results["curl_cffi: not installed"] = 1
     from drtp.registry.transport import Connection, RequestError
 
     conn = Connection("http", f"127.0.0.1:{port}", 5.0)
