@@ -102,6 +102,9 @@ class Replay:
         self.cap = max(1, self.ci.inflight)  # requests out at one node at most
         self.batch = max(1, self.ci.batch)
         self.refill_at = max(0, self.cap - self.batch)  # at the cap, wait until a whole batch fits again
+        # a node with this many requests out has work for each of its slots four times over: not short of work
+        # before its next result frame (at most 10 ms away) tells the master to send more
+        self.busy_at = max(1, min(self.batch, 4 * self.ci.threads))
         self.held = HeldRecords(self.planner)  # records waiting for a request in flight, per trace client
         self.releases_seen = -1  # planner.releases when the held records were last looked at
         self.inflight: dict[int, tuple[str, ReplayRequest]] = {}
@@ -422,9 +425,10 @@ class Replay:
         """Before the master waits: send the partial batches of the nodes that could run short of work;
         returns how long it may wait before it must look again.
 
-        A node with a whole batch of requests out is busy until it has done them: its partial batch
-        waits to be filled, so batches stay big (each costs a POST at both ends).  A node with less
-        gets its partial batch once it is a quarter full or has waited ``PARTIAL_BATCH_S``.  As is,
+        A node with four times its slots of requests out (or a whole batch, if that is less) has work for a
+        while: its partial batch waits to be filled, so batches stay big (each costs a POST and a
+        connection at both ends; at slow rates small batches were a large part of the master's cost).
+        A node with less gets its partial batch once it is a quarter full or has waited ``PARTIAL_BATCH_S``.  As is,
         every partial batch goes at once: its requests have their times to keep.
         """
         wait = 1.0
@@ -433,7 +437,7 @@ class Replay:
         for node, buf in self.buffers.items():
             if not buf or node in self.dead:
                 continue
-            if not send_all and self.per_node[node] - len(buf) >= self.batch:
+            if not send_all and self.per_node[node] - len(buf) >= self.busy_at:
                 continue  # busy: its results wake the master before it runs out of work
             waited = now - self.buffered_at[node]
             if send_all or 4 * len(buf) >= self.batch or waited >= PARTIAL_BATCH_S:
