@@ -112,8 +112,8 @@ def middle_half(samples: list[tuple[int, float]], total: int) -> float:
     """CPU µs per row between the samples at 25 % and 75 % of ``total`` rows; ``samples``: (rows, CPU s)."""
     lo = next((s for s in samples if s[0] >= total * 0.25), None)
     hi = next((s for s in samples if s[0] >= total * 0.75), None)
-    if lo is None or hi is None or hi[0] <= lo[0]:
-        return float("nan")
+    if lo is None or hi is None or hi[0] <= lo[0] or hi[1] <= lo[1]:
+        return float("nan")  # no samples there, or too short a stretch for /proc's 10 ms CPU ticks
     return (hi[1] - lo[1]) / (hi[0] - lo[0]) * 1e6
 
 
@@ -140,7 +140,7 @@ def drtp_run(cfg, run_dir: Path, pids: list[int]) -> dict:
     if s["failed"]:
         raise RuntimeError(f"{run_dir.name}: {s['failed']} of {s['requests']} requests failed")
     mid = middle_half(samples, s["requests"])
-    if mid != mid:  # too short a run for samples at 25 % and 75 % (tiny sizes): the whole run's CPU instead
+    if mid != mid:  # too short a run to measure its middle half (tiny sizes): the whole run's CPU instead
         mid = (samples[-1][1] - samples[0][1]) / max(1, s["requests"]) * 1e6
     return {"rps": s["throughput_rps"], "cpu_us": mid, "requests": s["requests"]}
 
