@@ -7,6 +7,9 @@ over keep-alive connections to the same real Distribution registry:
   through the event loop; the body is counted, not copied;
 * ``curl`` — pycurl's CurlMulti (libcurl: TLS, keep-alive), the body handed to ``len`` (counted, not
   kept), headers to a list's ``append``;
+* ``curl1`` — the same, made to send each request once: a PREREQFUNCTION (libcurl ≥ 7.80 calls it each
+  time it is about to send the request on a connection) aborts the transfer when it is called a second
+  time, which is when libcurl would send the request again on a fresh connection (see the check below);
 * ``wrk`` — the baseline (Debian wrk, ``-t1``), the same URL, connections and Authorization header.
 
 Each engine reads status, Content-Length, Docker-Content-Digest and Location, as a node must. The CPU
@@ -17,7 +20,8 @@ bcrypt), a ~1 KB blob and a 300 KB blob. Engines alternate, ``--rounds`` times; 
 It also checks the property that decides whether libcurl may carry drtp's requests at all: a request
 must never be sent twice without the user asking. A loopback server answers the first request of each
 connection and closes the second without a byte of answer; the server counts what it receives. The
-check runs on drtp's transport, pycurl and curl_cffi (both libcurl; curl_cffi only here, not timed).
+check runs on drtp's transport, pycurl (plain and with the ``curl1`` guard) and curl_cffi (both libcurl;
+curl_cffi only here, not timed).
 
 Usage: python bench/spike_engines.py [--quick] (pycurl and curl_cffi are not drtp dependencies: pip install
 pycurl curl_cffi)
@@ -82,6 +86,7 @@ else:
         global left
         left -= 1
         c.lines = []
+        c.sends = 0
         c.setopt(pycurl.HEADERFUNCTION, c.lines.append)
         m.add_handle(c)
     for _ in range(conc):
@@ -91,6 +96,11 @@ else:
         c.setopt(pycurl.WRITEFUNCTION, len)
         if ca:
             c.setopt(pycurl.CAINFO, ca)
+        if kind == "curl1":
+            def once(ip, local_ip, port, local_port, c=c):
+                c.sends += 1
+                return pycurl.PREREQFUNC_OK if c.sends == 1 else pycurl.PREREQFUNC_ABORT
+            c.setopt(pycurl.PREREQFUNCTION, once)
         handles.append(c)
         start(c)
     running = conc
@@ -191,17 +201,27 @@ def resend_check() -> dict[str, int]:
     threading.Thread(target=serve, daemon=True).start()
     results: dict[str, int] = {}
 
-    def libcurl(name: str, curl, opt, error) -> None:
-        """The same two requests per method on one libcurl handle (pycurl's or curl_cffi's binding)."""
+    def libcurl(name: str, curl, opt, error, once: bool = False) -> None:
+        """The same two requests per method on one libcurl handle (pycurl's or curl_cffi's binding); ``once``:
+        a PREREQFUNCTION aborts a transfer that libcurl is about to send a second time."""
         for method in ("GET", "PUT"):
             c = curl()
             c.setopt(opt.WRITEFUNCTION, len)
+            sends = [0]
+            if once:
+
+                def prereq(ip: str, local_ip: str, port: int, local_port: int, sends: list = sends) -> int:
+                    sends[0] += 1
+                    return opt.PREREQFUNC_OK if sends[0] == 1 else opt.PREREQFUNC_ABORT
+
+                c.setopt(opt.PREREQFUNCTION, prereq)
             c.setopt(opt.URL, f"http://127.0.0.1:{port}/warm-{name}-{method}".encode())
             c.perform()
             c.setopt(opt.URL, f"http://127.0.0.1:{port}/{name}-{method}".encode())
             if method == "PUT":
                 c.setopt(opt.CUSTOMREQUEST, b"PUT")
                 c.setopt(opt.POSTFIELDS, b"x" * 100)
+            sends[0] = 0
             try:
                 c.perform()
                 results[f"{name} {method}: second request answered"] = 1
@@ -213,6 +233,7 @@ def resend_check() -> dict[str, int]:
         import pycurl
 
         libcurl("curl", pycurl.Curl, pycurl, pycurl.error)
+        libcurl("curl1", pycurl.Curl, pycurl, pycurl.error, once=True)
     except ImportError:
         results["curl: pycurl not installed"] = 1
     try:
@@ -262,7 +283,7 @@ def main() -> None:
     try:
         import pycurl  # noqa: F401
 
-        engines.insert(1, "curl")
+        engines[1:1] = ["curl", "curl1"]
     except ImportError:
         print("pycurl is not installed: the curl engine is left out (pip install pycurl)")
     rows = []
