@@ -29,7 +29,7 @@ def test_results_go_to_the_stream_at_most_once_per_frame_gap():
         [
             ReplayRequest(i, f"id{i}", f"c{i % 500}", "GET", "blob", "get", "127.0.0.1:1", "t/x", "l", 1, 200)
             for i in range(REQUESTS)
-        ]  # fmt: skip
+        ]
     )
     run.end()
     handovers, seqs = 0, []
