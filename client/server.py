@@ -26,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
 import bottle
 import msgspec
@@ -36,7 +36,7 @@ from drtp.client.admission import allowed_targets, batch_error, spec_error
 from drtp.client.loop_engine import LoopRun
 from drtp.client.scheduler import NodeRun
 from drtp.replay.frames import KEEPALIVE, gather
-from drtp.replay.messages import batch_decoder, spec_decoder
+from drtp.replay.messages import NODE_IDLE_CLOSE_S, batch_decoder, spec_decoder
 from drtp.replay.signing import MAX_BODY, Verifier
 
 log = logging.getLogger("drtp.client")
@@ -44,7 +44,7 @@ KEEPALIVE_S = 1.0
 # Seconds a connection may send nothing while the node waits for its request line, headers or body:
 # a stalled or trickling client loses its thread after this.  (The result stream only writes, and the
 # master reads it continuously.)
-READ_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = NODE_IDLE_CLOSE_S
 REMEMBERED_RUNS = 4096  # ids of runs this node started, kept so that none is started twice
 _LENGTH = re.compile(r"[0-9]{1,12}")
 
@@ -63,8 +63,64 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
         super().handle_error(request, client_address)
 
 
+class _KeptServerHandler(ServerHandler):
+    """wsgiref's handler answering in HTTP/1.1, which tells its request handler whether the connection may
+    carry another request: only after a 2xx answer of known length (a refused request may have left its
+    body unread; the result stream is delimited by the connection's end)."""
+
+    http_version = "1.1"
+
+    def cleanup_headers(self) -> None:
+        super().cleanup_headers()
+        if "Content-Length" not in self.headers:
+            self.headers["Connection"] = "close"
+
+    def close(self) -> None:
+        handler = self.request_handler
+        kept = bool(self.status) and self.status.startswith("2") and "Connection" not in (self.headers or {})
+        handler.close_connection = handler.close_connection or not kept
+        super().close()
+
+
 class _QuietHandler(WSGIRequestHandler):
-    timeout = READ_TIMEOUT_S  # StreamRequestHandler sets it on the connection's socket
+    """One connection: requests one after another while each answer keeps it open (HTTP/1.1 keep-alive),
+    so the master's feeder sends its batches without a connection (and a node thread) per batch.  Every
+    request is signed and checked on its own, kept connection or not."""
+
+    timeout = READ_TIMEOUT_S  # StreamRequestHandler sets it on the connection's socket: also the idle limit
+    protocol_version = "HTTP/1.1"
+    # an answer's head and body leave in one write (wsgiref flushes after each body part), and nothing
+    # waits for the peer's delayed ACK: on a kept connection Nagle's algorithm would hold every answer
+    wbufsize = -1
+    disable_nagle_algorithm = True
+
+    def handle(self) -> None:
+        self.close_connection = True
+        self._handle_one()
+        while not self.close_connection:
+            self._handle_one()
+
+    def _handle_one(self) -> None:
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+        except TimeoutError:  # a kept connection left idle: closed without a word
+            self.close_connection = True
+            return
+        if not self.raw_requestline:
+            self.close_connection = True
+            return
+        if len(self.raw_requestline) > 65536:
+            self.requestline = self.request_version = self.command = ""
+            self.send_error(414)
+            self.close_connection = True
+            return
+        if not self.parse_request():  # an error was sent; parse_request set close_connection
+            self.close_connection = True
+            return
+        handler = _KeptServerHandler(self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=False)
+        handler.request_handler = self
+        handler.run(self.server.get_app())
+        self.wfile.flush()
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's name
         log.debug("%s " + format, self.client_address[0], *args)

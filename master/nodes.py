@@ -10,8 +10,10 @@ for ``silence_s`` is reported dead once, with the reason.
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import threading
+import time
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -20,10 +22,13 @@ import msgspec
 from drtp.errors import RunError
 from drtp.registry.transport import Connection, RequestError
 from drtp.replay.frames import FrameReader
-from drtp.replay.messages import Batch, ReplayRequest, RunSpec
+from drtp.replay.messages import NODE_IDLE_CLOSE_S, Batch, ReplayRequest, RunSpec
 from drtp.replay.signing import MAX_BODY, sign
 
+log = logging.getLogger(__name__)
 CALL_ERRORS = (RequestError,)  # a control call that got no (whole) answer
+FEED_TIMEOUT_S = 30.0  # the longest a node may take to accept a batch
+KEPT_IDLE_S = NODE_IDLE_CLOSE_S / 2  # the feeder's connection is reused while idle for at most this long
 
 _END = object()
 
@@ -62,8 +67,11 @@ class NodeLink:
 
     # -- control calls ---------------------------------------------------------------------
 
-    def call(self, method: str, path: str, body: bytes = b"", timeout: float = 10.0) -> Reply:
-        """One signed control call, on drtp's own lean HTTP connection (the node answers and closes it).
+    def call(
+        self, method: str, path: str, body: bytes = b"", timeout: float = 10.0, conn: Connection | None = None
+    ) -> Reply:
+        """One signed control call on drtp's own lean HTTP connection: ``conn`` if given (kept open for the
+        next call while the node keeps it), else a connection of its own, closed after the answer.
 
         Not http.client: it parses every answer's headers through the email package, which cost the
         master's feeder threads a few hundred µs of CPU per batch. Raises RequestError.
@@ -71,12 +79,15 @@ class NodeLink:
         headers = sign(self.token, method, path, body)
         if body:
             headers["Content-Type"] = "application/json"
-        conn = Connection("http", f"{self.host}:{self.port}", timeout)
+        own = conn is None
+        if own:
+            conn = Connection("http", f"{self.host}:{self.port}", timeout)
         try:
             r = conn.request(method, path, body if body or method != "GET" else None, headers, keep_body=True)
             return Reply(r.status, r.body)
         finally:
-            conn.close()
+            if own:
+                conn.close()
 
     def check(self) -> dict:
         """The node's health; a RunError (exit 3) naming the node if it is down or refuses the token."""
@@ -99,8 +110,8 @@ class NodeLink:
             raise RunError(f"client node {self.name} did not start the run: HTTP {r.status_code} {r.text[:200]}")
         self.run = spec.run
         self.threads = [
-            threading.Thread(target=self._feed, name=f"feed-{self.name}", daemon=True),
-            threading.Thread(target=self._read, name=f"read-{self.name}", daemon=True),
+            threading.Thread(target=self._guarded, args=(self._feed, "sender"), name=f"feed-{self.name}", daemon=True),
+            threading.Thread(target=self._guarded, args=(self._read, "reader"), name=f"read-{self.name}", daemon=True),
         ]
         for t in self.threads:
             t.start()
@@ -126,17 +137,35 @@ class NodeLink:
 
     # -- threads ------------------------------------------------------------------------------
 
+    def _guarded(self, body, role: str) -> None:
+        """Run one of the node's threads; if it fails unexpectedly, the node is reported dead with the error.
+        (A thread that just ended would leave the master waiting forever for results nobody reads or for
+        requests nobody sends.)"""
+        try:
+            body()
+        except Exception as e:
+            log.debug("the %s thread of node %s failed", role, self.name, exc_info=True)
+            self._died(f"the master's {role} thread for this node failed ({type(e).__name__}: {e})"[:200])
+
     def _feed(self) -> None:
-        while not self.dead:
-            item = self.outbox.get()
-            if item is _CANCEL:
-                return
-            if item is _END:
-                self._post(f"/runs/{self.run}/end", b"")
-                return
-            for body in self._bodies(item):
-                if not self._post(f"/runs/{self.run}/batch", body):
+        """Send the outbox's batches in order, on one connection kept open between them (a connection per
+        batch cost both ends a connect, an accept, a thread and a close)."""
+        conn = Connection("http", f"{self.host}:{self.port}", FEED_TIMEOUT_S)
+        try:
+            while not self.dead:
+                item = self.outbox.get()
+                if item is _CANCEL:
                     return
+                if conn.open and time.monotonic() - conn.progress > KEPT_IDLE_S:
+                    conn.close()  # the node may be closing it: a new one, before a byte of the batch is sent
+                if item is _END:
+                    self._post(f"/runs/{self.run}/end", b"", conn)
+                    return
+                for body in self._bodies(item):
+                    if not self._post(f"/runs/{self.run}/batch", body, conn):
+                        return
+        finally:
+            conn.close()
 
     def _bodies(self, requests_: list[ReplayRequest]) -> list[bytes]:
         """The batch encoded, split in halves until each part fits the node's body bound (MAX_BODY)."""
@@ -146,10 +175,10 @@ class NodeLink:
         half = len(requests_) // 2
         return self._bodies(requests_[:half]) + self._bodies(requests_[half:])
 
-    def _post(self, path: str, body: bytes) -> bool:
+    def _post(self, path: str, body: bytes, conn: Connection) -> bool:
         """One control POST of the feeder; False (the node reported dead) when it failed or was refused."""
         try:
-            r = self.call("POST", path, body, timeout=30)
+            r = self.call("POST", path, body, conn=conn)
         except CALL_ERRORS as e:
             self._died(f"{e.outcome} while sending a batch: {e.message}"[:200])
             return False

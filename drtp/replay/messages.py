@@ -3,7 +3,7 @@
 One module, imported by both sides, so the wire format has one definition:
 the master turns each trace record into a :class:`ReplayRequest`, sends them
 to a client node in a :class:`Batch`, and the node streams back one
-:class:`ReplayResult` per request (newline-delimited JSON, msgspec).
+:class:`ReplayResult` per request inside its result frames (drtp.replay.frames).
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ Op = Literal[
 
 
 KINDS = ("manifest", "blob")
+
+# A node closes a control connection that brought no request (or stalled in one) for this long; the
+# master's feeder keeps its connection between batches and reuses it only while it was idle for at most
+# half of it, so a batch is never written into a connection the node is closing.
+NODE_IDLE_CLOSE_S = 10.0
 
 
 def op_for(method: str, kind: str) -> Op:
