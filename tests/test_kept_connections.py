@@ -210,3 +210,14 @@ def test_a_run_spec_is_refused_on_a_connection_that_already_failed_a_signature(n
         answers = _read_all(sock)
     assert answers.startswith(b"HTTP/1.1 401") and answers.count(b"HTTP/1.1") == 1
     assert "kept-refused" not in NodeLink(node.address, TOKEN, None).check()["runs"]
+
+
+def test_an_unsigned_request_asking_to_continue_is_refused_without_an_invitation(node):
+    # HTTP/1.1 lets a client wait for "100 Continue" before its body; the node must not invite a body it
+    # would refuse unread: the first thing it says is the refusal
+    head = b"POST /runs HTTP/1.1\r\nHost: node\r\nContent-Length: 67108864\r\nExpect: 100-continue\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as sock:
+        sock.sendall(head)
+        answers = _read_all(sock)
+    assert answers.startswith(b"HTTP/1.1 401")
+    assert b"100 Continue" not in answers
