@@ -14,10 +14,32 @@ import yaml
 from drtp.config import load_config
 from drtp.master.nodes import NodeLink
 from drtp.registry.local import free_port
+from drtp.replay.messages import ReplayRequest
 from drtp.trace.generate import GenerateOptions, generate
 from drtp.trace.reader import TraceReader, write_ibm
 
 TOKEN = "test-secret-0123456789"
+DIGEST = "sha256:" + "ab" * 32
+
+
+def blob_get(seq: int = 0, **over) -> ReplayRequest:
+    """A valid replay request (a blob GET of ``registry``, 127.0.0.1:5000 unless given); keywords override any field."""
+    fields = dict(
+        seq=seq,
+        trace_id=f"t{seq}",
+        client="c1",
+        method="GET",
+        kind="blob",
+        op="get",
+        registry="127.0.0.1:5000",
+        repository="library/alpine",
+        reference="layer0",
+        size=10,
+        expected_status=200,
+        digest=DIGEST,
+    )
+    fields.update(over)
+    return ReplayRequest(**fields)
 
 
 def make_trace(path: Path, requests: int = 300, seed: int = 7, span: float = 30.0) -> Path:

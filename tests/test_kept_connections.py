@@ -20,7 +20,7 @@ from drtp.master.nodes import NodeLink
 from drtp.registry.transport import Connection
 from drtp.replay.messages import ReplayRequest, RunSpec
 from drtp.replay.signing import sign
-from tests.replay_support import TOKEN, Node
+from tests.replay_support import TOKEN, Node, blob_get
 
 NOWHERE = "127.0.0.1:9"  # a closed port: requests sent there fail at once with "refused"
 
@@ -33,20 +33,7 @@ def node(tmp_path_factory):
 
 
 def _request(seq: int) -> ReplayRequest:
-    return ReplayRequest(
-        seq=seq,
-        trace_id=f"t{seq}",
-        client="c1",
-        method="GET",
-        kind="blob",
-        op="get",
-        registry=NOWHERE,
-        repository="library/alpine",
-        reference="layer0",
-        size=10,
-        expected_status=200,
-        digest="sha256:" + "ab" * 32,
-    )
+    return blob_get(seq, registry=NOWHERE)
 
 
 def _read_all(sock: socket.socket, limit_s: float = 15.0) -> bytes:

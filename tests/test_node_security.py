@@ -22,7 +22,7 @@ from drtp.client.admission import batch_error, spec_error
 from drtp.errors import DrtpError
 from drtp.master.nodes import NodeLink
 from drtp.replay.frames import FrameReader
-from drtp.replay.messages import Batch, Layer, ReplayRequest, RunSpec
+from drtp.replay.messages import Batch, Layer, RunSpec
 from drtp.replay.signing import (
     MAX_BODY,
     MIN_TOKEN_LEN,
@@ -36,30 +36,8 @@ from drtp.replay.signing import (
     sign,
 )
 from tests.registry_log import logged_requests
-from tests.replay_support import TOKEN, Node
-
-DIGEST = "sha256:" + "ab" * 32
-
-
-def request(seq: int = 0, **over) -> ReplayRequest:
-    """A valid blob GET for ``registry`` (a keyword); keywords override any field."""
-    fields = dict(
-        seq=seq,
-        trace_id=f"t{seq}",
-        client="c1",
-        method="GET",
-        kind="blob",
-        op="get",
-        registry="127.0.0.1:5000",
-        repository="library/alpine",
-        reference="layer0",
-        size=10,
-        expected_status=200,
-        digest=DIGEST,
-    )
-    fields.update(over)
-    return ReplayRequest(**fields)
-
+from tests.replay_support import DIGEST, TOKEN, Node
+from tests.replay_support import blob_get as request
 
 # -- node_auth: signatures, window, nonces ----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from drtp.trace.reader import TraceReader
 from drtp.trace.records import Mount, TraceRecord
 from tests.conftest import ibm_record, write_json
 from tests.images import copy_between_repositories, open_uploads
+from tests.replay_support import blob_get
 
 T = _dt.datetime(2024, 1, 1, tzinfo=_dt.timezone.utc)
 MOUNT = "v2/team/two/blobs/uploads/?mount=L1&from=team/one"
@@ -163,22 +164,18 @@ TARGETS = frozenset({"http://127.0.0.1:5000"})
 
 def mount_request(seq: int, **over) -> ReplayRequest:
     fields = dict(
-        seq=seq,
-        trace_id=f"t{seq}",
-        client="c1",
         method="POST",
-        kind="blob",
         op="upload-open",
-        registry="127.0.0.1:5000",
         repository="team/two",
         reference="uploads/",
         size=0,
         expected_status=201,
+        digest=None,
         mount="sha256:" + "ab" * 32,
         mount_from="team/one",
     )
     fields.update(over)
-    return ReplayRequest(**fields)
+    return blob_get(seq, **fields)
 
 
 @pytest.mark.parametrize(
