@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from http.server import BaseHTTPRequestHandler
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
@@ -94,33 +95,20 @@ class _QuietHandler(WSGIRequestHandler):
     wbufsize = -1
     disable_nagle_algorithm = True
 
-    def handle(self) -> None:
-        self.close_connection = True
-        self._handle_one()
-        while not self.close_connection:
-            self._handle_one()
+    # wsgiref handles one request per connection; the stdlib's own loop handles them one after another
+    # until an answer closes the connection (idle timeout, bad request line, or _KeptServerHandler's verdict)
+    handle = BaseHTTPRequestHandler.handle
 
-    def _handle_one(self) -> None:
-        try:
-            self.raw_requestline = self.rfile.readline(65537)
-        except TimeoutError:  # a kept connection left idle: closed without a word
-            self.close_connection = True
-            return
-        if not self.raw_requestline:
-            self.close_connection = True
-            return
-        if len(self.raw_requestline) > 65536:
-            self.requestline = self.request_version = self.command = ""
-            self.send_error(414)
-            self.close_connection = True
-            return
-        if not self.parse_request():  # an error was sent; parse_request set close_connection
-            self.close_connection = True
-            return
+    def __getattr__(self, name: str):
+        """Every method goes to the app (``do_GET``, ``do_POST``, …), which answers the ones it does not route."""
+        if name.startswith("do_"):
+            return self._run_app
+        raise AttributeError(name)
+
+    def _run_app(self) -> None:
         handler = _KeptServerHandler(self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=False)
         handler.request_handler = self
         handler.run(self.server.get_app())
-        self.wfile.flush()
 
     def handle_expect_100(self) -> bool:
         """No "100 Continue" before the signature is checked: nobody is invited to send a body that may
