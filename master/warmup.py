@@ -9,14 +9,18 @@ sees the same 404.  A blob the trace mounts into a repository is, there, an
 object the trace creates (the run mounts it); the mount reads its source
 repository, which is warmed when the trace has not pushed the blob there first.
 
-Then, with ``warmup.threads`` threads and drtp.registry.client: each blob is pushed once
-(random or zero bytes of its size, per ``warmup.random``) and cross-repo
-mounted into the other repositories that read it; then each manifest is
-pushed as a real schema-2 manifest over layers of its repository and the
-minimal config blob, padded to exactly the trace's size.  Every object done
+Then, with ``warmup.threads`` threads and drtp.registry.client, in three phases: each blob
+is pushed once (random or zero bytes of its size, per ``warmup.random``) and cross-repo
+mounted into the other repositories that read it; the minimal config blob is pushed once
+into each repository that gets manifests (one job per repository); then each manifest is
+pushed as a real schema-2 manifest over layers of its repository and that config, padded
+to exactly the trace's size.  A blob is never written into a repository by two threads at
+once (drtp.registry.keyed_lock says why): a manifest PUT that checked a blob while another
+push rewrote it would be refused as naming an unknown blob.  Every object done
 is appended at once to the warmup map (``warmup.output``, JSON lines:
 registry, repository, kind, reference, digest, size), so an interrupted warmup resumes where it stopped
-and a finished one does nothing the second time.
+and a finished one does nothing the second time.  The config blob is not in the map: each
+warmup that has manifests to push checks it is in their repositories (a HEAD) first.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import random
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +44,7 @@ from drtp.registry.auth import auth_for, config_auth, registry_names, repository
 from drtp.registry.client import REGISTRY_ERRORS, RegistryClient
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.content import digest as stream_digest
+from drtp.registry.keyed_lock import KeyedLock
 from drtp.registry.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
 from drtp.trace.reader import TraceReader
 from drtp.trace.records import Mount
@@ -126,6 +132,7 @@ def load_map(path: Path) -> Iterator[dict]:
 class WarmupStats:
     blobs_pushed: int = 0
     blobs_mounted: int = 0
+    configs_pushed: int = 0  # the minimal config blob, into repositories that lacked it
     manifests: int = 0
     already: int = 0
     failed: int = 0
@@ -143,6 +150,8 @@ class Warmup:
         self.stats = WarmupStats()
         self.done: dict[tuple[str, str, str, str], dict] = {}  # (registry, repository, kind, ref) -> entry
         self.clients: dict[str, RegistryClient] = {}  # registry -> its client (a map may name another registry)
+        self.writing = KeyedLock()  # (registry, repository, digest) of a blob being pushed or mounted
+        self.configs: set[tuple[str, str]] = set()  # (registry, repository) holding the minimal config blob
 
     def _client(self, registry: str) -> RegistryClient:
         client = self.clients.get(registry)
@@ -190,7 +199,8 @@ class Warmup:
             client = self._client(registry)
             if source is not None:
                 try:
-                    client.mount_blob(repo, source["repository"], source["digest"])
+                    with self._writing(registry, repo, source["digest"], source["repository"]):
+                        client.mount_blob(repo, source["repository"], source["digest"])
                     out.append(self._entry(registry, repo, "blob", ref, source["digest"], source["size"], "mounted"))
                     continue
                 except REGISTRY_ERRORS:
@@ -203,15 +213,34 @@ class Warmup:
                 seed, randomized = new_seed(), self.cfg.warmup.random
                 digest = stream_digest(seed, size, randomized)
                 data = chunks(seed, size, randomized)
-            client.push_blob(repo, data, digest, size)
+            with self._writing(registry, repo, digest):
+                client.push_blob(repo, data, digest, size)
             entry = self._entry(registry, repo, "blob", ref, digest, size, "pushed")
             out.append(entry)
             source = source or entry
         return out
 
+    @contextmanager
+    def _writing(self, registry: str, repo: str, digest: str, source: str | None = None) -> Iterator[None]:
+        """Hold the writes of blob ``digest`` into ``repo`` (and, for a mount, into its ``source``, whose
+        link the mount reads): with ``warmup.random: false`` blobs of one size share a digest."""
+        keys = sorted({(registry, r, digest) for r in (repo, source) if r is not None})  # one order: no deadlock
+        with ExitStack() as stack:
+            for key in keys:
+                stack.enter_context(self.writing.hold(key))
+            yield
+
+    def _config(self, registry: str, repo: str) -> list[dict]:
+        """Make sure ``repo`` holds the minimal config blob its warmed manifests name: the only job that
+        writes it there, run before any of their PUTs."""
+        with self._writing(registry, repo, CONFIG_DIGEST):
+            pushed = self._client(registry).push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)
+        how = "config pushed" if pushed else "config found"
+        return [self._entry(registry, repo, "blob", CONFIG_DIGEST, CONFIG_DIGEST, len(CONFIG_BLOB), how)]
+
     def _manifest(self, registry: str, repo: str, tag: str, size: int, layers: list[tuple[str, int]]) -> list[dict]:
+        """Push one warmed manifest; its config blob is in the repository already (:meth:`_config`)."""
         client = self._client(registry)
-        client.push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)  # the config of every warmed manifest
         body = build_manifest(layers, size)
         client.put_manifest(repo, tag, body)
         return [self._entry(registry, repo, "manifest", tag, digest_of(body), len(body), "manifest")]
@@ -264,7 +293,15 @@ class Warmup:
                     bar.update(0)
                 else:
                     manifest_jobs.append((reg, repo, tag, size, layers_of.get((reg, repo), [])))
-            self._pool_run(self._manifest, manifest_jobs, out, bar, weights=[1] * len(manifest_jobs))
+            # the config blob first, once per repository: manifests of one repository PUT at once while
+            # one of them pushed the config would find its link being rewritten
+            config_jobs = sorted({(job[0], job[1]) for job in manifest_jobs})
+            self._pool_run(self._config, config_jobs, out, bar, weights=[0] * len(config_jobs))
+            missing = [job for job in manifest_jobs if (job[0], job[1]) not in self.configs]
+            for job in missing:
+                self._failed(job, f"the config blob {CONFIG_DIGEST} could not be pushed to the repository", bar, 1)
+            ready = [job for job in manifest_jobs if (job[0], job[1]) in self.configs]
+            self._pool_run(self._manifest, ready, out, bar, weights=[1] * len(ready))
         self.elapsed = time.perf_counter() - t0
         self.plan = plan
         return self.stats
@@ -293,14 +330,14 @@ class Warmup:
             try:
                 entries = f.result()
             except (*REGISTRY_ERRORS, OSError) as e:
-                self.stats.failed += 1
-                if len(self.stats.errors) < 20:
-                    self.stats.errors.append(f"{job[:3]}: {type(e).__name__}: {e}"[:300])
-                bar.set_failed(self.stats.failed)
-                bar.update(weight)
+                self._failed(job, f"{type(e).__name__}: {e}", bar, weight)
                 continue
             for e in entries:
                 how = e.pop("how", "")
+                if how.startswith("config"):  # bookkeeping of this warmup, not a line of the map
+                    self.configs.add((e["registry"], e["repository"]))
+                    self.stats.configs_pushed += how == "config pushed"
+                    continue
                 out.write(json.dumps(e) + "\n")
                 self.done[(e["registry"], e["repository"], e["kind"], e["reference"])] = e
                 if how == "pushed":
@@ -314,6 +351,13 @@ class Warmup:
             os.fsync(out.fileno())
             bar.update(weight)
 
+    def _failed(self, job: tuple, why: str, bar, weight: int) -> None:
+        self.stats.failed += 1
+        if len(self.stats.errors) < 20:
+            self.stats.errors.append(f"{job[:3]}: {why}"[:300])
+        bar.set_failed(self.stats.failed)
+        bar.update(weight)
+
 
 def run_warmup(cfg: Config, quiet: bool = False) -> WarmupStats:
     w = Warmup(cfg, quiet=quiet)
@@ -321,7 +365,8 @@ def run_warmup(cfg: Config, quiet: bool = False) -> WarmupStats:
     if not quiet:
         print(
             f"warmup: {w.plan.records:,} trace requests; pushed {stats.blobs_pushed:,} blobs "
-            f"({stats.bytes / 1e6:.1f} MB), mounted {stats.blobs_mounted:,}, {stats.manifests:,} manifests; "
+            f"({stats.bytes / 1e6:.1f} MB), mounted {stats.blobs_mounted:,}, {stats.manifests:,} manifests "
+            f"(config blob pushed into {stats.configs_pushed:,} repositories); "
             f"{stats.already:,} already there; {stats.failed:,} failed; {w.elapsed:.1f} s → {w.map_path}"
         )
         for err in stats.errors[:5]:

@@ -80,11 +80,13 @@ class RegistryClient:
         """Whether the registry answers a ``HEAD`` of the blob or manifest ``digest`` in ``repo`` with 200."""
         return self.session.request("HEAD", self._url(repo, kind, digest)).status == 200
 
-    def push_blob(self, repo: str, data: bytes | Iterable[bytes], digest: str, size: int | None = None) -> None:
+    def push_blob(self, repo: str, data: bytes | Iterable[bytes], digest: str, size: int | None = None) -> bool:
         """Upload a blob unless ``repo`` has it: ``data`` is its bytes, or an iterator of chunks of ``size``
-        bytes in all whose hash is ``digest`` (sent as they come, never held whole)."""
+        bytes in all whose hash is ``digest`` (sent as they come, never held whole).
+
+        True when it was uploaded, False when ``repo`` had it already."""
         if self.exists("blob", repo, digest):
-            return
+            return False
         if not isinstance(data, bytes | bytearray):
             if size is None:
                 raise ValueError("a blob pushed as a stream of chunks needs its size")
@@ -94,6 +96,7 @@ class RegistryClient:
             body, length = bytes(data), len(data)
         location = self._open_upload(repo)
         self._close_upload(location, digest, body, length)
+        return True
 
     def _open_upload(self, repo: str) -> str:
         what = f"POST {self.base}/v2/{repo}/blobs/uploads/"
