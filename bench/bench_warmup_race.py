@@ -1,11 +1,14 @@
 """How often ``drtp warmup`` fails on a valid trace: N warmups, each on a fresh registry.
 
-The trace is a generated one whose repositories each get several warmed tags: the last
-``--requests`` records of a longer generated trace (few repositories, many pushes, pulls
-of older images), so that pulls of images pushed before the window make warmup push
-many manifests into the same repository at once.  Every warmup runs on a fresh local
-Distribution registry with ``warmup.threads`` threads; a warmup counts as failed when
-any object failed, or when a manifest its map lists cannot be read back from the registry.
+The trace is a generated one whose repositories each get several warmed tags
+(tests/replay_support.py ``many_tags_trace``): the last ``--requests`` records of a generated
+trace ten times longer (six repositories, many pushes, pulls of older images), so that pulls of
+images pushed before the window make warmup push many manifests into one repository at once.
+Every warmup runs on a fresh local Distribution registry with ``warmup.threads`` threads; a
+warmup counts as failed when any object failed, or when a manifest its map lists cannot be
+read back from the registry.  "config uploads" counts the uploads of drtp's minimal config
+blob into the trace's repositories (the registry's log; the preflight's own push left out):
+one per repository is the least a fresh registry needs.
 
 For each failure the bench prints what the registry logged for the refused requests
 (status, error code and the blob digest it names), so the cause is read from the
@@ -31,26 +34,8 @@ from drtp.master.warmup import Warmup, load_map, plan_warmup  # noqa: E402
 from drtp.registry.client import RegistryClient  # noqa: E402
 from drtp.registry.local import LocalRegistry, registry_binary  # noqa: E402
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST  # noqa: E402
-from drtp.trace.generate import GenerateOptions, generate  # noqa: E402
-from drtp.trace.reader import TraceReader, write_ibm  # noqa: E402
-from tests.replay_support import write_config  # noqa: E402
-
-
-def failure_prone_trace(path: Path, requests: int, seed: int) -> Path:
-    """The last ``requests`` records of a generated trace ten times longer, over six repositories:
-    the images pushed before the window are pulled in it, so warmup tags each repository many times."""
-    opts = GenerateOptions(
-        requests=10 * requests,
-        seed=seed,
-        span_s=600,
-        repositories=6,
-        clients=20,
-        push_ratio=0.3,
-        old_image_rate=0.8,
-        max_layer_size=64_000,
-    )
-    write_ibm(path, list(generate(opts))[-requests:])
-    return path
+from drtp.trace.reader import TraceReader  # noqa: E402
+from tests.replay_support import many_tags_trace, write_config  # noqa: E402
 
 
 def refused_in_log(log_path: Path) -> list[str]:
@@ -108,7 +93,7 @@ def measure(runs: int, threads_list: list[int], requests: int, seed: int, verbos
     rows = []
     with tempfile.TemporaryDirectory(prefix="drtp-warmup-race-") as tmp:
         d = Path(tmp)
-        trace = failure_prone_trace(d / "trace.json", requests, seed)
+        trace = many_tags_trace(d / "trace.json", requests, seed)
         plan = plan_warmup(TraceReader([trace]), ["r"])
         tags = Counter(repo for _, repo, _ in plan.manifests)
         if verbose:

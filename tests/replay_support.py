@@ -50,6 +50,25 @@ def make_trace(path: Path, requests: int = 300, seed: int = 7, span: float = 30.
     return path
 
 
+def many_tags_trace(path: Path, requests: int = 300, seed: int = 1) -> Path:
+    """The last ``requests`` records of a generated trace ten times longer over six repositories, with
+    many pushes and pulls of older images: the images pushed before the window are pulled in it, so
+    warmup pushes many tags into each repository (the case where its manifest PUTs of one repository
+    run at once)."""
+    opts = GenerateOptions(
+        requests=10 * requests,
+        seed=seed,
+        span_s=600,
+        repositories=6,
+        clients=20,
+        push_ratio=0.3,
+        old_image_rate=0.8,
+        max_layer_size=64_000,
+    )
+    write_ibm(path, list(generate(opts))[-requests:])
+    return path
+
+
 class Node:
     """``drtp client`` as a subprocess on a free loopback port."""
 
