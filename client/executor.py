@@ -22,6 +22,13 @@ registry mounted (201), the node does as the registry tells it, uploads the blob
 ``Location`` given (helper rows) and reports the mount as an ``http`` failure saying so; when
 the trace's own registry refused too (202), the trace's PATCH/PUT that follow use the upload.
 
+A manifest PUT whose image has no config blob of its own names the minimal one
+(drtp.registry.manifest), which the node makes sure is in the repository first: one thread of
+the node checks (HEAD) and, when missing, pushes it, while the node's other manifest PUTs of
+that repository wait; once there, the repository is remembered and no PUT checks again.  Two
+pushes of it at once would rewrite its link while a manifest PUT reads it
+(drtp.registry.keyed_lock), and the registry refuses that PUT.
+
 No upload session outlives the run: one that a later upload open of the same trace client and
 repository replaces is cancelled (DELETE, a helper row), as is one a failed fallback leaves;
 those still open when the run ends — a trace upload never completed — are cancelled then.
@@ -37,6 +44,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import urlencode, urljoin
 
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
+from drtp.registry.keyed_lock import KeyedLock
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.registry.session import Session
 from drtp.registry.transport import Response
@@ -78,6 +86,8 @@ class Executor:
         # and the retry rule: drtp.registry.session
         self.session = Session(spec.auth, spec.timeout, spec.connect_timeout, spec.retries)
         self.http = self.session.request
+        self.config_writing = KeyedLock()  # (registry base, repository) whose minimal config blob is being checked
+        self.config_present: set[tuple[str, str]] = set()  # (registry base, repository) known to hold it
 
     def _rng(self) -> random.Random:
         rng = getattr(self.local, "rng", None)
@@ -269,17 +279,26 @@ class Executor:
         return Upload(urljoin(base + "/", r.header("location")))
 
     def _ensure_config(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> bool:
-        blob = f"{base}/v2/{req.repository}/blobs/{CONFIG_DIGEST}"
-        check = self._aux(aux, "HEAD", "config blob check", blob, (200, 404))
-        if check.status == 200:
+        """Whether the repository holds the minimal config blob, pushed now if missing (helper rows): checked
+        by one thread at a time per repository, and once only when found or pushed."""
+        key = (base, req.repository)
+        if key in self.config_present:
             return True
-        if check.status != 404:
-            return False
-        upload = self._open_aux(req, base, aux)
-        if upload is None:
-            return False
-        url = upload.close_url(CONFIG_DIGEST)
-        return self._aux(aux, "PUT", "config blob push", url, (201,), body=CONFIG_BLOB).status == 201
+        with self.config_writing.hold(key):
+            if key in self.config_present:  # another thread found or pushed it while this one waited
+                return True
+            blob = f"{base}/v2/{req.repository}/blobs/{CONFIG_DIGEST}"
+            check = self._aux(aux, "HEAD", "config blob check", blob, (200, 404))
+            if check.status == 404:
+                upload = self._open_aux(req, base, aux)
+                if upload is None:
+                    return False
+                url = upload.close_url(CONFIG_DIGEST)
+                check = self._aux(aux, "PUT", "config blob push", url, (201,), body=CONFIG_BLOB)
+            if check.status not in (200, 201):
+                return False
+            self.config_present.add(key)
+            return True
 
     # -- results ----------------------------------------------------------------------------
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import shutil
+import threading
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -25,6 +28,7 @@ from drtp.replay.result_row import trace_row
 from drtp.replay.summary import ResultsModel
 from drtp.trace.reader import TraceReader
 from drtp.trace.records import TraceRecord
+from tests.registry_log import logged_requests
 
 needs_skopeo = pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is not installed")
 
@@ -168,9 +172,46 @@ def test_a_trace_manifest_below_the_minimal_size_is_counted_and_reported(registr
     assert summary["manifests_above_trace_size"] == 1
     assert summary["per_method"]["PUT manifest"]["bytes"] == 2 * minimal + 7
     assert "manifests sent bigger than the trace's size: 1" in format_table(summary)
-    # the minimal config blob was pushed once, with one content
+    # the minimal config blob was pushed once, with one content; the node knows it is there now
     req = ReplayRequest(2, "t", "c1", "PUT", "manifest", "manifest-put", registry.url, "m/x", "third", 0, 201)
-    assert [a.what for a in ex.execute(req).aux] == ["config blob check"]
+    assert ex.execute(req).aux == []
+    # the node's next run checks once, and finds it
+    again = Executor(RunSpec(run="m2", start_epoch=time.time(), registries=[registry.url]), time.perf_counter)
+    req = ReplayRequest(3, "t", "c1", "PUT", "manifest", "manifest-put", registry.url, "m/x", "fourth", 0, 201)
+    assert [(a.what, a.status) for a in again.execute(req).aux] == [("config blob check", 200)]
+
+
+@pytest.mark.registry
+def test_a_node_writes_the_minimal_config_once_per_repository_whatever_its_threads(registry):
+    """Manifest PUTs of two repositories from 8 threads of one node at once, each needing the minimal config
+    blob: the registry sees one check and one upload of it per repository, and stores every manifest (a
+    second upload while a manifest PUT reads the blob's link can make the registry refuse that PUT)."""
+    threads = 8
+    ex = Executor(RunSpec(run="c", start_epoch=time.time(), registries=[registry.url]), time.perf_counter)
+    offset = registry.log_path.stat().st_size
+    together = threading.Barrier(threads, timeout=60)
+    repos = ("m/many", "m/more")
+
+    def put(i: int) -> ReplayResult:
+        req = ReplayRequest(
+            i, "t", f"c{i}", "PUT", "manifest", "manifest-put", registry.url, repos[i % 2], f"t{i}", 0, 201
+        )
+        together.wait()
+        return ex.execute(req)
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(put, range(4 * threads)))
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    helpers = Counter(a.what for r in results for a in r.aux)
+    assert helpers == {"config blob check": 2, "blob upload open": 2, "config blob push": 2}, helpers
+    logged = logged_requests(registry.log_path, offset)
+    for repo in repos:
+        config = [x for x in logged if x.path == f"/v2/{repo}/blobs/{CONFIG_DIGEST}"]
+        uploads = [x for x in logged if x.path.startswith(f"/v2/{repo}/blobs/uploads/") and x.method == "PUT"]
+        manifests = [x for x in logged if x.path.startswith(f"/v2/{repo}/manifests/")]
+        assert [(x.method, x.status) for x in config] == [("HEAD", 404)], repo
+        assert [x.status for x in uploads] == [201], repo
+        assert [x.status for x in manifests] == [201] * (2 * threads), repo
 
 
 @pytest.mark.registry
