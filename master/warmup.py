@@ -12,7 +12,8 @@ repository, which is warmed when the trace has not pushed the blob there first.
 Then, with ``warmup.threads`` threads and drtp.registry.client, in three phases: each blob
 is pushed once (random or zero bytes of its size, per ``warmup.random``) and cross-repo
 mounted into the other repositories that read it; the minimal config blob is pushed once
-into each repository that gets manifests (one job per repository); then each manifest is
+into each repository that gets manifests, or whose manifest PUTs in the run will name it
+(an image of fewer than two blobs: drtp.master.plan), one job per repository; then each manifest is
 pushed as a real schema-2 manifest over layers of its repository and that config, padded
 to exactly the trace's size.  A blob is never written into a repository by two threads at
 once (drtp.registry.keyed_lock says why): a manifest PUT that checked a blob while another
@@ -20,7 +21,7 @@ push rewrote it would be refused as naming an unknown blob.  Every object done
 is appended at once to the warmup map (``warmup.output``, JSON lines:
 registry, repository, kind, reference, digest, size), so an interrupted warmup resumes where it stopped
 and a finished one does nothing the second time.  The config blob is not in the map: each
-warmup that has manifests to push checks it is in their repositories (a HEAD) first.
+warmup checks it is in those repositories (a HEAD each) and pushes it where it is missing.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 
 from drtp.config import Config
 from drtp.errors import RunError
-from drtp.master.plan import registry_for, with_prefix
+from drtp.master.plan import Planner, registry_for, with_prefix
 from drtp.master.preflight import preflight_all
 from drtp.progress import progress
 from drtp.registry.auth import auth_for, config_auth, registry_names, repository_prefix
@@ -59,16 +60,21 @@ class WarmupPlan:
     blobs: dict[tuple[str, str], list] = field(default_factory=dict)
     # (registry, repository, tag) -> size
     manifests: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # (registry, repository) where the run PUTs a manifest naming the minimal config blob
+    run_configs: set[tuple[str, str]] = field(default_factory=set)
     records: int = 0
 
 
 def plan_warmup(reader: TraceReader, registries: list[str], prefix: str = "") -> WarmupPlan:
     plan = WarmupPlan()
     pushed: set[tuple[str, str, str]] = set()  # (repository, kind, ref) the trace PUT or mounted
+    images = Planner(registries)  # the run planner's image bookkeeping, ahead of the run
     for records in with_prefix(reader.batches(), prefix):
         plan.records += len(records)
         for rec in records:
             repo, kind, ref = rec.repository, rec.kind, rec.reference
+            if images.needs_minimal_config(rec):
+                plan.run_configs.add((registry_for(repo, registries), repo))
             if kind == "blob" and ref.startswith("uploads"):
                 if rec.status == 201 and (mount := rec.mount) is not None:
                     _plan_mount(plan, pushed, registries, repo, mount)
@@ -294,8 +300,9 @@ class Warmup:
                 else:
                     manifest_jobs.append((reg, repo, tag, size, layers_of.get((reg, repo), [])))
             # the config blob first, once per repository: manifests of one repository PUT at once while
-            # one of them pushed the config would find its link being rewritten
-            config_jobs = sorted({(job[0], job[1]) for job in manifest_jobs})
+            # one of them pushed the config would find its link being rewritten.  Also where the run's
+            # manifest PUTs name it: its nodes then find it, and none pushes it while another PUTs there
+            config_jobs = sorted({(job[0], job[1]) for job in manifest_jobs} | plan.run_configs)
             self._pool_run(self._config, config_jobs, out, bar, weights=[0] * len(config_jobs))
             missing = [job for job in manifest_jobs if (job[0], job[1]) not in self.configs]
             for job in missing:

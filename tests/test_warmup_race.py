@@ -8,13 +8,16 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import requests
 
+from drtp.master.run import run_replay
 from drtp.master.warmup import load_map, plan_warmup, run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
 from drtp.trace.reader import TraceReader
+from tests.conftest import ibm_record, write_json
 from tests.replay_support import many_tags_trace, write_config
 
 pytestmark = pytest.mark.registry
@@ -119,3 +122,47 @@ def test_config_blob_written_once_per_repository_before_its_manifests(tmp_path, 
         resumed = run_warmup(cfg, quiet=True)
         assert resumed.failed == 0 and resumed.configs_pushed == len(repos) and resumed.manifests == stats.manifests
         assert assert_map_readable(reg.url, map_path) == stats.manifests
+
+
+def manifest_only_pushes(path: Path) -> Path:
+    """Images pushed as a manifest alone (a retag through the API), 16 clients over two repositories, so the run
+    names the minimal config blob there; and one image with its own layers and config, which does not."""
+
+    def request(i: int, method: str, uri: str, status: int, size: int, client: str) -> dict:
+        return ibm_record(i, **{"http.request.method": method, "http.request.uri": uri, "http.response.status": status,
+                                "http.response.written": size, "http.request.remoteaddr": client})  # fmt: skip
+
+    records = [
+        request(i, "PUT", f"v2/team/{('app', 'web')[i % 2]}/manifests/v{i}", 201, 600, f"c{i}") for i in range(16)
+    ]
+    full = [("POST", "blobs/uploads/", 202, 0), ("PUT", "blobs/layer-a", 201, 100), ("POST", "blobs/uploads/", 202, 0),
+            ("PUT", "blobs/config-a", 201, 90), ("PUT", "manifests/v1", 201, 700)]  # fmt: skip
+    records += [
+        request(16 + j, m, f"v2/team/full/{what}", st, size, "builder") for j, (m, what, st, size) in enumerate(full)
+    ]
+    return write_json(path, records)
+
+
+def test_warmup_puts_the_config_where_the_runs_manifests_name_it(tmp_path, nodes):
+    """The run's manifest PUTs that name the minimal config blob find it: warmup pushed it into their repositories
+    (and only there), so no node pushes it while another node PUTs a manifest of the same repository."""
+    trace = manifest_only_pushes(tmp_path / "trace.json")
+    with LocalRegistry(tmp_path / "registry") as reg:
+        cfg = write_config(tmp_path, trace, [reg.host], [n.address for n in nodes], wait=False)
+        stats = run_warmup(cfg, quiet=True)
+        assert stats.configs_pushed == 2 and stats.manifests == 0
+        warmed = Counter((m, r) for m, r, _ in config_requests(reg.log_path))
+        assert warmed == Counter({(m, r): 1 for r in ("team/app", "team/web") for m in ("HEAD", "PUT")}), warmed
+        offset = reg.log_path.stat().st_size
+        summary = run_replay(cfg, tmp_path / "run", quiet=True)
+        assert summary["failed"] == 0
+        with open(reg.log_path, "rb") as f:
+            f.seek(offset)
+            (tmp_path / "run.log").write_bytes(f.read())
+        in_run = config_requests(tmp_path / "run.log")
+    assert in_run and {(m, s) for m, _, s in in_run} == {("HEAD", 200)}, in_run  # found by every node, never pushed
+    assert {r for _, r, _ in in_run} == {"team/app", "team/web"}
+    df = pd.read_csv(tmp_path / "run" / "requests.csv", keep_default_na=False, na_values=[""])
+    puts = df[(df.method == "PUT") & (df.kind == "manifest") & ~df.auxiliary]
+    assert len(puts) == 17 and puts.ok.all()
+    assert set(df[df.auxiliary].reference) == {"config blob check"}
