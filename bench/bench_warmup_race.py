@@ -145,7 +145,10 @@ def main() -> None:
     args = ap.parse_args()
     head = subprocess.run(["git", "log", "-1", "--format=%h %s"], capture_output=True, text=True, check=False)
     version = subprocess.run([registry_binary(), "--version"], capture_output=True, text=True, check=False)
-    print(f"tree: {head.stdout.strip()[:100]}")
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=False
+    ).stdout.split()[1::2]
+    print(f"tree: {head.stdout.strip()[:100]}" + (f" + uncommitted changes to {', '.join(changed)}" if changed else ""))
     print(f"registry: {version.stdout.strip()}; {time.strftime('%Y-%m-%d %H:%M:%S')}")
     rows = measure(args.runs, args.threads, args.requests, args.seed)
     if args.json:
