@@ -30,10 +30,11 @@ import json
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from drtp.config import Config
@@ -157,6 +158,7 @@ class Warmup:
         self.done: dict[tuple[str, str, str, str], dict] = {}  # (registry, repository, kind, ref) -> entry
         self.clients: dict[str, RegistryClient] = {}  # registry -> its client (a map may name another registry)
         self.writing = KeyedLock()  # (registry, repository, digest) of a blob being pushed or mounted
+        self.written: set[tuple[str, str, str]] = set()  # (registry, repository, digest) this warmup pushed or mounted
         self.configs: set[tuple[str, str]] = set()  # (registry, repository) holding the minimal config blob
 
     def _client(self, registry: str) -> RegistryClient:
@@ -205,9 +207,10 @@ class Warmup:
             client = self._client(registry)
             if source is not None:
                 try:
-                    with self._writing(registry, repo, source["digest"], source["repository"]):
-                        client.mount_blob(repo, source["repository"], source["digest"])
-                    out.append(self._entry(registry, repo, "blob", ref, source["digest"], source["size"], "mounted"))
+                    src, digest = source["repository"], source["digest"]
+                    wrote = self._write_once(registry, repo, digest, partial(client.mount_blob, repo, src, digest), src)
+                    how = "mounted" if wrote else "present"
+                    out.append(self._entry(registry, repo, "blob", ref, digest, source["size"], how))
                     continue
                 except REGISTRY_ERRORS:
                     pass  # e.g. the registry does not mount: push instead
@@ -219,27 +222,32 @@ class Warmup:
                 seed, randomized = new_seed(), self.cfg.warmup.random
                 digest = stream_digest(seed, size, randomized)
                 data = chunks(seed, size, randomized)
-            with self._writing(registry, repo, digest):
-                client.push_blob(repo, data, digest, size)
-            entry = self._entry(registry, repo, "blob", ref, digest, size, "pushed")
+            wrote = self._write_once(registry, repo, digest, partial(client.push_blob, repo, data, digest, size))
+            entry = self._entry(registry, repo, "blob", ref, digest, size, "pushed" if wrote else "present")
             out.append(entry)
             source = source or entry
         return out
 
-    @contextmanager
-    def _writing(self, registry: str, repo: str, digest: str, source: str | None = None) -> Iterator[None]:
-        """Hold the writes of blob ``digest`` into ``repo`` (and, for a mount, into its ``source``, whose
-        link the mount reads): with ``warmup.random: false`` blobs of one size share a digest."""
+    def _write_once(
+        self, registry: str, repo: str, digest: str, write: Callable[[], object], source: str | None = None
+    ) -> bool:
+        """Push or mount (``write``) blob ``digest`` into ``repo`` unless this warmup has written it there: with
+        ``warmup.random: false`` blobs of one size share a digest.  One thread at a time per repository and
+        digest, and for a mount also its ``source``, whose link the mount reads.  False when it was there."""
         keys = sorted({(registry, r, digest) for r in (repo, source) if r is not None})  # one order: no deadlock
         with ExitStack() as stack:
             for key in keys:
                 stack.enter_context(self.writing.hold(key))
-            yield
+            if (registry, repo, digest) in self.written:
+                return False
+            write()
+            self.written.add((registry, repo, digest))
+            return True
 
     def _config(self, registry: str, repo: str) -> list[dict]:
         """Make sure ``repo`` holds the minimal config blob its warmed manifests name: the only job that
         writes it there, run before any of their PUTs."""
-        with self._writing(registry, repo, CONFIG_DIGEST):
+        with self.writing.hold((registry, repo, CONFIG_DIGEST)):
             pushed = self._client(registry).push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)
         how = "config pushed" if pushed else "config found"
         return [self._entry(registry, repo, "blob", CONFIG_DIGEST, CONFIG_DIGEST, len(CONFIG_BLOB), how)]
@@ -352,6 +360,8 @@ class Warmup:
                     self.stats.bytes += e["size"]
                 elif how == "mounted":
                     self.stats.blobs_mounted += 1
+                elif how == "present":  # another blob of the same content, written there by this warmup
+                    self.stats.already += 1
                 else:
                     self.stats.manifests += 1
             out.flush()

@@ -166,3 +166,24 @@ def test_warmup_puts_the_config_where_the_runs_manifests_name_it(tmp_path, nodes
     puts = df[(df.method == "PUT") & (df.kind == "manifest") & ~df.auxiliary]
     assert len(puts) == 17 and puts.ok.all()
     assert set(df[df.auxiliary].reference) == {"config blob check"}
+
+
+def test_blobs_of_one_digest_are_written_into_a_repository_once(tmp_path, trace):
+    """With ``warmup.random: false`` blobs of one size have one content, so several blob jobs push or mount the
+    same digest into a repository: one writes it, the others find it there (8 threads)."""
+    with LocalRegistry(tmp_path / "registry") as reg:
+        cfg = write_config(tmp_path, trace, [reg.host], ["127.0.0.1:1"])
+        cfg.warmup.threads = THREADS
+        cfg.warmup.random = False
+        stats = run_warmup(cfg, quiet=True)
+        entries = list(load_map(cfg.path(cfg.warmup.output)))
+        blobs = [e for e in entries if e["kind"] == "blob"]
+        shared = Counter((e["repository"], e["digest"]) for e in blobs)
+        assert max(shared.values()) >= 3, "the trace must give several blobs one digest in a repository"
+        writes = Counter()
+        for method, repo, uri, status in logged(reg.log_path):
+            if status == 201 and ((method == "PUT" and "/blobs/uploads/" in uri) or "mount=" in uri):
+                digest = re.search(r"(?:digest|mount)=sha256(?:%3A|:)([0-9a-f]{64})", uri).group(1)
+                writes[(repo, "sha256:" + digest)] += 1
+        assert stats.failed == 0 and writes and max(writes.values()) == 1, writes.most_common(3)
+        assert {key for key in writes if key[1] != CONFIG_DIGEST} == set(shared)
