@@ -192,32 +192,38 @@ class Planner:
             config=config,
         )
 
-    def replayed(self, rec: TraceRecord, assume_found: bool = False) -> None:
+    def replayed(self, rec: TraceRecord, uri: Uri | None = None, assume_found: bool = False) -> None:
         """A record an interrupted run already completed (resume): keep the image bookkeeping only.
 
-        ``assume_found``: a blob the trace found (HEAD 200) counts as one the registry holds, as it will
-        once warmup and the pushes before it have run (:meth:`needs_minimal_config`, before any digest is known).
+        ``uri``: the record's URI parts, if split already.  ``assume_found``: a blob the trace found (HEAD 200)
+        counts as one the registry holds, as it will once warmup and the pushes before it have run
+        (:meth:`needs_minimal_config`, before any digest is known).
         """
-        op = op_of(rec)
-        key, ref = (rec.client, rec.repository), rec.reference
-        if op == "get" and rec.kind == "blob" and rec.method == "HEAD" and rec.status < 400:
-            if (assume_found and not ref.startswith("uploads")) or self.resolve(rec.repository, ref) is not None:
+        uri = uri or rec.parts
+        op = op_of(rec, uri)
+        key, ref = (rec.client, uri.repository), uri.reference
+        if op == "get" and uri.kind == "blob" and rec.method == "HEAD" and rec.status < 400:
+            if (assume_found and not ref.startswith("uploads")) or self.resolve(uri.repository, ref) is not None:
                 self._add_layer(key, ref)
-        elif (op == "get" and rec.kind == "manifest" and rec.method == "GET") or op == "manifest-put":
+        elif (op == "get" and uri.kind == "manifest" and rec.method == "GET") or op == "manifest-put":
             self.image.pop(key, None)
         elif op == "upload-close" and not ref.startswith("uploads"):
             self._add_layer(key, ref)
         elif op == "upload-open" and rec.status == 201 and (mount := rec.mount) is not None:
             self._add_layer(key, mount.blob)
 
-    def needs_minimal_config(self, rec: TraceRecord) -> bool:
+    def needs_minimal_config(self, rec: TraceRecord, uri: Uri | None = None) -> bool:
         """Warmup's look ahead, on a planner of its own fed every record of the trace in order: whether ``rec``
         is a manifest PUT whose image will have fewer than two blobs, so that the node names the minimal config
         blob (:meth:`image_of`), when the pushes before it succeed.  Warmup puts that blob into those
-        repositories, so that no node of the run has to push it while another node PUTs a manifest there."""
-        if op_of(rec) == "manifest-put":
-            return len(self.image.pop((rec.client, rec.repository), ())) < 2
-        self.replayed(rec, assume_found=True)
+        repositories, so that no node of the run has to push it while another node PUTs a manifest there.
+        ``uri``: the record's URI parts, if split already."""
+        uri = uri or rec.parts
+        if rec.method == "GET" and uri.kind == "blob":  # most of a trace: no part of an image being pushed
+            return False
+        if op_of(rec, uri) == "manifest-put":
+            return len(self.image.pop((rec.client, uri.repository), ())) < 2
+        self.replayed(rec, uri, assume_found=True)
         return False
 
     def image_of(self, key: tuple[str, str]) -> tuple[list[Layer], Layer | None]:

@@ -73,8 +73,9 @@ def plan_warmup(reader: TraceReader, registries: list[str], prefix: str = "") ->
     for records in with_prefix(reader.batches(), prefix):
         plan.records += len(records)
         for rec in records:
-            repo, kind, ref = rec.repository, rec.kind, rec.reference
-            if images.needs_minimal_config(rec):
+            uri = rec.parts
+            repo, kind, ref = uri
+            if images.needs_minimal_config(rec, uri):
                 plan.run_configs.add((registry_for(repo, registries), repo))
             if kind == "blob" and ref.startswith("uploads"):
                 if rec.status == 201 and (mount := rec.mount) is not None:
