@@ -43,6 +43,7 @@ from drtp.master.warmup import load_map
 from drtp.registry.auth import auth_for, config_auth
 from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
+from drtp.registry.names import digest_error, name_error
 from drtp.replay.messages import registry_base
 from drtp.replay.result_row import ResultRow
 
@@ -127,23 +128,29 @@ def warmup_maps(cfg: Config, chosen: Iterable[str]) -> dict[Path, set[str]]:
     return maps
 
 
-def read_maps(cfg: Config, pushed: dict[str, Pushed]) -> int:
-    """Add the warmup maps' objects; a map that is missing while the registry has no other one is bad input."""
+def read_maps(cfg: Config, pushed: dict[str, Pushed], required: bool) -> tuple[int, list[Path]]:
+    """Add the warmup maps' objects: (entries read, maps not found).
+
+    A registry without any map is bad input when ``required`` (no runs given: nothing would be cleaned there).
+    """
     maps = warmup_maps(cfg, pushed)
     found = {base for path, bases in maps.items() if path.is_file() for base in bases}
-    n = 0
+    n, missing = 0, []
     for path, bases in maps.items():
         if not path.is_file():
-            if bases - found:
+            if required and bases - found:
                 who = ", ".join(pushed[b].name for b in sorted(bases - found))
-                raise DrtpError(
-                    f"{path}: warmup map of registry {who} not found (nothing recorded to clean there; "
-                    "--registry ID cleans one registry)"
-                )
+                hint = "; --registry ID cleans another one" if len(pushed) > 1 else ""
+                raise DrtpError(f"{path}: warmup map of registry {who} not found (nothing recorded to clean{hint})")
+            missing.append(path)
             continue
         try:
-            for e in load_map(path):
-                base = registry_base(str(e["registry"]))
+            for i, e in enumerate(load_map(path), 1):
+                fields = [e["registry"], e["repository"], e["reference"], e["digest"]]
+                why = "not text" if not all(isinstance(f, str) for f in fields) else _object_error(e)
+                if why:
+                    raise DrtpError(f"{path}: entry {i}: {why}")
+                base = registry_base(e["registry"])
                 if base not in pushed:
                     continue
                 kind = "manifest" if e["kind"] == "manifest" else "blob"
@@ -153,7 +160,12 @@ def read_maps(cfg: Config, pushed: dict[str, Pushed]) -> int:
                 n += 1
         except (OSError, UnicodeDecodeError) as e:
             raise DrtpError(f"{path}: cannot read the warmup map ({getattr(e, 'strerror', None) or e})") from None
-    return n
+    return n, missing
+
+
+def _object_error(e: dict) -> str | None:
+    """What is wrong with the repository or digest of a record (None: a name and digest to send a DELETE for)."""
+    return name_error(e["repository"]) or digest_error(e["digest"])
 
 
 def pushed_by_rows(rows: Iterable[ResultRow]) -> Iterator[tuple[str, str, str, str]]:
@@ -193,6 +205,8 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
         if unknown:
             raise DrtpError(f"{run_dir}: ran against {', '.join(unknown)}, which {cfg.source} does not name")
         for kind, repo, digest, tag in pushed_by_rows(rows(df)):
+            if why := _object_error({"repository": repo, "digest": digest}):
+                raise DrtpError(f"{run_dir / 'requests.csv'}: a {kind} pushed: {why}")
             base = registry_base(registry_for(repo, ran)) if len(ran) > 1 else bases[0]
             if base in pushed:
                 pushed[base].add(kind, repo, digest, tag)
@@ -280,6 +294,8 @@ def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outc
         def one(item: tuple[str, str], delete=delete, kind=kind) -> str:
             if kind in out.refused:  # the registry said it does not delete: no need to ask again
                 return REFUSED
+            if kind == "blob" and "manifest" in out.refused:  # drtp's manifests stay: so do the blobs they use
+                return REFUSED
             try:
                 result = delete(*item)
             except REGISTRY_ERRORS as e:
@@ -294,7 +310,7 @@ def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outc
             out.done[(kind, result)] += 1
             if result not in (DELETED, GONE):
                 out.leave(kind, repo)
-    if "blob" in out.refused and target.probe_repository:  # the preflight could not delete its probe either
+    if out.refused and target.probe_repository:  # the preflight could not delete its probe either
         out.leave(PROBE, target.probe_repository)
     if out.refused and target.hook:
         _run_hooks(target, cfg, out)
@@ -348,6 +364,11 @@ def _run_hooks(target: Pushed, cfg: Config, out: Outcome) -> None:
 # -- the report -------------------------------------------------------------------------------------------------
 
 
+def _count(n: int, one: str, many: str = "") -> str:
+    """``1 manifest``, ``2 manifests``: a number and its noun."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
 def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
 
@@ -361,28 +382,30 @@ def _hooked(d: Counter) -> str:
 
 def report(target: Pushed, out: Outcome, yes: bool) -> list[str]:
     """The console lines of one registry."""
-    head = f"registry {target.name} ({target.registry})"
+    head = f"registry {target.name}" + ("" if target.registry.endswith("//" + target.name) else f" ({target.registry})")
     d = out.done
     lines = []
     if not yes:
         lines.append(
-            f"{head}: would delete {out.present['manifest']} manifests ({_mb(out.bytes['manifest'])}) and "
-            f"{out.present['blob']} blob links ({_mb(out.bytes['blob'])} in distinct blobs) in "
-            f"{len(target.repositories())} repositories; "
+            f"{head}: would delete {_count(out.present['manifest'], 'manifest')} ({_mb(out.bytes['manifest'])}) "
+            f"and {_count(out.present['blob'], 'blob link')} ({_mb(out.bytes['blob'])} in distinct blobs) in "
+            f"{_count(len(target.repositories()), 'repository', 'repositories')}; "
             f"{d[('manifest', GONE)] + d[('blob', GONE)]} already gone"
         )
     else:
         lines.append(
-            f"{head}: deleted {d[('manifest', DELETED)]} manifests and {d[('blob', DELETED)]} blob links; "
+            f"{head}: deleted {_count(d[('manifest', DELETED)], 'manifest')} and "
+            f"{_count(d[('blob', DELETED)], 'blob link')}; "
             f"{d[('manifest', GONE)] + d[('blob', GONE)]} already gone" + _hooked(d)
         )
     if out.kept:
         lines.append(
-            f"{head}: kept {out.kept} objects that images drtp did not push reference "
+            f"{head}: kept {_count(out.kept, 'object')} that images drtp did not push reference "
             f"(in {', '.join(sorted(out.kept_repositories)[:SHOWN_REPOSITORIES])})"
         )
     if out.refused:
-        lines.append(f"{head}: the registry refuses to DELETE {' and '.join(sorted(out.refused))}s (405/UNSUPPORTED)")
+        refused = " and ".join(f"{k}s" for k in KINDS if k in out.refused)
+        lines.append(f"{head}: the registry refuses to DELETE {refused} (405/UNSUPPORTED)")
     for err in out.errors:
         lines.append(f"{head}: {err}")
     if out.left:
@@ -390,15 +413,16 @@ def report(target: Pushed, out: Outcome, yes: bool) -> list[str]:
         for repo in sorted(out.left)[:SHOWN_REPOSITORIES]:
             c = out.left[repo]
             what = ", ".join(
-                [f"{c[k]} {k}{'s' if c[k] != 1 else ''}" for k in KINDS if c[k]]
+                [_count(c[k], k) for k in KINDS if c[k]]
                 + (["the preflight's probe blobs"] if c[PROBE] else [])
+                + (["holds images drtp did not push: no delete_repository"] if repo in out.kept_repositories else [])
             )
             parts.append(f"{repo} ({what})")
         more = len(out.left) - SHOWN_REPOSITORIES
-        lines.append(
-            f"{head}: left {sum(c[k] for c in out.left.values() for k in KINDS)} objects in {len(out.left)} "
-            f"repositories: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
-        )
+        n_left = sum(c[k] for c in out.left.values() for k in KINDS)
+        where = _count(len(out.left), "repository", "repositories")
+        tail = f"; and {more} more" if more > 0 else ""
+        lines.append(f"{head}: left {_count(n_left, 'object')} in {where}: " + "; ".join(parts) + tail)
     return lines
 
 
@@ -408,12 +432,15 @@ def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, th
     for run_dir in runs:  # bad input before any registry is asked anything
         if not run_dir.is_dir():
             raise DrtpError(f"--run {run_dir}: not a directory")
-    n_map = read_maps(cfg, pushed)
+    n_map, missing = read_maps(cfg, pushed, required=not runs)
     n_rows = read_runs(cfg, runs, pushed, registry)
     print(
-        f"drtp clean: {n_map} warmup map entries, {n_rows} pushes in {len(runs)} runs' requests.csv"
+        f"drtp clean: {_count(n_map, 'warmup map entry', 'warmup map entries')}, "
+        f"{_count(n_rows, 'push', 'pushes')} in the requests.csv of {_count(len(runs), 'run')}"
         + ("" if yes else "; dry run: nothing is deleted (--yes deletes)")
     )
+    for path in missing:
+        print(f"drtp clean: no warmup map {path}: only the runs' pushes there")
     code = ExitCode.OK
     for target in pushed.values():
         try:
