@@ -188,11 +188,12 @@ def pushed_by_rows(rows: Iterable[ResultRow]) -> Iterator[tuple[str, str, str, s
                 yield "blob", last.repository, last.digest, ""
 
 
-def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only: str | None) -> int:
-    """Add what each run's requests.csv says it pushed (read by drtp.analysis.results, as the analyses read it)."""
+def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only: str | None) -> tuple[int, list[str]]:
+    """Add what each run's requests.csv says it pushed (read by drtp.analysis.results, as the analyses read it):
+    (pushes found, notes on runs of another registry than ``--registry``)."""
     from drtp.analysis.results import load_run, rows
 
-    n = 0
+    n, notes = 0, []
     for run_dir in run_dirs:
         df, summary = load_run(run_dir)
         ran = summary.get("registries")
@@ -204,6 +205,9 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
         unknown = [b for b in bases if b not in pushed and only is None]
         if unknown:
             raise DrtpError(f"{run_dir}: ran against {', '.join(unknown)}, which {cfg.source} does not name")
+        if not any(b in pushed for b in bases):
+            notes.append(f"{run_dir} ran against {', '.join(ran)}, not --registry {only}: left out")
+            continue
         for kind, repo, digest, tag in pushed_by_rows(rows(df)):
             if why := _object_error({"repository": repo, "digest": digest}):
                 raise DrtpError(f"{run_dir / 'requests.csv'}: a {kind} pushed: {why}")
@@ -211,7 +215,7 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
             if base in pushed:
                 pushed[base].add(kind, repo, digest, tag)
                 n += 1
-    return n
+    return n, notes
 
 
 # -- what is someone else's --------------------------------------------------------------------------------------
@@ -239,7 +243,9 @@ def foreign(client: RegistryClient, repo: str, ours: dict[tuple[str, str, str], 
 def _references(doc: dict) -> set[str]:
     """The blob digests a manifest names (config and layers)."""
     parts = [doc.get("config"), *(doc.get("layers") or [])]
-    return {p["digest"] for p in parts if isinstance(p, dict) and isinstance(p.get("digest"), str)}
+    found = {p["digest"] for p in parts if isinstance(p, dict) and isinstance(p.get("digest"), str)}
+    schema1 = doc.get("fsLayers") or []  # an old schema-1 manifest names its blobs so
+    return found | {p["blobSum"] for p in schema1 if isinstance(p, dict) and isinstance(p.get("blobSum"), str)}
 
 
 # -- deleting ---------------------------------------------------------------------------------------------------
@@ -433,7 +439,7 @@ def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, th
         if not run_dir.is_dir():
             raise DrtpError(f"--run {run_dir}: not a directory")
     n_map, missing = read_maps(cfg, pushed, required=not runs)
-    n_rows = read_runs(cfg, runs, pushed, registry)
+    n_rows, notes = read_runs(cfg, runs, pushed, registry)
     print(
         f"drtp clean: {_count(n_map, 'warmup map entry', 'warmup map entries')}, "
         f"{_count(n_rows, 'push', 'pushes')} in the requests.csv of {_count(len(runs), 'run')}"
@@ -441,6 +447,8 @@ def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, th
     )
     for path in missing:
         print(f"drtp clean: no warmup map {path}: only the runs' pushes there")
+    for note in notes:
+        print(f"drtp clean: {note}")
     code = ExitCode.OK
     for target in pushed.values():
         try:

@@ -299,3 +299,30 @@ def test_a_registry_list_with_refused_mounts_and_config_pushes(tmp_path, nodes):
         assert done.returncode == 0, done.stdout + done.stderr
         assert layer_links(a) == layer_links(b) == set()
         assert tag_dirs(a) == tag_dirs(b) == set()
+
+
+def test_tags_are_listed_and_next_pages_followed(registry):
+    """Every tag of a repository is read (none for an unknown one). Distribution 2.8 answers the whole list
+    at once (it ignores ``n`` on tag lists); registries that page (Docker Hub, Harbor, GHCR) send a
+    ``Link: <…>; rel="next"`` header as the Distribution API defines, which is followed."""
+    from drtp.registry.client import _next_page
+    from drtp.registry.manifest import CONFIG_BLOB, build_manifest
+
+    client = RegistryClient(registry.url, RegistryAuth(registry.url, insecure=True))
+    client.push_blob("team/paged", CONFIG_BLOB, CONFIG_DIGEST)
+    tags = [f"t{i}" for i in range(5)]
+    for i, tag in enumerate(tags):
+        client.put_manifest("team/paged", tag, build_manifest([], 400 + i))
+    listed = client.tags("team/paged", page=2)
+    assert sorted(listed) == tags and len(listed) == len(tags)
+    assert client.tags("team/none") == []
+    base = "https://registry.example"
+    link = '</v2/library/alpine/tags/list?last=3.1&n=100>; rel="next"'
+    assert _next_page(base, link) == f"{base}/v2/library/alpine/tags/list?last=3.1&n=100"
+    assert _next_page(base, None) is None and _next_page(base, '</v2/x/tags/list?n=1>; rel="prev"') is None
+
+
+def test_a_run_of_another_registry_is_left_out_and_said(study):
+    r = clean(study["config"], "--registry", "open", "--run", str(study["exp"] / "locked"))
+    assert r.returncode == 0, r.stderr
+    assert f"{study['exp'] / 'locked'} ran against {study['locked'].url}, not --registry open: left out" in r.stdout

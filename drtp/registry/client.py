@@ -162,9 +162,10 @@ class RegistryClient:
             return REFUSED
         raise RegistryError(f"DELETE {url}", r, "not deleted")
 
-    def tags(self, repo: str) -> list[str]:
-        """Every tag of ``repo`` (pages followed); empty when the registry does not know the repository."""
-        url: str | None = f"{self.base}/v2/{repo}/tags/list?n=1000"
+    def tags(self, repo: str, page: int = 1000) -> list[str]:
+        """Every tag of ``repo``, asked ``page`` at a time (the registry's next-page links followed); empty when
+        the registry does not know the repository."""
+        url: str | None = f"{self.base}/v2/{repo}/tags/list?n={page}"
         tags: list[str] = []
         while url:
             r = self.session.request("GET", url, keep_body=True)
