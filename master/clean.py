@@ -44,7 +44,7 @@ from drtp.registry.auth import auth_for, config_auth
 from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
 from drtp.registry.names import digest_error, name_error
-from drtp.replay.messages import registry_base
+from drtp.replay.messages import RegistryAuth, registry_base
 from drtp.replay.result_row import ResultRow
 
 log = logging.getLogger("drtp.clean")
@@ -68,7 +68,7 @@ class Pushed:
 
     registry: str  # base URL
     name: str  # how the user names it: the entry's id, or the registry: item
-    auth: object = None  # its RegistryAuth (None: anonymous)
+    auth: RegistryAuth | None = None  # its credentials and TLS trust (None: anonymous, system CAs)
     hook: list[str] | None = None  # the entry's delete_repository argv
     probe_repository: str | None = None  # where the preflight pushed its probe (registries: entries only)
     # (kind, repository, digest) -> the tags a manifest was pushed under (empty for a blob)
@@ -277,7 +277,7 @@ def _parallel(fn: Callable, items: list, threads: int) -> list:
 
 def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outcome:
     """Dry run (``yes`` False: look, delete nothing) or delete one registry's objects: manifests, then blobs."""
-    client = RegistryClient(target.registry, target.auth, timeout=60)  # type: ignore[arg-type]
+    client = RegistryClient(target.registry, target.auth, timeout=60)
     out = Outcome()
     keep: dict[str, set[str]] = {}
     repos = target.repositories()
@@ -328,15 +328,20 @@ def _look(client: RegistryClient, todo: dict[str, list], out: Outcome, threads: 
     seen: set[str] = set()
     for kind in KINDS:
 
-        def size(item: tuple[str, str], kind=kind) -> int | None:
+        def size(item: tuple[str, str], kind=kind) -> int | str | None:
             try:
-                return client.size(kind, *item, accept=ACCEPT if kind == "manifest" else None)
-            except REGISTRY_ERRORS:
-                return None
+                return client.stored_size(kind, *item, accept=ACCEPT if kind == "manifest" else None)
+            except REGISTRY_ERRORS as e:
+                return str(e)[:300]
 
         for (_, digest), n in zip(todo[kind], _parallel(size, todo[kind], threads), strict=True):
             if n is None:
                 out.done[(kind, GONE)] += 1
+                continue
+            if isinstance(n, str):  # not known whether it is there: said, and the exit code is 1
+                if len(out.errors) < 5:
+                    out.errors.append(n)
+                out.done[(kind, "error")] += 1
                 continue
             out.present[kind] += 1
             if kind == "manifest" or digest not in seen:
@@ -457,8 +462,8 @@ def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, th
             raise RunError(f"registry {target.name}: {e}") from None
         for line in report(target, out, yes):
             print(line, flush=True)
-        if yes and (out.left or out.errors):
-            code = ExitCode.TOO_MANY_FAILED  # something drtp pushed is still there
+        if out.left or out.errors:
+            code = ExitCode.TOO_MANY_FAILED  # something drtp pushed is still there, or could not be looked at
     return int(code)
 
 

@@ -31,7 +31,10 @@ from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.replay.messages import RegistryAuth
 from tests.conftest import ibm_record, write_json
 from tests.images import build_image, random_files, skopeo
+from tests.realreg_support import PASSWORD, USER, Pki, TokenServer, write_htpasswd
 from tests.replay_support import TOKEN, make_trace, write_config
+
+pytestmark = pytest.mark.registry
 
 
 def storage_of(reg: LocalRegistry) -> Path:
@@ -326,3 +329,47 @@ def test_a_run_of_another_registry_is_left_out_and_said(study):
     r = clean(study["config"], "--registry", "open", "--run", str(study["exp"] / "locked"))
     assert r.returncode == 0, r.stderr
     assert f"{study['exp'] / 'locked'} ran against {study['locked'].url}, not --registry open: left out" in r.stdout
+
+
+@pytest.mark.parametrize("scheme", ["basic", "token"])
+def test_a_registry_with_credentials(scheme, tmp_path, monkeypatch):
+    """https with the entry's CA, htpasswd or bearer tokens: the DELETEs authenticate like every other
+    request; refused credentials are one line naming the registry and the user, never the password."""
+    from drtp.master.experiment import registry_config
+    from drtp.master.warmup import run_warmup
+
+    pki = Pki(tmp_path / "pki")
+    server = TokenServer(tmp_path, pki) if scheme == "token" else None
+    login = {"token": server.registry_config} if server else {"htpasswd": write_htpasswd(tmp_path / "htpasswd")}
+    monkeypatch.setenv("CLEAN_PASSWORD", PASSWORD)
+    try:
+        with LocalRegistry(tmp_path / "reg", tls=(pki.cert, pki.key), **login) as reg:
+            entry = {"id": "hosted", "url": reg.url, "repository": "lab/", "username": USER,
+                     "password": "${CLEAN_PASSWORD}", "ca_file": str(pki.ca)}  # fmt: skip
+            trace = make_trace(tmp_path / "trace.json", requests=120)
+            cfg = {
+                "trace": {"location": str(tmp_path), "traces": [trace.name]},
+                "warmup": {"output": "warmup.jsonl", "threads": 4},
+                "registries": [entry],
+            }
+            path = tmp_path / "hosted.yaml"
+            path.write_text(yaml.safe_dump(cfg))
+            loaded = load_config(path)
+            run_warmup(registry_config(loaded, loaded.registries[0]), quiet=True)
+            assert layer_links(reg) and tag_dirs(reg)
+
+            cfg["registries"][0]["password"] = "wrong-password"
+            wrong = tmp_path / "wrong.yaml"
+            wrong.write_text(yaml.safe_dump(cfg))
+            refused = clean(wrong, "--yes")
+            assert refused.returncode == 3, refused.stdout + refused.stderr
+            assert len(refused.stderr.strip().splitlines()) == 1 and "registry hosted" in refused.stderr
+            assert layer_links(reg) and tag_dirs(reg)  # nothing was deleted
+
+            done = clean(path, "--yes")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert layer_links(reg) == set() and tag_dirs(reg) == set()
+            assert PASSWORD not in done.stdout + done.stderr + refused.stdout + refused.stderr
+    finally:
+        if server is not None:
+            server.stop()

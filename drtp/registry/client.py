@@ -201,6 +201,18 @@ class RegistryClient:
             return None
         return int(length)
 
+    def stored_size(self, kind: str, repo: str, digest: str, accept: str | None = None) -> int | None:
+        """The size of a blob or manifest the registry holds in ``repo`` (``HEAD``), None when it answers 404;
+        RegistryError for any other answer (a refusal is not an absence)."""
+        url = self._url(repo, kind, digest)
+        r = self.session.request("HEAD", url, headers={"Accept": accept} if accept else None)
+        if r.status == 404:
+            return None
+        length = r.header("content-length")
+        if r.status != 200 or length is None or not length.isdigit():
+            raise RegistryError(f"HEAD {url}", r, "no size")
+        return int(length)
+
     def pull_blob(self, repo: str, digest: str) -> bytes:
         """A blob's bytes, checked against ``digest`` (redirects to the registry's storage followed)."""
         url = self._url(repo, "blob", digest)
