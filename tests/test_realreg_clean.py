@@ -280,13 +280,14 @@ def test_a_registry_list_with_refused_mounts_and_config_pushes(tmp_path, nodes):
         def on(reg: str, stem: str) -> str:
             return next(f"team/{stem}{i}" for i in range(99) if registry_for(f"team/{stem}{i}", hosts) == reg)
 
-        source, target, solo = on(a.host, "s"), on(b.host, "t"), on(b.host, "solo")
+        source, target, solo, same = on(a.host, "s"), on(b.host, "t"), on(b.host, "solo"), on(a.host, "m")
         records = [
             traced(0, "GET", f"v2/{source}/blobs/L1", 200, 5000),
             traced(1, "POST", f"v2/{target}/blobs/uploads/?mount=L1&from={source}", 201),
             traced(2, "GET", f"v2/{target}/blobs/L1", 200, 5000),
             traced(3, "PUT", f"v2/{solo}/manifests/v1", 201, 600, client="c2"),
             traced(4, "GET", f"v2/{source}/manifests/latest", 200, 700, client="c3"),
+            traced(5, "POST", f"v2/{same}/blobs/uploads/?mount=L1&from={source}", 201, client="c4"),  # mounted
         ]
         trace = write_json(tmp_path / "trace.json", records)
         cfg = write_config(tmp_path, trace, hosts, [n.address for n in nodes])
@@ -296,6 +297,8 @@ def test_a_registry_list_with_refused_mounts_and_config_pushes(tmp_path, nodes):
         aux = df[df.auxiliary & (df.status == 201)]
         assert set(aux.reference) == {MOUNT_FALLBACK, CONFIG_PUSH}, df.to_string()
         assert (target, CONFIG_DIGEST) not in layer_links(b) and (solo, CONFIG_DIGEST) in layer_links(b)
+        mounted = df[(df.method == "POST") & (df.repository == same)]
+        assert list(mounted.status) == [201] and {r for r, _ in layer_links(a)} >= {source, same}
         assert layer_links(a) and layer_links(b) and tag_dirs(a) and tag_dirs(b)
 
         done = clean(tmp_path / "config.yaml", "--run", str(tmp_path / "run"), "--yes")
