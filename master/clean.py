@@ -364,6 +364,7 @@ def _run_hooks(target: Pushed, cfg: Config, out: Outcome) -> None:
         except (OSError, subprocess.TimeoutExpired) as e:
             out.errors.append(f"delete_repository for {repo}: {getattr(e, 'strerror', None) or e}")
             continue
+        log.info("delete_repository for %s: exit %d", repo, done.returncode)  # never its argv: it may hold secrets
         if done.returncode != 0:
             why = (done.stderr.strip().splitlines() or [""])[-1][:200]
             out.errors.append(f"delete_repository for {repo}: exit {done.returncode}" + (f": {why}" if why else ""))
