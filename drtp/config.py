@@ -121,6 +121,9 @@ class RegistryEntry(_Section):
     password_file: str | None = None  # or a file holding the password (first line)
     ca_file: str | None = None  # CA bundle (PEM) that signed the registry's certificate
     insecure: bool = False  # allow plain http, or https without certificate verification
+    # drtp clean, when the registry refuses DELETE: argv run on the master for each repository drtp pushed to,
+    # "{repository}" replaced by its name (no shell; a relative program path is relative to the config's folder)
+    delete_repository: Annotated[list[str], msgspec.Meta(min_length=1)] | None = None
 
 
 class Simulate(_Section):

@@ -4,7 +4,9 @@ Uses the client nodes' own transport (drtp.client.executor), so what passes
 here is what the nodes will do: ``GET /v2/`` (answering a 401 challenge with
 the configured credentials), then a push of a small random blob into
 ``<prefix>drtp-preflight`` (POST + monolithic PUT) and a pull of it (GET,
-bytes compared by count).  A failure is one line naming the registry and the
+bytes compared by count), then a DELETE of the probe, so that a check leaves
+nothing behind where the registry deletes (a registry that refuses keeps it:
+``drtp clean`` names that repository among what is left).  A failure is one line naming the registry and the
 missing or invalid credential; the password is never part of it.
 """
 
@@ -21,6 +23,7 @@ from drtp.registry.manifest import digest_of
 from drtp.replay.messages import RegistryAuth, RunSpec, registry_base
 
 PROBE_SIZE = 1024
+PROBE_REPOSITORY = "drtp-preflight"  # the repository of the probe blob, after the registry entry's prefix
 
 
 class PreflightError(RunError):
@@ -56,7 +59,7 @@ def preflight(
     base = registry_base(registry)
     spec = RunSpec("preflight", time.time(), threads=1, timeout=15.0, auth=[auth] if auth else [], registries=[base])
     ex = Executor(spec, time.perf_counter)
-    repo = f"{repository}drtp-preflight"
+    repo = f"{repository}{PROBE_REPOSITORY}"
     t0 = time.perf_counter()
     r = ex.http("GET", f"{base}/v2/")
     if r.status != 200:
@@ -77,6 +80,7 @@ def preflight(
     r = ex.http("GET", f"{base}/v2/{repo}/blobs/{digest}")
     if r.status != 200 or r.bytes != PROBE_SIZE:
         raise PreflightError(_why(r, name, auth, f"pull from {repo}") + f" ({r.bytes} of {PROBE_SIZE} bytes)")
+    ex.http("DELETE", f"{base}/v2/{repo}/blobs/{digest}")  # best effort: a refusal does not fail the check
     return {"registry": name, "checked": masked(auth) if auth else base, "seconds": time.perf_counter() - t0}
 
 

@@ -21,12 +21,16 @@ import json
 from collections.abc import Iterable
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from drtp.registry.manifest import SCHEMA2
+from drtp.registry.manifest import ACCEPT, SCHEMA2
 from drtp.registry.session import Session
 from drtp.registry.transport import RequestError, Response
 from drtp.replay.messages import RegistryAuth, registry_base
 
 OBJECT_PATHS = {"blob": "blobs", "manifest": "manifests"}
+
+# What a DELETE did: the object is gone now, was gone already, or the registry does not delete (its storage has
+# deletes disabled, or it manages repositories through an API of its own).
+DELETED, GONE, REFUSED = "deleted", "gone", "refused"
 
 
 class RegistryError(Exception):
@@ -138,12 +142,78 @@ class RegistryClient:
         if r.status != 201:
             raise RegistryError(f"PUT {url}", r, "the manifest was not stored")
 
+    def delete_manifest(self, repo: str, digest: str) -> str:
+        """``DELETE`` a manifest by digest (every tag pointing at it goes with it): DELETED, GONE or REFUSED."""
+        return self._delete("manifest", repo, digest)
+
+    def delete_blob(self, repo: str, digest: str) -> str:
+        """``DELETE`` a blob from ``repo``: DELETED, GONE or REFUSED.
+
+        This unlinks the blob from the repository; the registry frees its bytes only at its garbage
+        collection, and only when no repository links it any more.
+        """
+        return self._delete("blob", repo, digest)
+
+    def _delete(self, kind: str, repo: str, digest: str) -> str:
+        url = self._url(repo, kind, digest)
+        r = self.session.request("DELETE", url, keep_body=True)
+        if r.status in (200, 202, 204):
+            return DELETED
+        if r.status == 404:
+            return GONE
+        if r.status == 405 or "UNSUPPORTED" in error_codes(r.body):
+            return REFUSED
+        raise RegistryError(f"DELETE {url}", r, "not deleted")
+
+    def tags(self, repo: str, page: int = 1000) -> list[str]:
+        """Every tag of ``repo``, asked ``page`` at a time (the registry's next-page links followed); empty when
+        the registry does not know the repository."""
+        url: str | None = f"{self.base}/v2/{repo}/tags/list?n={page}"
+        tags: list[str] = []
+        while url:
+            r = self.session.request("GET", url, keep_body=True)
+            if r.status == 404:
+                return tags
+            if r.status != 200:
+                raise RegistryError(f"GET {url}", r, "no tag list")
+            try:
+                tags += json.loads(r.body).get("tags") or []
+            except (ValueError, AttributeError):
+                raise RegistryError(f"GET {url}", r, "not a tag list") from None
+            url = _next_page(self.base, r.header("link"))
+        return tags
+
+    def manifest(self, repo: str, ref: str) -> tuple[str, dict]:
+        """(digest, parsed JSON) of the manifest ``ref`` (a tag or digest) of ``repo``, in any media type."""
+        url = self._url(repo, "manifest", ref)
+        r = self.session.request("GET", url, headers={"Accept": ACCEPT}, keep_body=True)
+        if r.status != 200:
+            raise RegistryError(f"GET {url}", r, "no manifest")
+        try:
+            doc = json.loads(r.body)
+        except ValueError:
+            raise RegistryError(f"GET {url}", r, "not a JSON manifest") from None
+        digest = r.header("docker-content-digest") or "sha256:" + hashlib.sha256(r.body).hexdigest()
+        return digest, doc if isinstance(doc, dict) else {}
+
     def size(self, kind: str, repo: str, ref: str, accept: str | None = None) -> int | None:
         """The ``Content-Length`` of a ``HEAD`` of a blob or manifest, or None when the registry has no answer."""
         r = self.session.request("HEAD", self._url(repo, kind, ref), headers={"Accept": accept} if accept else None)
         length = r.header("content-length")
         if r.status != 200 or length is None or not length.isdigit():
             return None
+        return int(length)
+
+    def stored_size(self, kind: str, repo: str, digest: str, accept: str | None = None) -> int | None:
+        """The size of a blob or manifest the registry holds in ``repo`` (``HEAD``), None when it answers 404;
+        RegistryError for any other answer (a refusal is not an absence)."""
+        url = self._url(repo, kind, digest)
+        r = self.session.request("HEAD", url, headers={"Accept": accept} if accept else None)
+        if r.status == 404:
+            return None
+        length = r.header("content-length")
+        if r.status != 200 or length is None or not length.isdigit():
+            raise RegistryError(f"HEAD {url}", r, "no size")
         return int(length)
 
     def pull_blob(self, repo: str, digest: str) -> bytes:
@@ -156,6 +226,23 @@ class RegistryClient:
         if algorithm != "sha256" or hashlib.sha256(r.body).hexdigest() != expected:
             raise RegistryError(f"GET {url}", r, "the bytes do not match the digest")
         return r.body
+
+
+def error_codes(body: bytes) -> set[str]:
+    """The ``code``s of a Distribution error body (``{"errors": [{"code": …}]}``); empty for anything else."""
+    try:
+        errors = json.loads(body).get("errors") or []
+        return {e["code"] for e in errors if isinstance(e, dict) and isinstance(e.get("code"), str)}
+    except (ValueError, AttributeError, TypeError):
+        return set()
+
+
+def _next_page(base: str, link: str | None) -> str | None:
+    """The URL of the next page from a ``Link: </v2/…?last=…>; rel="next"`` header, or None."""
+    if not link or 'rel="next"' not in link:
+        return None
+    target = link.partition("<")[2].partition(">")[0]
+    return urljoin(base + "/", target) if target else None
 
 
 def _without_query(url: str) -> str:

@@ -32,7 +32,7 @@ storage:
   filesystem:
     rootdirectory: {storage}
   delete:
-    enabled: true
+    enabled: {delete}
   maintenance:
     uploadpurging:
       enabled: false
@@ -70,7 +70,9 @@ class LocalRegistry:
     tokens (JWTs signed by a key whose certificate is in the bundle);
     ``redirect=BASEURL`` answers blob GETs with a redirect to ``BASEURL`` + the blob's
     path under ``storage/`` (the registry's own redirect middleware, as production
-    registries send blob reads to object storage).
+    registries send blob reads to object storage); ``delete=False`` turns the storage's
+    deletes off, so every DELETE is answered 405 ``UNSUPPORTED`` (as registries that
+    manage repositories through an API of their own do).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class LocalRegistry:
         htpasswd: str | Path | None = None,
         token: dict | None = None,
         redirect: str | None = None,
+        delete: bool = True,
     ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="drtp-registry-")
         self.workdir = Path(workdir or self._tmp.name)
@@ -89,6 +92,7 @@ class LocalRegistry:
         self.htpasswd = htpasswd
         self.token = token
         self.redirect = redirect
+        self.delete = delete
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -101,7 +105,7 @@ class LocalRegistry:
         return f"{'https' if self.tls else 'http'}://{self.host}"
 
     def _config_text(self) -> str:
-        text = CONFIG_TEMPLATE.format(storage=self.workdir / "storage", port=self.port)
+        text = CONFIG_TEMPLATE.format(storage=self.workdir / "storage", port=self.port, delete=str(self.delete).lower())
         if self.tls:
             text += f"  tls:\n    certificate: {self.tls[0]}\n    key: {self.tls[1]}\n"
         if self.htpasswd:

@@ -1,0 +1,511 @@
+"""``drtp clean``: remove from a registry what drtp pushed there, and nothing else.
+
+What drtp pushed is what its own records say: the warmup map of each registry
+(``warmup.output``; ``<stem>-<id><suffix>`` per entry of ``registries:``),
+the ``requests.csv`` of the runs named with ``--run`` (a manifest PUT or a blob
+upload or mount the registry accepted, with the digest it got, and the helper
+pushes of the minimal config blob), and the preflight's probe blob, which the
+preflight deletes itself where the registry lets it.  Manifests are deleted by
+digest (their tags go with them), then the blobs' links in each repository.
+
+Nothing else is touched.  Before deleting, every tag of each repository drtp
+pushed to is looked at: a tag drtp did not push belongs to an image of someone
+else, and its manifest, the blobs it references (and an index's manifests and
+their blobs) are kept.  A repository holding such a tag never gets the
+``delete_repository`` hook.  An image pushed by digest only (untagged) cannot
+be found this way: its blobs are safe only when drtp's records do not name them.
+
+A registry that refuses DELETE (405, or the ``UNSUPPORTED`` error code) gets its
+entry's ``delete_repository`` command, once per repository with objects left;
+without one, a line says what is left.  A blob DELETE only unlinks the blob
+from the repository: the registry frees its bytes at its garbage collection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import subprocess
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from drtp.config import Config, RegistryEntry
+from drtp.errors import DrtpError, RunError
+from drtp.exit_codes import ExitCode
+from drtp.master.experiment import registry_config
+from drtp.master.plan import registry_for
+from drtp.master.preflight import PROBE_REPOSITORY
+from drtp.master.warmup import load_map
+from drtp.registry.auth import auth_for, config_auth
+from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
+from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
+from drtp.registry.names import digest_error, name_error
+from drtp.replay.messages import RegistryAuth, registry_base
+from drtp.replay.result_row import ResultRow
+
+log = logging.getLogger("drtp.clean")
+
+# What the client nodes' helper rows say they did (client/executor.py): the minimal config blob pushed before a
+# manifest, and a blob uploaded into the upload a registry opened instead of mounting.
+CONFIG_PUSH = "config blob push"
+MOUNT_FALLBACK = "mount fallback upload"
+HOOK_TIMEOUT_S = 600.0
+SHOWN_REPOSITORIES = 20  # a line of what is left names this many repositories at most
+KINDS = ("manifest", "blob")
+PROBE = "probe"  # what is left in the preflight's repository: probe blobs, how many unknown (one per check)
+
+
+# -- what drtp pushed ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Pushed:
+    """What drtp's records say it pushed into one registry."""
+
+    registry: str  # base URL
+    name: str  # how the user names it: the entry's id, or the registry: item
+    auth: RegistryAuth | None = None  # its credentials and TLS trust (None: anonymous, system CAs)
+    hook: list[str] | None = None  # the entry's delete_repository argv
+    probe_repository: str | None = None  # where the preflight pushed its probe (registries: entries only)
+    # (kind, repository, digest) -> the tags a manifest was pushed under (empty for a blob)
+    objects: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
+
+    def add(self, kind: str, repository: str, digest: str, tag: str = "") -> None:
+        tags = self.objects.setdefault((kind, repository, digest), set())
+        if tag and not tag.startswith("sha256:"):
+            tags.add(tag)
+
+    def repositories(self) -> list[str]:
+        return sorted({repo for _, repo, _ in self.objects})
+
+
+def _entry_of(cfg: Config, base: str) -> RegistryEntry | None:
+    return next((e for e in cfg.registries if registry_base(e.url) == base), None)
+
+
+def targets(cfg: Config, only: str | None) -> dict[str, Pushed]:
+    """The registries to clean (base URL → its record), from both ``registry:`` and ``registries:``."""
+    auths = config_auth(cfg)
+    names: dict[str, str] = {}
+    for e in cfg.registries:
+        names.setdefault(registry_base(e.url), e.id)
+    for r in cfg.registry:
+        names.setdefault(registry_base(r), r)
+    if not names:
+        raise DrtpError(f"{cfg.source}: names no registry (registry: or registries:)")
+    if only is not None:
+        chosen = {b: n for b, n in names.items() if only in (n, b)}
+        if not chosen:
+            raise DrtpError(f"--registry {only}: not a registry of {cfg.source} (one of: {', '.join(names.values())})")
+        names = chosen
+    out = {}
+    for base, name in names.items():
+        entry = _entry_of(cfg, base)
+        out[base] = Pushed(
+            base,
+            name,
+            auth_for(base, auths),
+            entry.delete_repository if entry else None,
+            f"{entry.repository}{PROBE_REPOSITORY}" if entry else None,
+        )
+    return out
+
+
+def warmup_maps(cfg: Config, chosen: Iterable[str]) -> dict[Path, set[str]]:
+    """Each warmup map the config names → the registries (base URLs) that write into it."""
+    maps: dict[Path, set[str]] = defaultdict(set)
+    plain = {registry_base(r) for r in cfg.registry}
+    for base in chosen:
+        if base in plain:
+            maps[cfg.path(cfg.warmup.output)].add(base)
+        for e in cfg.registries:
+            if registry_base(e.url) == base:
+                maps[cfg.path(registry_config(cfg, e).warmup.output)].add(base)
+    return maps
+
+
+def read_maps(cfg: Config, pushed: dict[str, Pushed], required: bool) -> tuple[int, list[Path]]:
+    """Add the warmup maps' objects: (entries read, maps not found).
+
+    A registry without any map is bad input when ``required`` (no runs given: nothing would be cleaned there).
+    """
+    maps = warmup_maps(cfg, pushed)
+    found = {base for path, bases in maps.items() if path.is_file() for base in bases}
+    n, missing = 0, []
+    for path, bases in maps.items():
+        if not path.is_file():
+            if required and bases - found:
+                who = ", ".join(pushed[b].name for b in sorted(bases - found))
+                hint = "; --registry ID cleans another one" if len(pushed) > 1 else ""
+                raise DrtpError(f"{path}: warmup map of registry {who} not found (nothing recorded to clean{hint})")
+            missing.append(path)
+            continue
+        try:
+            for i, e in enumerate(load_map(path), 1):
+                fields = [e["registry"], e["repository"], e["reference"], e["digest"]]
+                why = "not text" if not all(isinstance(f, str) for f in fields) else _object_error(e)
+                if why:
+                    raise DrtpError(f"{path}: entry {i}: {why}")
+                base = registry_base(e["registry"])
+                if base not in pushed:
+                    continue
+                kind = "manifest" if e["kind"] == "manifest" else "blob"
+                pushed[base].add(kind, e["repository"], e["digest"], e["reference"] if kind == "manifest" else "")
+                if kind == "manifest":  # warmup pushes the minimal config blob with every manifest
+                    pushed[base].add("blob", e["repository"], CONFIG_DIGEST)
+                n += 1
+        except (OSError, UnicodeDecodeError) as e:
+            raise DrtpError(f"{path}: cannot read the warmup map ({getattr(e, 'strerror', None) or e})") from None
+    return n, missing
+
+
+def _object_error(e: dict) -> str | None:
+    """What is wrong with the repository or digest of a record (None: a name and digest to send a DELETE for)."""
+    return name_error(e["repository"]) or digest_error(e["digest"])
+
+
+def pushed_by_rows(rows: Iterable[ResultRow]) -> Iterator[tuple[str, str, str, str]]:
+    """(kind, repository, digest, tag) of every object a run's rows say the registry accepted from drtp."""
+    last: ResultRow | None = None
+    for row in rows:
+        stored = 200 <= row.status < 300
+        if not row.auxiliary:
+            last = row
+            if not stored or not row.digest:
+                continue
+            if row.method == "PUT" and row.kind == "manifest":
+                yield "manifest", row.repository, row.digest, row.reference
+            elif row.kind == "blob" and (row.method == "PUT" or (row.method == "POST" and row.status == 201)):
+                yield "blob", row.repository, row.digest, ""  # an upload completed, or a mount
+        elif stored and row.method == "PUT":
+            if row.reference == CONFIG_PUSH:
+                yield "blob", row.repository, CONFIG_DIGEST, ""
+            elif row.reference == MOUNT_FALLBACK and last is not None and last.digest:
+                yield "blob", last.repository, last.digest, ""
+
+
+def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only: str | None) -> tuple[int, list[str]]:
+    """Add what each run's requests.csv says it pushed (read by drtp.analysis.results, as the analyses read it):
+    (pushes found, notes on runs of another registry than ``--registry``)."""
+    from drtp.analysis.results import load_run, rows
+
+    n, notes = 0, []
+    for run_dir in run_dirs:
+        df, summary = load_run(run_dir)
+        ran = summary.get("registries")
+        if not isinstance(ran, list) or not ran or not all(isinstance(r, str) for r in ran):
+            if only is None and len(pushed) != 1:
+                raise DrtpError(f"{run_dir}: summary.json does not say which registry the run used: give --registry ID")
+            ran = list(pushed)
+        bases = [registry_base(r) for r in ran]
+        unknown = [b for b in bases if b not in pushed and only is None]
+        if unknown:
+            raise DrtpError(f"{run_dir}: ran against {', '.join(unknown)}, which {cfg.source} does not name")
+        if not any(b in pushed for b in bases):
+            notes.append(f"{run_dir} ran against {', '.join(ran)}, not --registry {only}: left out")
+            continue
+        for kind, repo, digest, tag in pushed_by_rows(rows(df)):
+            if why := _object_error({"repository": repo, "digest": digest}):
+                raise DrtpError(f"{run_dir / 'requests.csv'}: a {kind} pushed: {why}")
+            base = registry_base(registry_for(repo, ran)) if len(ran) > 1 else bases[0]
+            if base in pushed:
+                pushed[base].add(kind, repo, digest, tag)
+                n += 1
+    return n, notes
+
+
+# -- what is someone else's --------------------------------------------------------------------------------------
+
+
+def foreign(client: RegistryClient, repo: str, ours: dict[tuple[str, str, str], set[str]]) -> set[str]:
+    """Digests in ``repo`` that an image drtp did not push references: the tags drtp never pushed, their
+    manifests, the blobs those reference and, for an index, its manifests and their blobs."""
+    our_tags = {t for (kind, r, _), tags in ours.items() if kind == "manifest" and r == repo for t in tags}
+    keep: set[str] = set()
+    for tag in client.tags(repo):
+        if tag in our_tags:
+            continue
+        digest, doc = client.manifest(repo, tag)
+        keep.add(digest)
+        for child in doc.get("manifests") or []:  # an index / manifest list
+            if isinstance(child, dict) and isinstance(child.get("digest"), str):
+                keep.add(child["digest"])
+                with contextlib.suppress(*REGISTRY_ERRORS):  # a child gone meanwhile: its digest is kept
+                    keep |= _references(client.manifest(repo, child["digest"])[1])
+        keep |= _references(doc)
+    return keep
+
+
+def _references(doc: dict) -> set[str]:
+    """The blob digests a manifest names (config and layers)."""
+    parts = [doc.get("config"), *(doc.get("layers") or [])]
+    found = {p["digest"] for p in parts if isinstance(p, dict) and isinstance(p.get("digest"), str)}
+    schema1 = doc.get("fsLayers") or []  # an old schema-1 manifest names its blobs so
+    return found | {p["blobSum"] for p in schema1 if isinstance(p, dict) and isinstance(p.get("blobSum"), str)}
+
+
+# -- deleting ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What became of one registry's objects."""
+
+    done: Counter = field(default_factory=Counter)  # (kind, DELETED | GONE | REFUSED | "error" | "hook") -> n
+    kept: int = 0  # objects an image drtp did not push references
+    kept_repositories: set[str] = field(default_factory=set)  # repositories with such images
+    present: Counter = field(default_factory=Counter)  # dry run: kind -> objects there
+    bytes: Counter = field(default_factory=Counter)  # dry run: kind -> bytes (blobs: each digest once)
+    refused: set[str] = field(default_factory=set)  # kinds the registry refuses to delete
+    left: dict[str, Counter] = field(default_factory=dict)  # repository -> kind -> objects left
+    errors: list[str] = field(default_factory=list)
+
+    def leave(self, kind: str, repo: str) -> None:
+        self.left.setdefault(repo, Counter())[kind] += 1
+
+
+def _parallel(fn: Callable, items: list, threads: int) -> list:
+    if not items:
+        return []
+    with ThreadPoolExecutor(max(1, min(threads, len(items)))) as pool:
+        return list(pool.map(fn, items))
+
+
+def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outcome:
+    """Dry run (``yes`` False: look, delete nothing) or delete one registry's objects: manifests, then blobs."""
+    client = RegistryClient(target.registry, target.auth, timeout=60)
+    out = Outcome()
+    keep: dict[str, set[str]] = {}
+    repos = target.repositories()
+    for repo, kept in zip(repos, _parallel(lambda r: foreign(client, r, target.objects), repos, threads), strict=True):
+        keep[repo] = kept
+        if kept:
+            out.kept_repositories.add(repo)
+    todo = {k: [] for k in KINDS}
+    for kind, repo, digest in sorted(target.objects):
+        if digest in keep[repo]:
+            out.kept += 1
+        else:
+            todo[kind].append((repo, digest))
+    if not yes:
+        _look(client, todo, out, threads)
+        return out
+    for kind in KINDS:  # manifests first: a blob a deleted manifest referenced can go after it
+        delete = client.delete_manifest if kind == "manifest" else client.delete_blob
+
+        def one(item: tuple[str, str], delete=delete, kind=kind) -> str:
+            if kind in out.refused:  # the registry said it does not delete: no need to ask again
+                return REFUSED
+            if kind == "blob" and "manifest" in out.refused:  # drtp's manifests stay: so do the blobs they use
+                return REFUSED
+            try:
+                result = delete(*item)
+            except REGISTRY_ERRORS as e:
+                if len(out.errors) < 5:
+                    out.errors.append(str(e)[:300])
+                return "error"
+            if result == REFUSED:
+                out.refused.add(kind)
+            return result
+
+        for (repo, _), result in zip(todo[kind], _parallel(one, todo[kind], threads), strict=True):
+            out.done[(kind, result)] += 1
+            if result not in (DELETED, GONE):
+                out.leave(kind, repo)
+    if out.refused and target.probe_repository:  # the preflight could not delete its probe either
+        out.leave(PROBE, target.probe_repository)
+    if out.refused and target.hook:
+        _run_hooks(target, cfg, out)
+    return out
+
+
+def _look(client: RegistryClient, todo: dict[str, list], out: Outcome, threads: int) -> None:
+    """Dry run: which objects are there, and their bytes (a blob's bytes once however many links it has)."""
+    seen: set[str] = set()
+    for kind in KINDS:
+
+        def size(item: tuple[str, str], kind=kind) -> int | str | None:
+            try:
+                return client.stored_size(kind, *item, accept=ACCEPT if kind == "manifest" else None)
+            except REGISTRY_ERRORS as e:
+                return str(e)[:300]
+
+        for (_, digest), n in zip(todo[kind], _parallel(size, todo[kind], threads), strict=True):
+            if n is None:
+                out.done[(kind, GONE)] += 1
+                continue
+            if isinstance(n, str):  # not known whether it is there: said, and the exit code is 1
+                if len(out.errors) < 5:
+                    out.errors.append(n)
+                out.done[(kind, "error")] += 1
+                continue
+            out.present[kind] += 1
+            if kind == "manifest" or digest not in seen:
+                out.bytes[kind] += n
+                seen.add(digest)
+
+
+def _run_hooks(target: Pushed, cfg: Config, out: Outcome) -> None:
+    """``delete_repository`` once per repository with objects left, unless an image of someone else is there."""
+    for repo in sorted(out.left):
+        if repo in out.kept_repositories:
+            continue
+        argv = [a.replace("{repository}", repo) for a in target.hook or []]
+        if "/" in argv[0] and not Path(argv[0]).is_absolute():
+            argv[0] = str(cfg.path(argv[0]))
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=HOOK_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            out.errors.append(f"delete_repository for {repo}: {getattr(e, 'strerror', None) or e}")
+            continue
+        log.info("delete_repository for %s: exit %d", repo, done.returncode)  # never its argv: it may hold secrets
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or [""])[-1][:200]
+            out.errors.append(f"delete_repository for {repo}: exit {done.returncode}" + (f": {why}" if why else ""))
+            continue
+        for kind, n in out.left.pop(repo).items():
+            out.done[(kind, "hook")] += n
+
+
+# -- the report -------------------------------------------------------------------------------------------------
+
+
+def _count(n: int, one: str, many: str = "") -> str:
+    """``1 manifest``, ``2 manifests``: a number and its noun."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
+def _hooked(d: Counter) -> str:
+    n_manifests, n_blobs = d[("manifest", "hook")], d[("blob", "hook")]
+    if not n_manifests + n_blobs:
+        return ""
+    return f"; removed with delete_repository: {n_manifests} manifests, {n_blobs} blob links"
+
+
+def report(target: Pushed, out: Outcome, yes: bool) -> list[str]:
+    """The console lines of one registry."""
+    head = f"registry {target.name}" + ("" if target.registry.endswith("//" + target.name) else f" ({target.registry})")
+    d = out.done
+    lines = []
+    if not yes:
+        lines.append(
+            f"{head}: would delete {_count(out.present['manifest'], 'manifest')} ({_mb(out.bytes['manifest'])}) "
+            f"and {_count(out.present['blob'], 'blob link')} ({_mb(out.bytes['blob'])} in distinct blobs) in "
+            f"{_count(len(target.repositories()), 'repository', 'repositories')}; "
+            f"{d[('manifest', GONE)] + d[('blob', GONE)]} already gone"
+        )
+    else:
+        lines.append(
+            f"{head}: deleted {_count(d[('manifest', DELETED)], 'manifest')} and "
+            f"{_count(d[('blob', DELETED)], 'blob link')}; "
+            f"{d[('manifest', GONE)] + d[('blob', GONE)]} already gone" + _hooked(d)
+        )
+    if out.kept:
+        lines.append(
+            f"{head}: kept {_count(out.kept, 'object')} that images drtp did not push reference "
+            f"(in {', '.join(sorted(out.kept_repositories)[:SHOWN_REPOSITORIES])})"
+        )
+    if out.refused:
+        refused = " and ".join(f"{k}s" for k in KINDS if k in out.refused)
+        lines.append(f"{head}: the registry refuses to DELETE {refused} (405/UNSUPPORTED)")
+    for err in out.errors:
+        lines.append(f"{head}: {err}")
+    if out.left:
+        parts = []
+        for repo in sorted(out.left)[:SHOWN_REPOSITORIES]:
+            c = out.left[repo]
+            what = ", ".join(
+                [_count(c[k], k) for k in KINDS if c[k]]
+                + (["the preflight's probe blobs"] if c[PROBE] else [])
+                + (["holds images drtp did not push: no delete_repository"] if repo in out.kept_repositories else [])
+            )
+            parts.append(f"{repo} ({what})")
+        more = len(out.left) - SHOWN_REPOSITORIES
+        n_left = sum(c[k] for c in out.left.values() for k in KINDS)
+        where = _count(len(out.left), "repository", "repositories")
+        tail = f"; and {more} more" if more > 0 else ""
+        lines.append(f"{head}: left {_count(n_left, 'object')} in {where}: " + "; ".join(parts) + tail)
+    return lines
+
+
+def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, threads: int = 8) -> int:
+    """Clean (or, without ``yes``, list) what drtp pushed; the exit code: 0 nothing left, 1 something left."""
+    pushed = targets(cfg, registry)
+    for run_dir in runs:  # bad input before any registry is asked anything
+        if not run_dir.is_dir():
+            raise DrtpError(f"--run {run_dir}: not a directory")
+    n_map, missing = read_maps(cfg, pushed, required=not runs)
+    n_rows, notes = read_runs(cfg, runs, pushed, registry)
+    print(
+        f"drtp clean: {_count(n_map, 'warmup map entry', 'warmup map entries')}, "
+        f"{_count(n_rows, 'push', 'pushes')} in the requests.csv of {_count(len(runs), 'run')}"
+        + ("" if yes else "; dry run: nothing is deleted (--yes deletes)")
+    )
+    for path in missing:
+        print(f"drtp clean: no warmup map {path}: only the runs' pushes there")
+    for note in notes:
+        print(f"drtp clean: {note}")
+    code = ExitCode.OK
+    for target in pushed.values():
+        try:
+            out = clean_registry(target, cfg, yes, threads)
+        except REGISTRY_ERRORS as e:
+            raise RunError(f"registry {target.name}: {e}") from None
+        for line in report(target, out, yes):
+            print(line, flush=True)
+        if out.left or out.errors:
+            code = ExitCode.TOO_MANY_FAILED  # something drtp pushed is still there, or could not be looked at
+    return int(code)
+
+
+# -- the command ------------------------------------------------------------------------------------------------
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from drtp.cli_options import config_from_args
+
+    cfg = config_from_args(args)
+    return run_clean(cfg, [Path(d) for d in args.run or []], args.registry, args.yes, args.threads)
+
+
+def register(sub) -> None:
+    from drtp.cli_options import add_config_options, positive_int
+
+    p = sub.add_parser(
+        "clean",
+        help="delete from the registries what warmup, runs and the preflight pushed (dry run without --yes)",
+        description="Delete from each registry of the config what drtp pushed there, as its records say: the "
+        "warmup map's manifests and blobs (warmup.output; <stem>-<id><suffix> per registries: entry), those of "
+        "the runs given with --run (their requests.csv), and the preflight's probe. Manifests are deleted by digest "
+        "(their tags go with them), then blobs; a tag drtp did not push, and every object its image references, "
+        "is kept. Without --yes, nothing is deleted: the objects that would be, with counts and bytes per "
+        "registry. A registry that refuses DELETE (405/UNSUPPORTED) gets the entry's delete_repository command "
+        "per repository, else one line says what is left. A blob DELETE unlinks the blob: the registry frees "
+        "its bytes at its garbage collection (Distribution: 'registry garbage-collect', and storage.delete.enabled "
+        "must be true). Exit codes: 0 everything asked is deleted or was gone; 1 something is left; 2 bad input "
+        "(config, map, requests.csv, --registry); 3 a registry could not be reached.",
+    )
+    add_config_options(p)
+    p.add_argument(
+        "--registry", metavar="ID", help="clean only this registry: an id of registries:, or an item of registry:"
+    )
+    p.add_argument(
+        "--run",
+        nargs="+",
+        metavar="DIR",
+        action="extend",
+        help="run directories whose pushes (requests.csv) are deleted too (an experiment's: EXP/<id>)",
+    )
+    p.add_argument("--yes", action="store_true", help="delete (without it: list what would be deleted)")
+    p.add_argument("--threads", type=positive_int, default=8, help="DELETE requests at once (default 8)")
+    p.set_defaults(func=cmd_clean)

@@ -1,0 +1,378 @@
+"""``drtp clean`` against real Distribution registries, after a real experiment (warmup + run per registry).
+
+Two registries run the same generated trace through two client nodes: ``open`` (deletes enabled, repository
+prefix ``team/``) and ``locked`` (deletes disabled: every DELETE is answered 405 UNSUPPORTED).  Images someone
+else pushed (skopeo; python-dxf for a tag on one of drtp's own manifests) sit beside drtp's.  The registries'
+storage is the ground truth: a tag is ``_manifests/tags/<tag>``, a blob in a repository is
+``_layers/sha256/<hex>/link``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from dxf import DXF
+
+from drtp.analysis.results import load_requests, rows
+from drtp.config import load_config
+from drtp.master.clean import CONFIG_PUSH, MOUNT_FALLBACK, pushed_by_rows
+from drtp.master.experiment import run_experiment
+from drtp.master.plan import registry_for
+from drtp.master.run import run_replay
+from drtp.master.warmup import load_map, run_warmup
+from drtp.registry.client import RegistryClient
+from drtp.registry.local import LocalRegistry
+from drtp.registry.manifest import CONFIG_DIGEST
+from drtp.replay.messages import RegistryAuth
+from tests.conftest import ibm_record, write_json
+from tests.images import build_image, random_files, skopeo
+from tests.realreg_support import PASSWORD, USER, Pki, TokenServer, write_htpasswd
+from tests.replay_support import TOKEN, make_trace, write_config
+
+pytestmark = pytest.mark.registry
+
+
+def storage_of(reg: LocalRegistry) -> Path:
+    return reg.workdir / "storage" / "docker" / "registry" / "v2" / "repositories"
+
+
+def layer_links(reg: LocalRegistry) -> set[tuple[str, str]]:
+    """(repository, blob digest) of every blob link in the registry's storage."""
+    root = storage_of(reg)
+    return {
+        (str(link.parent.parent.parent.parent.relative_to(root)), "sha256:" + link.parent.name)
+        for link in root.rglob("_layers/sha256/*/link")
+    }
+
+
+def tag_dirs(reg: LocalRegistry) -> set[tuple[str, str]]:
+    """(repository, tag) of every tag in the registry's storage."""
+    root = storage_of(reg)
+    return {
+        (str(t.parent.parent.parent.relative_to(root)), t.name)
+        for t in root.rglob("_manifests/tags/*")
+        if (t / "current" / "link").exists()
+    }
+
+
+def every_file(reg: LocalRegistry) -> set[Path]:
+    return {p for p in storage_of(reg).rglob("*") if p.is_file()}
+
+
+def clean(config: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "drtp.cli", "clean", "-c", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def push_foreign(base: Path, reg: LocalRegistry, ref: str, seed: int) -> dict:
+    """An image someone else pushes with skopeo (two layers of its own)."""
+    image = build_image(base / f"img-{seed}", [random_files(1, 5000, seed), random_files(1, 7000, seed + 1)])
+    skopeo("copy", "--dest-tls-verify=false", f"dir:{base / f'img-{seed}'}", f"docker://{reg.host}/{ref}")
+    return image
+
+
+def pulls(base: Path, reg: LocalRegistry, ref: str, image: dict) -> bool:
+    out = base / f"pulled-{ref.replace('/', '_').replace(':', '_')}"
+    skopeo("copy", "--src-tls-verify=false", f"docker://{reg.host}/{ref}", f"dir:{out}")
+    return all((out / d.split(":")[1]).exists() for d in image["layers"])
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, nodes):
+    """One experiment over both registries; the config, the registries, the run directories."""
+    d = tmp_path_factory.mktemp("clean")
+    trace = make_trace(d / "trace.json", requests=300)
+    with LocalRegistry(d / "open") as open_reg, LocalRegistry(d / "locked", delete=False) as locked:
+        cfg = {
+            "trace": {"location": str(d), "traces": [trace.name]},
+            "client_info": {"client_list": [n.address for n in nodes], "threads": 8, "token": TOKEN, "batch": 50},
+            "warmup": {"output": "warmup.jsonl", "threads": 4},
+            "results": "results",
+            "registries": [
+                {"id": "open", "url": open_reg.url, "insecure": True, "repository": "team/"},
+                {"id": "locked", "url": locked.url, "insecure": True},
+            ],
+        }
+        path = d / "study.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        status = run_experiment(load_config(path), d / "exp", quiet=True)
+        assert all(s["ok"] for s in status.values()), status
+        yield {"dir": d, "config": path, "data": cfg, "open": open_reg, "locked": locked, "exp": d / "exp"}
+
+
+def drtp_objects(study: dict, rid: str) -> tuple[set, set, set]:
+    """(repository, tag), (repository, manifest digest) and (repository, blob digest) of drtp's records of ``rid``."""
+    tags, manifests, blobs = set(), set(), set()
+    for e in load_map(study["dir"] / f"warmup-{rid}.jsonl"):
+        if e["kind"] == "manifest":
+            tags.add((e["repository"], e["reference"]))
+            manifests.add((e["repository"], e["digest"]))
+            blobs.add((e["repository"], CONFIG_DIGEST))
+        else:
+            blobs.add((e["repository"], e["digest"]))
+    for kind, repo, digest, tag in pushed_by_rows(rows(load_requests(study["exp"] / rid / "requests.csv"))):
+        if kind == "manifest":
+            tags.add((repo, tag))
+            manifests.add((repo, digest))
+        else:
+            blobs.add((repo, digest))
+    return tags, manifests, blobs
+
+
+def test_clean_deletes_what_drtp_pushed_and_keeps_the_rest(study, tmp_path):
+    reg, exp = study["open"], study["exp"]
+    tags, manifests, blobs = drtp_objects(study, "open")
+    # the run itself pushed manifests and layers: the records of warmup and run are both used
+    df = load_requests(exp / "open" / "requests.csv")
+    assert ((df.method == "PUT") & (df.kind == "manifest") & (df.status == 201)).any()
+    assert ((df.method == "PUT") & (df.kind == "blob") & (df.status == 201) & ~df.auxiliary).any()
+    assert tags <= tag_dirs(reg) and blobs <= layer_links(reg)  # drtp's objects are there before the clean
+    # the preflight deleted its probe blob after pulling it
+    assert not [link for repo, link in layer_links(reg) if repo == "team/drtp-preflight"]
+
+    # someone else's images: one in a repository drtp pushed to, one elsewhere, and a tag of their own on one of
+    # drtp's manifests (that manifest and its blobs are theirs too now)
+    shared_repo, drtp_tag = sorted(tags)[0]
+    mine = push_foreign(tmp_path, reg, f"{shared_repo}:foreign", 1)
+    other = push_foreign(tmp_path, reg, "other/app:v1", 3)
+    dxf = DXF(reg.host, shared_repo, insecure=True)
+    dxf.set_manifest("kept", dxf.get_manifest(drtp_tag))
+    client = RegistryClient(reg.url, RegistryAuth(reg.url, insecure=True))
+    kept_digest, kept_doc = client.manifest(shared_repo, "kept")
+    kept_blobs = {(shared_repo, p["digest"]) for p in [kept_doc["config"], *kept_doc["layers"]]}
+    # drtp's own tags on that manifest stay too: a manifest goes by digest, with every tag on it (tags alone
+    # cannot be deleted in Distribution 2.8)
+    kept_drtp_tags = {(r, t) for r, t in tags if r == shared_repo and client.manifest(r, t)[0] == kept_digest}
+    assert (shared_repo, drtp_tag) in kept_drtp_tags
+    foreign_tags = {(shared_repo, "foreign"), ("other/app", "v1"), (shared_repo, "kept")}
+    foreign_links = (
+        {(shared_repo, d) for d in [mine["config"], *mine["layers"]]}
+        | {("other/app", d) for d in [other["config"], *other["layers"]]}
+        | kept_blobs
+    )
+
+    before = every_file(reg)
+    dry = clean(study["config"], "--registry", "open", "--run", str(exp / "open"))
+    assert dry.returncode == 0, dry.stderr
+    assert every_file(reg) == before  # a dry run deletes nothing
+    assert "would delete" in dry.stdout and "registry open" in dry.stdout and "MB" in dry.stdout + "kB"
+    assert "registry locked" not in dry.stdout  # --registry: that one only
+
+    done = clean(study["config"], "--registry", "open", "--run", str(exp / "open"), "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept_line = next(line for line in done.stdout.splitlines() if ": kept " in line)
+    assert f"images drtp did not push reference (in {shared_repo})" in kept_line, done.stdout
+
+    # no tag and no blob link drtp made remains (but on the manifest someone else tagged); all of theirs does
+    assert tag_dirs(reg) == foreign_tags | kept_drtp_tags
+    assert layer_links(reg) == foreign_links
+    for repo, tag in tags - kept_drtp_tags:
+        assert tag not in client.tags(repo)
+    for repo, digest in sorted(blobs - kept_blobs)[:20]:
+        assert not client.exists("blob", repo, digest)
+    assert client.exists("manifest", shared_repo, kept_digest)
+    assert pulls(tmp_path, reg, f"{shared_repo}:foreign", mine)
+    assert pulls(tmp_path, reg, "other/app:v1", other)
+    assert pulls(tmp_path, reg, f"{shared_repo}:kept", {"layers": [p["digest"] for p in kept_doc["layers"]]})
+
+    # a second clean finds it all gone: nothing left, exit 0
+    again = clean(study["config"], "--registry", "open", "--run", str(exp / "open"), "--yes")
+    kept = ({(shared_repo, kept_digest)} & manifests) | (kept_blobs & blobs)
+    gone = len(manifests) + len(blobs) - len(kept)
+    assert f"deleted 0 manifests and 0 blob links; {gone} already gone" in again.stdout, again.stdout
+    assert again.returncode == 0
+
+
+def test_a_registry_that_refuses_delete(study, tmp_path):
+    reg, exp = study["locked"], study["exp"]
+    _, manifests, blobs = drtp_objects(study, "locked")
+    repos = {r for r, _ in manifests | blobs}
+    shared_repo = sorted(repos)[0]
+    push_foreign(tmp_path, reg, f"{shared_repo}:foreign", 5)
+    before = every_file(reg)
+
+    # no hook: every object is left, one line names each repository with its counts, exit 1
+    plain = clean(study["config"], "--registry", "locked", "--run", str(exp / "locked"), "--yes")
+    assert plain.returncode == 1, plain.stdout + plain.stderr
+    left = [line for line in plain.stdout.splitlines() if ": left " in line]
+    assert len(left) == 1, plain.stdout
+    assert f"left {len(manifests) + len(blobs)} objects in {len(repos) + 1} repositories" in left[0], left[0]
+    for repo in sorted(repos)[:20]:
+        assert f"{repo} (" in left[0]
+    assert "drtp-preflight (the preflight's probe blobs)" in left[0]
+    assert every_file(reg) == before
+
+    # with a delete_repository hook: it runs once per repository drtp pushed to (and the preflight's), never
+    # where someone else's image is
+    hook_log = tmp_path / "hook.log"
+    hook = tmp_path / "delete-repo.sh"
+    hook.write_text(f'#!/bin/sh\necho "$@" >> {hook_log}\n')
+    hook.chmod(0o755)
+    data = yaml.safe_load(study["config"].read_text())
+    data["registries"][1]["delete_repository"] = [str(hook), "--repository", "{repository}"]
+    hooked_cfg = study["dir"] / "hooked.yaml"
+    hooked_cfg.write_text(yaml.safe_dump(data))
+    hooked = clean(hooked_cfg, "--registry", "locked", "--run", str(exp / "locked"), "--yes")
+    calls = hook_log.read_text().splitlines()
+    assert sorted(calls) == sorted(f"--repository {r}" for r in (repos - {shared_repo}) | {"drtp-preflight"})
+    assert hooked.returncode == 1  # the repository with someone else's image keeps drtp's objects
+    n_shared = sum(r == shared_repo for r, _ in manifests | blobs)
+    assert f": left {n_shared} objects in 1 repository: {shared_repo} (" in hooked.stdout, hooked.stdout
+    assert "holds images drtp did not push: no delete_repository)" in hooked.stdout
+    assert "removed with delete_repository" in hooked.stdout
+
+
+def test_bad_input_is_one_line(study, tmp_path):
+    cases = [
+        (["--registry", "nope"], "--registry nope: not a registry of"),
+        (["--run", str(tmp_path / "missing")], "not a directory"),
+    ]
+    bad_run = tmp_path / "bad-run"
+    bad_run.mkdir()
+    (bad_run / "requests.csv").write_text("not,a\nrequests,file\n")
+    cases.append((["--run", str(bad_run)], "missing column"))
+    for args, message in cases:
+        r = clean(study["config"], *args)
+        assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+    data = yaml.safe_load(study["config"].read_text())
+    data["warmup"]["output"] = "elsewhere.jsonl"
+    moved = study["dir"] / "moved.yaml"
+    moved.write_text(yaml.safe_dump(data))
+    r = clean(moved, "--registry", "open")
+    assert r.returncode == 2 and "elsewhere-open.jsonl: warmup map of registry open not found" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    # with a run to clean, a missing map is said, not refused (a run without warmup has none)
+    r = clean(moved, "--registry", "open", "--run", str(study["exp"] / "open"))
+    assert r.returncode == 0 and "no warmup map" in r.stdout and "elsewhere-open.jsonl" in r.stdout, r.stdout
+    # a map entry that is not a name and a digest is never sent to a registry
+    data["warmup"]["output"] = "forged.jsonl"
+    forged = study["dir"] / "forged.yaml"
+    forged.write_text(yaml.safe_dump(data))
+    entry = {"registry": study["open"].url, "repository": "a/b", "kind": "blob", "reference": "x", "size": 1}
+    (study["dir"] / "forged-open.jsonl").write_text(json.dumps({**entry, "digest": "sha256:../../v2"}) + "\n")
+    r = clean(forged, "--registry", "open")
+    assert r.returncode == 2, r.stderr
+    assert "forged-open.jsonl: entry 1: digest 'sha256:../../v2' is not algorithm:hex" in r.stderr
+
+
+def traced(i: int, method: str, uri: str, status: int = 200, size: int = 0, client: str = "client0") -> dict:
+    over = {"http.request.method": method, "http.request.uri": uri, "http.response.status": status}
+    return ibm_record(i, **over, **{"http.response.written": size, "http.request.remoteaddr": client})
+
+
+def test_a_registry_list_with_refused_mounts_and_config_pushes(tmp_path, nodes):
+    """A plain registry: list of two: the run's rows go to each by repository; a mount the target registry
+    refuses (its source is on the other one) leaves a blob uploaded instead, and a manifest over one layer or
+    none gets the minimal config blob from a helper push: clean finds both in the helper rows."""
+    with LocalRegistry(tmp_path / "a") as a, LocalRegistry(tmp_path / "b") as b:
+        hosts = [a.host, b.host]
+
+        def on(reg: str, stem: str) -> str:
+            return next(f"team/{stem}{i}" for i in range(99) if registry_for(f"team/{stem}{i}", hosts) == reg)
+
+        source, target, solo, same = on(a.host, "s"), on(b.host, "t"), on(b.host, "solo"), on(a.host, "m")
+        records = [
+            traced(0, "GET", f"v2/{source}/blobs/L1", 200, 5000),
+            traced(1, "POST", f"v2/{target}/blobs/uploads/?mount=L1&from={source}", 201),
+            traced(2, "GET", f"v2/{target}/blobs/L1", 200, 5000),
+            traced(3, "PUT", f"v2/{solo}/manifests/v1", 201, 600, client="c2"),
+            traced(4, "GET", f"v2/{source}/manifests/latest", 200, 700, client="c3"),
+            traced(5, "POST", f"v2/{same}/blobs/uploads/?mount=L1&from={source}", 201, client="c4"),  # mounted
+        ]
+        trace = write_json(tmp_path / "trace.json", records)
+        cfg = write_config(tmp_path, trace, hosts, [n.address for n in nodes])
+        run_warmup(cfg, quiet=True)
+        run_replay(cfg, tmp_path / "run", quiet=True)
+        df = load_requests(tmp_path / "run" / "requests.csv")
+        aux = df[df.auxiliary & (df.status == 201)]
+        assert set(aux.reference) == {MOUNT_FALLBACK, CONFIG_PUSH}, df.to_string()
+        assert (target, CONFIG_DIGEST) not in layer_links(b) and (solo, CONFIG_DIGEST) in layer_links(b)
+        mounted = df[(df.method == "POST") & (df.repository == same)]
+        assert list(mounted.status) == [201] and {r for r, _ in layer_links(a)} >= {source, same}
+        assert layer_links(a) and layer_links(b) and tag_dirs(a) and tag_dirs(b)
+
+        done = clean(tmp_path / "config.yaml", "--run", str(tmp_path / "run"), "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert layer_links(a) == layer_links(b) == set()
+        assert tag_dirs(a) == tag_dirs(b) == set()
+
+
+def test_tags_are_listed_and_next_pages_followed(registry):
+    """Every tag of a repository is read (none for an unknown one). Distribution 2.8 answers the whole list
+    at once (it ignores ``n`` on tag lists); registries that page (Docker Hub, Harbor, GHCR) send a
+    ``Link: <…>; rel="next"`` header as the Distribution API defines, which is followed."""
+    from drtp.registry.client import _next_page
+    from drtp.registry.manifest import CONFIG_BLOB, build_manifest
+
+    client = RegistryClient(registry.url, RegistryAuth(registry.url, insecure=True))
+    client.push_blob("team/paged", CONFIG_BLOB, CONFIG_DIGEST)
+    tags = [f"t{i}" for i in range(5)]
+    for i, tag in enumerate(tags):
+        client.put_manifest("team/paged", tag, build_manifest([], 400 + i))
+    listed = client.tags("team/paged", page=2)
+    assert sorted(listed) == tags and len(listed) == len(tags)
+    assert client.tags("team/none") == []
+    base = "https://registry.example"
+    link = '</v2/library/alpine/tags/list?last=3.1&n=100>; rel="next"'
+    assert _next_page(base, link) == f"{base}/v2/library/alpine/tags/list?last=3.1&n=100"
+    assert _next_page(base, None) is None and _next_page(base, '</v2/x/tags/list?n=1>; rel="prev"') is None
+
+
+def test_a_run_of_another_registry_is_left_out_and_said(study):
+    r = clean(study["config"], "--registry", "open", "--run", str(study["exp"] / "locked"))
+    assert r.returncode == 0, r.stderr
+    assert f"{study['exp'] / 'locked'} ran against {study['locked'].url}, not --registry open: left out" in r.stdout
+
+
+@pytest.mark.parametrize("scheme", ["basic", "token"])
+def test_a_registry_with_credentials(scheme, tmp_path, monkeypatch):
+    """https with the entry's CA, htpasswd or bearer tokens: the DELETEs authenticate like every other
+    request; refused credentials are one line naming the registry and the user, never the password."""
+    from drtp.master.experiment import registry_config
+    from drtp.master.warmup import run_warmup
+
+    pki = Pki(tmp_path / "pki")
+    server = TokenServer(tmp_path, pki) if scheme == "token" else None
+    login = {"token": server.registry_config} if server else {"htpasswd": write_htpasswd(tmp_path / "htpasswd")}
+    monkeypatch.setenv("CLEAN_PASSWORD", PASSWORD)
+    try:
+        with LocalRegistry(tmp_path / "reg", tls=(pki.cert, pki.key), **login) as reg:
+            entry = {"id": "hosted", "url": reg.url, "repository": "lab/", "username": USER,
+                     "password": "${CLEAN_PASSWORD}", "ca_file": str(pki.ca)}  # fmt: skip
+            trace = make_trace(tmp_path / "trace.json", requests=120)
+            cfg = {
+                "trace": {"location": str(tmp_path), "traces": [trace.name]},
+                "warmup": {"output": "warmup.jsonl", "threads": 4},
+                "registries": [entry],
+            }
+            path = tmp_path / "hosted.yaml"
+            path.write_text(yaml.safe_dump(cfg))
+            loaded = load_config(path)
+            run_warmup(registry_config(loaded, loaded.registries[0]), quiet=True)
+            assert layer_links(reg) and tag_dirs(reg)
+
+            cfg["registries"][0]["password"] = "wrong-password"
+            wrong = tmp_path / "wrong.yaml"
+            wrong.write_text(yaml.safe_dump(cfg))
+            refused = clean(wrong, "--yes")
+            assert refused.returncode == 3, refused.stdout + refused.stderr
+            assert len(refused.stderr.strip().splitlines()) == 1 and "registry hosted" in refused.stderr
+            assert layer_links(reg) and tag_dirs(reg)  # nothing was deleted
+
+            done = clean(path, "--yes")
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert layer_links(reg) == set() and tag_dirs(reg) == set()
+            assert PASSWORD not in done.stdout + done.stderr + refused.stdout + refused.stderr
+    finally:
+        if server is not None:
+            server.stop()
