@@ -302,3 +302,12 @@ def test_jobs_state_beside_the_registries_status_and_old_folders_read(tmp_path):
     ]
     exp.state["jobs"]["master"].update(state="CANCELLED", exit_code="0:15")
     assert exp.exit_code({}) == 1  # a job that ended without drtp's own code
+
+
+def test_deploy_refuses_a_bad_registries_config_before_connecting(tmp_path, env, capsys):
+    # nothing listens on port 1: a deploy that got as far as connecting would fail there (exit 3), not with exit 2
+    path = _schema_only(_entries_config(tmp_path, deploy={"host": "127.0.0.1", "port": 1, "mode": "ssh"}))
+    (tmp_path / "secrets" / "b.pw").unlink()
+    assert main(["deploy", "-c", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cannot read password_file secrets/b.pw" in err
