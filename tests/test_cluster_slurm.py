@@ -383,6 +383,8 @@ def test_registries_with_credentials_run_in_turn_and_resume(tmp_path, cluster, t
     assert jobs["resumed"] == 1 and len(jobs["previous"]) == 1 and jobs["replay"] == "experiment"
     master_log = (results / "logs" / f"master-{jobs['jobs']['master']['id']}.out").read_text()
     assert "== registry a: done before, skipped" in master_log and "== registry b (" in master_log
+    status_out = drtp(["slurm", "status", "--exp", str(exp)], env).stdout
+    assert "  registry a: done, exit 0, 300 requests, 0 failed" in status_out, status_out
     assert re.search(r"^replay: 300/300 \(100\.0%\) .*finished$", master_log, re.M), master_log
     status = json.loads((results / "experiment.json").read_text())
     assert {rid: (s["ok"], s["exit_code"]) for rid, s in status.items()} == {"a": (True, 0), "b": (True, 0)}

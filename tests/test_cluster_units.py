@@ -11,7 +11,13 @@ import yaml
 from drtp.cli import main
 from drtp.cluster import slurm
 from drtp.cluster.deploy import Deployment, Layout, env_refs, project_files, project_root
-from drtp.cluster.runconfig import check_run_config, replay_mode, run_config_data
+from drtp.cluster.runconfig import (
+    _without_secret_sources,
+    check_run_config,
+    missing_entry_files,
+    replay_mode,
+    run_config_data,
+)
 from drtp.cluster.submission import Experiment, find_experiment, raw_config, registry_lines
 from drtp.config import RegistryEntry, load_config
 from drtp.errors import ConfigError, DrtpError
@@ -256,8 +262,33 @@ def test_submit_refuses_a_bad_registries_config_before_any_folder_or_job(tmp_pat
     (tmp_path / "secrets" / "b.pw").unlink()
     assert main(["slurm", "submit", "-c", str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "cannot read password_file secrets/b.pw" in err and "pw-of" not in err
+    assert err.count("\n") == 0 and "registries[b].password_file: secrets/b.pw: no such file" in err
+    assert "pw-of" not in err and not (tmp_path / "jobs").exists()
+    # a credential the master would refuse: refused here, as one line
+    (tmp_path / "secrets" / "b.pw").write_text("pw-of-bob\n")
+    data = yaml.safe_load(path.read_text())
+    del data["registries"][0]["username"]
+    path.write_text(yaml.safe_dump(data))
+    assert main(["slurm", "submit", "-c", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "registries[a]: username is missing" in err and "pw-of" not in err
     assert not (tmp_path / "jobs").exists()
+
+
+def test_files_of_entries_checked_and_secret_sources_left_to_the_master(tmp_path, env):
+    raw = yaml.safe_load(_entries_config(tmp_path).read_text())
+    assert missing_entry_files(raw, tmp_path) == ["registries[b].password_command: bin/get-pw"]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "get-pw").write_text("#!/bin/sh\n")
+    assert missing_entry_files(raw, tmp_path) == []
+    # a helper or command is not run where the job is submitted: a stand-in password takes its place for the check
+    data = _without_secret_sources(yaml.safe_load(yaml.safe_dump(raw)))
+    b = data["registries"][1]
+    assert "credential_helper" not in b and "password_command" not in b and b["password_file"] == "secrets/b.pw"
+    del raw["registries"][1]["password_file"]
+    del raw["registries"][1]["username"]
+    b = _without_secret_sources(raw)["registries"][1]
+    assert b["password"] == b["username"] == "obtained-where-the-master-runs" and "credential_helper" not in b
 
 
 def test_deploy_copies_entry_files_and_names_their_remote_copies(tmp_path, env):
@@ -310,4 +341,4 @@ def test_deploy_refuses_a_bad_registries_config_before_connecting(tmp_path, env,
     (tmp_path / "secrets" / "b.pw").unlink()
     assert main(["deploy", "-c", str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "cannot read password_file secrets/b.pw" in err
+    assert err.count("\n") == 0 and "registries[b].password_file: secrets/b.pw: no such file" in err

@@ -85,6 +85,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(exp.status_line(infos))
     for role, job in exp.state["jobs"].items():
         print(f"  {role}: job {job['id']} {job.get('state', 'UNKNOWN')} log {job['log']}")
+    for rid, st in exp.registry_status().items():  # drtp experiment's record, as far as it got
+        if st.get("ok"):
+            what = f"done, exit {st.get('exit_code')}, {st.get('requests')} requests, {st.get('failed')} failed"
+        else:
+            what = f"FAILED, exit {st.get('exit_code')}: {st.get('error')}"
+        print(f"  registry {rid}: {what}")
     if exp.state.get("gathered"):
         print(f"results in {exp.state['gathered']}")
     for p in exp.problems():

@@ -371,10 +371,7 @@ class Deployment:
             if not local.exists():
                 raise DrtpError(f"trace file {local} not found (trace.location/trace.traces)")
             pairs.append((local, f"{lay.exp}/traces/{name}"))
-        for local, remote in self.entry_files:
-            if not local.is_file():
-                raise DrtpError(f"{self.config_path}: registries: file {local} not found")
-            pairs.append((local, remote))
+        pairs += self.entry_files  # each checked before anything was copied (check_run_config)
         copied, skipped, sent = r.put_tree(pairs, self.d.python)
         self.say(f"copied {copied} files ({sent / 1e6:.1f} MB) to {r.name}:{lay.root}, {skipped} already there")
         r.run(f"mkdir -p {shlex.quote(lay.exp)}/logs {shlex.quote(lay.exp)}/results")
@@ -472,7 +469,7 @@ class Deployment:
 
     def run(self, copy_only: bool = False) -> int:
         t0 = time.perf_counter()
-        check_run_config(self.cfg)  # before anything is copied: the remote side would fail only after the install
+        check_run_config(self.cfg, self.raw)  # before anything is copied: the remote would fail after the install
         r = Remote(_target(self.d), self.d, self.out)
         try:
             self.say(f"connected to {r.name}" + (f" through {self.d.jump.host}" if self.d.jump else ""))

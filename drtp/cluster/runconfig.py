@@ -33,6 +33,9 @@ EXPERIMENT, RUN = "experiment", "run"
 ENTRY_FILE_KEYS = ("ca_file", "password_file")
 # keys of a registries: entry that are a command (an argv list): its program may be a file beside the config
 ENTRY_COMMAND_KEYS = ("password_command", "create_repository", "delete_repository")
+# keys of a registries: entry that obtain its secret by running something
+SECRET_SOURCE_KEYS = ("credential_helper", "password_command")
+STAND_IN = "obtained-where-the-master-runs"
 
 
 def run_name(i: int, registry: str) -> str:
@@ -81,13 +84,51 @@ def each_registry_of(data: dict) -> bool:
     return bool(isinstance(s, dict) and s.get("each_registry"))
 
 
-def check_run_config(cfg: Config) -> str:
+def _without_secret_sources(data: dict) -> dict:
+    """``data`` with each entry's credential helper and password command left out (a stand-in password in their
+    place): they run where the master runs (its job's node, the deploy host), not where the job is submitted."""
+    for entry in data.get("registries") or []:
+        if not isinstance(entry, dict):
+            continue
+        helper, command = (entry.pop(k, None) for k in SECRET_SOURCE_KEYS)
+        if (helper or command) and not entry.get("password") and not entry.get("password_file"):
+            entry["password"] = STAND_IN
+        if helper and not entry.get("username"):  # a helper answers the user name too
+            entry["username"] = STAND_IN
+    return data
+
+
+def missing_entry_files(data: dict, base: Path) -> list[str]:
+    """``registries[<id>].<key>: <file>`` for each file a raw config's entries name that does not exist."""
+    import os
+
+    entries = data.get("registries") or []
+    missing: list[str] = []
+
+    def probe(value: str, key: str, i: int) -> str:
+        p = Path(os.path.expanduser(value))
+        if not (p if p.is_absolute() else base / p).is_file():
+            rid = entries[i].get("id", i) if isinstance(entries[i], dict) else i
+            missing.append(f"registries[{rid}].{key}: {value}")
+        return value
+
+    map_entry_paths(json.loads(json.dumps(data)), probe)
+    return missing
+
+
+def check_run_config(cfg: Config, raw: dict | None = None) -> str:
     """Everything the replay checks before it sends a request, checked here before a file is copied or a job
-    submitted; the replay mode. A mistake is a ConfigError (one line, exit 2)."""
+    submitted; the replay mode. A mistake is a ConfigError (one line, exit 2).
+
+    ``raw``: the config file as written, whose registry entries' files must exist (the keys of entries this
+    drtp's schema may not know yet, such as commands, are read from it).
+    """
     from drtp.master.experiment import check_experiment
     from drtp.registry.auth import config_auth
 
-    data = msgspec.to_builtins(cfg)
+    if raw is not None and (missing := missing_entry_files(raw, Path(cfg.base_dir))):
+        raise ConfigError(f"{cfg.source}: {missing[0]}: no such file")
+    data = _without_secret_sources(msgspec.to_builtins(cfg))
     for internal in ("base_dir", "source"):
         data.pop(internal, None)
     run_data = run_config_data(data, bool(cfg.slurm and cfg.slurm.each_registry))
@@ -98,7 +139,8 @@ def check_run_config(cfg: Config) -> str:
         check_experiment(run_cfg)
         return mode
     run_cfg.require("registry")
-    config_auth(cfg)  # every entry's credentials, those of addresses this run does not use too
+    # every entry's credentials, those of addresses this run does not use too
+    config_auth(config_from_dict(data, source=cfg.source, base_dir=cfg.base_dir))
     prefixed = [e.id for e in run_cfg.registries if e.repository]
     if len(run_cfg.registry) > 1 and prefixed:
         raise ConfigError(

@@ -103,7 +103,7 @@ class Experiment:
         s = cfg.require("slurm")
         if s.nodes < 1 or s.tasks_per_node < 1:
             raise ConfigError(f"{config_path}: slurm.nodes and slurm.tasks_per_node must be ≥ 1")
-        check_run_config(cfg)
+        check_run_config(cfg, read_yaml_mapping(config_path))
         name = name or "exp-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         exp_dir = cfg.path(s.workdir).resolve() / name
         if exp_dir.exists():
