@@ -170,7 +170,8 @@ def register(sub) -> None:
         "slurm",
         help="run an experiment as Slurm jobs (submit, status, wait, cancel)",
         description="Run the replay on a Slurm cluster: a client job (one drtp client per task) and a master "
-        "job (warmup, then run), rendered from the config's slurm: section.",
+        "job (drtp experiment for a registries: list, else warmup then run), rendered from the config's slurm: "
+        "section.",
     )
     ssub = p.add_subparsers(dest="slurm_command", metavar="ACTION", required=True)
 
@@ -187,7 +188,7 @@ def register(sub) -> None:
         "of its registries' runs: 130 > 3 > 2 > 1 > 0), one line per registry that failed; 1 when a job was "
         "cancelled, timed out or vanished.",
     )
-    add_config_options(q, required=False, help="YAML config file (with a slurm: section)")
+    add_config_options(q, required=False, help="YAML config file (with a slurm: section; with --resume: optional)")
     q.add_argument("--name", help="experiment name (default exp-<date>-<time>)")
     q.add_argument("--no-wait", action="store_true", help="submit and return (follow later with 'drtp slurm wait')")
     q.add_argument(
