@@ -171,12 +171,16 @@ def test_slurm_submit_replays_through_jobs(tmp_path, cluster, trace, registry):
 
 
 def test_each_registry_in_turn_on_one_allocation(tmp_path, cluster, trace, registry):
+    """registry: [a, b] with each_registry: a run per address; a's registries: entry (its prefix) stays with a's run
+    alone, b (no entry) runs as a plain address."""
     with LocalRegistry(tmp_path / "registry2") as second:
         hosts = [registry.host, second.host]
-        config = write_config(tmp_path, trace, hosts, cluster, slurm={"each_registry": True})
+        own = {"id": "mine", "url": f"http://{registry.host}", "insecure": True, "repository": "one/"}
+        config = write_config(tmp_path, trace, hosts, cluster, slurm={"each_registry": True}, registries=[own])
         proc = drtp(["slurm", "submit", "-c", str(config), "--name", "two"], cluster.env(DRTP_TOKEN=TOKEN))
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        second_log = second.log_path.read_bytes()
+        assert check_prefix(registry.log_path, "one/") >= 300
+        second_paths = [u for u in uris(second.log_path) if u.rstrip("/") != "/v2"]
     exp = tmp_path / "slurm-jobs" / "two"
     state = json.loads((exp / "jobs.json").read_text())
     assert len(state["jobs"]) == 2  # one client job served both runs
@@ -184,6 +188,7 @@ def test_each_registry_in_turn_on_one_allocation(tmp_path, cluster, trace, regis
     # the master ran drtp experiment over one entry per address
     entries = yaml.safe_load((exp / "run-config.yaml").read_text())["registries"]
     assert [(e["id"], e["url"]) for e in entries] == [(n, f"http://{r}") for n, r in zip(names, hosts, strict=True)]
+    assert entries[0]["repository"] == "one/" and "repository" not in entries[1]
     statuses = json.loads((tmp_path / "results" / "two" / "experiment.json").read_text())
     assert list(statuses) == names and all(s["ok"] and s["exit_code"] == 0 for s in statuses.values())
     for name, reg in zip(names, hosts, strict=True):
@@ -192,7 +197,9 @@ def test_each_registry_in_turn_on_one_allocation(tmp_path, cluster, trace, regis
             f"http://{reg}"
         ]
         assert len(main) == 300
-    assert b"/v2/" in second_log and f"requests done {2 * len(main)}".encode() in proc.stdout.encode()
+    # b's paths are the trace's own (two levels: user/repo), without a's prefix
+    assert len(second_paths) >= 300 and not any(p.startswith("/v2/one/") for p in second_paths)
+    assert f"requests done {2 * len(main)}" in proc.stdout
     # one warmup map per registry
     assert len(list(tmp_path.glob("warmup-map-*.jsonl"))) == 2
 
