@@ -342,9 +342,12 @@ def uris(log_path: Path, offset: int = 0) -> list[str]:
     return out
 
 
-def check_prefix(log_path: Path, prefix: str, offset: int = 0) -> int:
-    """Every object path (and mount source) the registry saw is under ``prefix``; how many object requests."""
-    objects = 0
+def check_prefix(log_path: Path, prefix: str, offset: int = 0, mounts: bool = False) -> int:
+    """Every object path (and mount source) the registry saw is under ``prefix``; how many object requests.
+
+    ``mounts``: the trace's cross-repository mounts reached this registry (their sources were checked).
+    """
+    objects = sources = 0
     for uri in uris(log_path, offset):
         path, _, query = uri.partition("?")
         if path.rstrip("/") == "/v2":
@@ -353,6 +356,8 @@ def check_prefix(log_path: Path, prefix: str, offset: int = 0) -> int:
         assert path.startswith(f"/v2/{prefix}"), uri
         for source in re.findall(r"(?:^|&)from=([^&]*)", query):
             assert unquote(source).startswith(prefix), uri
+            sources += 1
+    assert sources or not mounts, f"no mount reached {log_path}"
     return objects
 
 
@@ -373,7 +378,7 @@ def test_registries_with_credentials_run_in_turn_and_resume(tmp_path, cluster, t
         status = json.loads((results / "experiment.json").read_text())
         assert status["a"]["ok"] and status["a"]["exit_code"] == 0 and not status["b"]["ok"], status
         check_results(results / "a", trace)
-        a_objects = check_prefix(reg_a.log_path, PREFIXES["a"])
+        a_objects = check_prefix(reg_a.log_path, PREFIXES["a"], mounts=True)
         offset_a = reg_a.log_path.stat().st_size
 
         # b comes up; the resumed experiment (new jobs, same folder) runs b only
@@ -381,7 +386,7 @@ def test_registries_with_credentials_run_in_turn_and_resume(tmp_path, cluster, t
             again = drtp(["slurm", "submit", "--resume", "creds", "-c", str(config)], env)
             out = again.stdout + again.stderr
             assert again.returncode == 0, out
-            b_objects = check_prefix(reg_b.log_path, PREFIXES["b"])
+            b_objects = check_prefix(reg_b.log_path, PREFIXES["b"], mounts=True)
         assert uris(reg_a.log_path, offset_a) == []  # a, done before, got no request
     assert "experiment creds in" in again.stdout and "(resumed)" in again.stdout
 
