@@ -7,7 +7,6 @@ local results folder: one requests.csv row per trace record, all answered as the
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -444,68 +443,62 @@ def deploy_section(tmp_path: Path, cluster: Cluster, mode: str) -> dict:
 
 
 @pytest.mark.parametrize("mode", ["slurm", "ssh"])
-def test_deploy_over_ssh_pulls_results_back(tmp_path, cluster, trace, registry, pki, mode):
-    """Mode slurm replays a plain registry: list; mode ssh a registries: entry whose password_file and ca_file
-    (relative to the config) are copied to the deploy host and named by their remote paths there."""
-    with contextlib.ExitStack() as stack:
-        if mode == "ssh":
-            reg = stack.enter_context(auth_registry(tmp_path, "b", pki))
-            (tmp_path / "ca.pem").write_bytes(pki.ca.read_bytes())
-            (tmp_path / "secrets").mkdir()
-            (tmp_path / "secrets" / "bob.pw").write_text(USERS["b"][1] + "\n")
-            keys = {"username": USERS["b"][0], "password_file": "secrets/bob.pw", "ca_file": "ca.pem"}
-            where = {"registries": [{"id": "b", "url": reg.url, "repository": PREFIXES["b"], **keys}]}
-        else:
-            reg, where = registry, {}
+def test_deploy_over_ssh_pulls_results_back(tmp_path, cluster, trace, pki, mode):
+    """A registries: entry whose password_file and ca_file (relative to the config) are copied to the deploy host
+    and named by their remote paths there; drtp experiment runs there (mode ssh) or in the Slurm master job."""
+    (tmp_path / "ca.pem").write_bytes(pki.ca.read_bytes())
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "bob.pw").write_text(USERS["b"][1] + "\n")
+    keys = {"username": USERS["b"][0], "password_file": "secrets/bob.pw", "ca_file": "ca.pem"}
+    with auth_registry(tmp_path, "b", pki) as reg:
         config = write_config(
             tmp_path,
             trace,
-            None if where else registry.host,
+            None,
             cluster,
             client_info={"port": free_port_pair()},
             deploy=deploy_section(tmp_path, cluster, mode),
-            **where,
+            registries=[{"id": "b", "url": reg.url, "repository": PREFIXES["b"], **keys}],
         )
         env = dict(os.environ, DRTP_TOKEN=TOKEN)
         env.pop("SLURM_CONF", None)  # only the remote side knows the cluster (deploy.env)
         proc = drtp(["deploy", "-c", str(config)], env)
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, out
-        objects = check_prefix(reg.log_path, PREFIXES["b"]) if where else 0
-    assert TOKEN not in out
+        objects = check_prefix(reg.log_path, PREFIXES["b"])
+    assert TOKEN not in out and USERS["b"][1] not in out
     m = re.search(r"copied (\d+) files \(.*\) to .*, 0 already there", out)
     assert m and int(m.group(1)) > 20, out
     remote = tmp_path / "remote"
     assert (remote / "project" / "drtp" / "cluster" / "deploy.py").read_bytes() == (
         Path(__file__).resolve().parents[1] / "drtp" / "cluster" / "deploy.py"
     ).read_bytes()
-    assert (remote / "exp" / "deploy-config" / "traces" / trace.name).read_bytes() == trace.read_bytes()
-    remote_cfg = (remote / "exp" / "deploy-config" / "config.yaml").read_text()
+    exp = remote / "exp" / "deploy-config"
+    assert (exp / "traces" / trace.name).read_bytes() == trace.read_bytes()
+    remote_cfg = (exp / "config.yaml").read_text()
     assert "${DRTP_TOKEN}" in remote_cfg and TOKEN not in remote_cfg and "deploy" not in yaml.safe_load(remote_cfg)
+    assert USERS["b"][1] not in remote_cfg
+    # the entry's files were copied, and the remote config names the copies
+    b = yaml.safe_load(remote_cfg)["registries"][0]
+    assert b["password_file"] == str(exp / "registries" / "0" / "password_file" / "bob.pw")
+    assert b["ca_file"] == str(exp / "registries" / "0" / "ca_file" / "ca.pem")
+    assert Path(b["password_file"]).read_text() == (tmp_path / "secrets" / "bob.pw").read_text()
+    assert Path(b["ca_file"]).read_bytes() == pki.ca.read_bytes()
 
     runs = list((tmp_path / "results").iterdir())
     assert len(runs) == 1 and runs[0].name.startswith("run-")
     assert "pulled" in out and str(runs[0]) in out
+    assert json.loads((runs[0] / "experiment.json").read_text())["b"]["ok"]
+    main = check_results(runs[0] / "b", trace)
+    assert main.repository.str.startswith(PREFIXES["b"]).all() and objects >= len(main)
     if mode == "ssh":
-        # drtp experiment ran on the deploy host, with the copies of the entry's files
-        exp = remote / "exp" / "deploy-config"
-        b = yaml.safe_load(remote_cfg)["registries"][0]
-        assert b["password_file"] == str(exp / "registries" / "0" / "password_file" / "bob.pw")
-        assert b["ca_file"] == str(exp / "registries" / "0" / "ca_file" / "ca.pem")
-        assert Path(b["password_file"]).read_text() == (tmp_path / "secrets" / "bob.pw").read_text()
-        assert Path(b["ca_file"]).read_bytes() == pki.ca.read_bytes()
-        assert json.loads((runs[0] / "experiment.json").read_text())["b"]["ok"]
-        main = check_results(runs[0] / "b", trace)
-        assert main.repository.str.startswith(PREFIXES["b"]).all() and objects >= len(main)
-        assert USERS["b"][1] not in out and USERS["b"][1] not in remote_cfg
         assert len(list((runs[0] / "logs").glob("client-*.log"))) == 2
         port = yaml.safe_load(config.read_text())["client_info"]["port"]
         assert set(main.node) == {f"127.0.0.1:{port}", f"localhost:{port + 1}"}
         assert re.search(r"copied 0 files \(0.0 MB\) to root@localhost:\d+:.*, \d+ already there", out)
-        assert not list((remote / "exp" / "deploy-config" / "logs").glob("*.pid"))  # the clients were stopped
+        assert not list((exp / "logs").glob("*.pid"))  # the clients were stopped
     else:
-        check_results(runs[0], trace)
-        assert list((runs[0] / "logs").glob("master-*.out"))
+        assert list((runs[0] / "logs").glob("master-*.out")) and (runs[0] / "jobs.json").exists()
 
 
 def test_redeploy_skips_files_already_copied(tmp_path, cluster, trace):
