@@ -54,6 +54,18 @@ def _write_status(path: Path, status: dict) -> None:
         raise write_failed(path, e) from None
 
 
+def check_experiment(cfg: Config) -> None:
+    """What must hold before any registry runs (also checked by ``drtp slurm submit`` and ``drtp deploy`` before
+    they copy or submit anything): a ``registries:`` list, unique ids, every entry's credentials readable."""
+    if not cfg.registries:
+        raise ConfigError(f"{cfg.source}: missing key 'registries' (the registries of the experiment)")
+    ids = [e.id for e in cfg.registries]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise ConfigError(f"{cfg.source}: registries: duplicate id(s) {', '.join(sorted(dup))}")
+    config_auth(cfg)  # a mistake in any entry (http without insecure, missing password…) stops before any run
+
+
 def run_experiment(
     cfg: Config,
     out_dir: Path | None = None,
@@ -64,13 +76,7 @@ def run_experiment(
 ) -> dict:
     """Each registry's warmup and run in turn; returns experiment.json's content (every entry has ``exit_code``)."""
     budget = budget or FailureBudget(count=0)
-    if not cfg.registries:
-        raise ConfigError(f"{cfg.source}: missing key 'registries' (the registries of the experiment)")
-    ids = [e.id for e in cfg.registries]
-    dup = {i for i in ids if ids.count(i) > 1}
-    if dup:
-        raise ConfigError(f"{cfg.source}: registries: duplicate id(s) {', '.join(sorted(dup))}")
-    config_auth(cfg)  # a mistake in any entry (http without insecure, missing password…) stops before any run
+    check_experiment(cfg)
     out = out_dir or default_experiment_dir(cfg)
     made = prepare_output_dir(out)
     status_path = out / "experiment.json"

@@ -15,12 +15,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import pandas as pd
 import pytest
 import yaml
 
-from drtp.registry.local import LocalRegistry
+from drtp.registry.local import LocalRegistry, free_port
 from drtp.trace.reader import TraceReader
 from tests.cluster_support import (
     NEEDED,
@@ -34,6 +35,7 @@ from tests.cluster_support import (
     free_port_run,
     why_not,
 )
+from tests.realreg_support import Pki, write_htpasswd
 from tests.replay_support import TOKEN, make_trace
 
 DRTP = [sys.executable, "-m", "drtp.cli"]
@@ -68,7 +70,8 @@ def registry(tmp_path):
         yield reg
 
 
-def write_config(workdir: Path, trace: Path, registry: str | list[str], cluster: Cluster, **sections) -> Path:
+def write_config(workdir: Path, trace: Path, registry: str | list[str] | None, cluster: Cluster, **sections) -> Path:
+    """A config for the cluster tests (registry None: no registry: key, give registries=[…])."""
     cfg = {
         "trace": {"location": str(trace.parent), "traces": [trace.name]},
         "registry": registry if isinstance(registry, list) else [registry],
@@ -85,6 +88,8 @@ def write_config(workdir: Path, trace: Path, registry: str | list[str], cluster:
             "register_timeout": 60,
         },
     }
+    if registry is None:
+        del cfg["registry"]
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(cfg.get(key), dict):
             cfg[key].update(value)
@@ -124,7 +129,7 @@ def test_slurm_submit_replays_through_jobs(tmp_path, cluster, trace, registry):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     exp = tmp_path / "slurm-jobs" / "e1"
-    state = json.loads((exp / "experiment.json").read_text())
+    state = json.loads((exp / "jobs.json").read_text())
     assert state["jobs"]["master"]["state"] == "COMPLETED"
     assert state["problems"] == []
     # the clients ran as Slurm tasks on the two virtual nodes; the master learnt them from Slurm
@@ -165,22 +170,35 @@ def test_slurm_submit_replays_through_jobs(tmp_path, cluster, trace, registry):
 
 
 def test_each_registry_in_turn_on_one_allocation(tmp_path, cluster, trace, registry):
+    """registry: [a, b] with each_registry: a run per address; a's registries: entry (its prefix) stays with a's run
+    alone, b (no entry) runs as a plain address."""
     with LocalRegistry(tmp_path / "registry2") as second:
-        config = write_config(tmp_path, trace, [registry.host, second.host], cluster, slurm={"each_registry": True})
+        hosts = [registry.host, second.host]
+        own = {"id": "mine", "url": f"http://{registry.host}", "insecure": True, "repository": "one/"}
+        config = write_config(tmp_path, trace, hosts, cluster, slurm={"each_registry": True}, registries=[own])
         proc = drtp(["slurm", "submit", "-c", str(config), "--name", "two"], cluster.env(DRTP_TOKEN=TOKEN))
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        second_log = second.log_path.read_bytes()
+        assert check_prefix(registry.log_path, "one/") >= 300
+        second_paths = [u for u in uris(second.log_path) if u.rstrip("/") != "/v2"]
     exp = tmp_path / "slurm-jobs" / "two"
-    state = json.loads((exp / "experiment.json").read_text())
+    state = json.loads((exp / "jobs.json").read_text())
     assert len(state["jobs"]) == 2  # one client job served both runs
-    names = (exp / "runs.txt").read_text().split()
-    assert names == [f"1-{registry.host.replace(':', '_')}", f"2-{second.host.replace(':', '_')}"]
-    for name, reg in zip(names, (registry.host, second.host), strict=True):
+    names = [f"1-{registry.host.replace(':', '_')}", f"2-{second.host.replace(':', '_')}"]
+    # the master ran drtp experiment over one entry per address
+    entries = yaml.safe_load((exp / "run-config.yaml").read_text())["registries"]
+    assert [(e["id"], e["url"]) for e in entries] == [(n, f"http://{r}") for n, r in zip(names, hosts, strict=True)]
+    assert entries[0]["repository"] == "one/" and "repository" not in entries[1]
+    statuses = json.loads((tmp_path / "results" / "two" / "experiment.json").read_text())
+    assert list(statuses) == names and all(s["ok"] and s["exit_code"] == 0 for s in statuses.values())
+    for name, reg in zip(names, hosts, strict=True):
         main = check_results(tmp_path / "results" / "two" / name, trace)
-        assert yaml.safe_load((exp / f"run-config-{name}.yaml").read_text())["registry"] == [reg]
-        assert json.loads((tmp_path / "results" / "two" / name / "summary.json").read_text())["registries"] == [reg]
+        assert json.loads((tmp_path / "results" / "two" / name / "summary.json").read_text())["registries"] == [
+            f"http://{reg}"
+        ]
         assert len(main) == 300
-    assert b"/v2/" in second_log and f"requests done {2 * len(main)}".encode() in proc.stdout.encode()
+    # b's paths are the trace's own (two levels: user/repo), without a's prefix
+    assert len(second_paths) >= 300 and not any(p.startswith("/v2/one/") for p in second_paths)
+    assert f"requests done {2 * len(main)}" in proc.stdout
     # one warmup map per registry
     assert len(list(tmp_path.glob("warmup-map-*.jsonl"))) == 2
 
@@ -189,9 +207,10 @@ def test_failed_master_job_reported_with_id_and_log(tmp_path, cluster, trace):
     # nothing listens on port 9 of loopback: the warmup fails, so does the master job
     config = write_config(tmp_path, trace, "127.0.0.1:9", cluster)
     proc = drtp(["slurm", "submit", "-c", str(config), "--name", "bad"], cluster.env(DRTP_TOKEN=TOKEN))
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    state = json.loads((tmp_path / "slurm-jobs" / "bad" / "experiment.json").read_text())
+    state = json.loads((tmp_path / "slurm-jobs" / "bad" / "jobs.json").read_text())
     master = state["jobs"]["master"]
+    # the job's own exit code (drtp warmup's: 3, could not run) is the command's
+    assert master["exit_code"] == "3:0" and proc.returncode == 3, proc.stdout + proc.stderr
     log = tmp_path / "slurm-jobs" / "bad" / "logs" / f"master-{master['id']}.out"
     assert master["log"] == str(log)
     assert re.search(
@@ -208,7 +227,7 @@ def test_no_wait_then_cancel_then_wait(tmp_path, cluster, trace):
     env = cluster.env(DRTP_TOKEN=TOKEN)
     proc = drtp(["slurm", "submit", "-c", str(config), "--name", "stop", "--no-wait"], env)
     assert proc.returncode == 0, proc.stderr
-    state = json.loads((tmp_path / "slurm-jobs" / "stop" / "experiment.json").read_text())
+    state = json.loads((tmp_path / "slurm-jobs" / "stop" / "jobs.json").read_text())
     ids = [state["jobs"]["clients"]["id"], state["jobs"]["master"]["id"]]
     cancel = drtp(["slurm", "cancel", "-c", str(config)], env)  # -c: the config's latest experiment
     assert cancel.returncode == 0 and f"cancelled jobs {ids[0]} {ids[1]} of stop" in cancel.stdout
@@ -216,7 +235,7 @@ def test_no_wait_then_cancel_then_wait(tmp_path, cluster, trace):
     assert waited.returncode == 1, waited.stdout + waited.stderr
     assert f"drtp: master job {ids[1]} CANCELLED" in waited.stdout
     assert f"drtp: client job {ids[0]} CANCELLED" in waited.stdout
-    assert json.loads((tmp_path / "results" / "stop" / "experiment.json").read_text())["finished"] is True
+    assert json.loads((tmp_path / "results" / "stop" / "jobs.json").read_text())["finished"] is True
 
 
 def test_cancelled_client_job_reported_and_results_kept(tmp_path, cluster, trace, registry):
@@ -238,20 +257,22 @@ def test_cancelled_client_job_reported_and_results_kept(tmp_path, cluster, trace
             assert proc.poll() is None, proc.stdout.read()
             assert time.monotonic() < deadline, "the run did not start"
             time.sleep(0.2)
-        client_job = json.loads((exp / "experiment.json").read_text())["jobs"]["clients"]["id"]
+        client_job = json.loads((exp / "jobs.json").read_text())["jobs"]["clients"]["id"]
         subprocess.run(["scancel", client_job], env=cluster.env(), check=True)
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1, out
+    # the master's drtp run lost its nodes (could not finish: 3), and says so with its own exit code
+    assert proc.returncode == 3, out
+    assert re.search(r"drtp: master job \d+ FAILED, exit 3:0", out), out
     log = exp / "logs" / f"clients-{client_job}.out"
     # reported as soon as it is seen…
     assert re.search(rf"drtp: client job {client_job} is [A-Z]+ while the master runs; log: {re.escape(str(log))}", out)
     # and in the final report, with the job id, its state and its log
     line = f"drtp: client job {client_job} CANCELLED before the master finished, exit 0:15; log: {log}"
     assert line in out
-    state = json.loads((exp / "experiment.json").read_text())
+    state = json.loads((exp / "jobs.json").read_text())
     assert line.removeprefix("drtp: ") in state["problems"]
 
     # what was done before the cancellation is kept, and gathered locally
@@ -263,6 +284,136 @@ def test_cancelled_client_job_reported_and_results_kept(tmp_path, cluster, trace
     assert set(main.trace_id) < {r.id for r in TraceReader([trace])}
     assert (results / "logs" / log.name).read_text().count("CANCELLED") >= 1
     assert f"results of cut in {results}/ ({len(df)} requests)" in out
+
+
+# -- registries: with credentials, on Slurm ---------------------------------------------------------
+
+# where each credentialed registry's password comes from (secret_keys): change a registry's source here
+SECRET_SOURCES = {"a": "env", "b": "file"}
+USERS = {"a": ("ann", "ann-Secret-7f3a9c"), "b": ("bob", "bob-Secret-41d2e8")}
+PREFIXES = {"a": "alpha/", "b": "beta/team-"}
+
+
+def secret_keys(rid: str, folder: Path, env: dict[str, str]) -> dict:
+    """The entry keys that give registry ``rid`` its password from ``SECRET_SOURCES[rid]``: ``env`` (a ``${VAR}``,
+    the variable set in ``env``) or ``file`` (a password_file relative to the config's folder)."""
+    password = USERS[rid][1]
+    source = SECRET_SOURCES[rid]
+    if source == "env":
+        var = f"REG_{rid.upper()}_PASSWORD"
+        env[var] = password
+        return {"password": f"${{{var}}}"}
+    if source == "file":
+        (folder / "secrets").mkdir(exist_ok=True)
+        (folder / "secrets" / f"{rid}.pw").write_text(password + "\n")
+        return {"password_file": f"secrets/{rid}.pw"}
+    raise ValueError(source)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+def auth_registry(folder: Path, rid: str, pki: Pki, port: int | None = None) -> LocalRegistry:
+    """A registry on https (the test CA's certificate) asking for ``USERS[rid]`` (htpasswd, bcrypt)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    htpasswd = write_htpasswd(folder / f"htpasswd-{rid}", *USERS[rid])
+    return LocalRegistry(folder / f"registry-{rid}", port=port, tls=(pki.cert, pki.key), htpasswd=htpasswd)
+
+
+def entry(rid: str, url: str, folder: Path, env: dict[str, str], pki: Pki) -> dict:
+    """A registries: entry with its own user, prefix and secret source; the CA file relative to the config."""
+    (folder / "ca.pem").write_bytes(pki.ca.read_bytes())
+    keys = {"id": rid, "url": url, "repository": PREFIXES[rid], "username": USERS[rid][0], "ca_file": "ca.pem"}
+    return {**keys, **secret_keys(rid, folder, env)}
+
+
+def uris(log_path: Path, offset: int = 0) -> list[str]:
+    """Every request target (with its query) the registry logged after ``offset``."""
+    time.sleep(0.3)
+    out = []
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        for line in f:
+            if line.startswith(b"{") and b"response completed" in line:
+                out.append(json.loads(line)["http.request.uri"])
+    return out
+
+
+def check_prefix(log_path: Path, prefix: str, offset: int = 0, mounts: bool = False) -> int:
+    """Every object path (and mount source) the registry saw is under ``prefix``; how many object requests.
+
+    ``mounts``: the trace's cross-repository mounts reached this registry (their sources were checked).
+    """
+    objects = sources = 0
+    for uri in uris(log_path, offset):
+        path, _, query = uri.partition("?")
+        if path.rstrip("/") == "/v2":
+            continue
+        objects += 1
+        assert path.startswith(f"/v2/{prefix}"), uri
+        for source in re.findall(r"(?:^|&)from=([^&]*)", query):
+            assert unquote(source).startswith(prefix), uri
+            sources += 1
+    assert sources or not mounts, f"no mount reached {log_path}"
+    return objects
+
+
+def test_registries_with_credentials_run_in_turn_and_resume(tmp_path, cluster, trace, pki):
+    env = cluster.env(DRTP_TOKEN=TOKEN)
+    port_b = free_port()
+    with auth_registry(tmp_path, "a", pki) as reg_a:
+        b_url = f"https://127.0.0.1:{port_b}"
+        registries = [entry("a", reg_a.url, tmp_path, env, pki), entry("b", b_url, tmp_path, env, pki)]
+        config = write_config(tmp_path, trace, None, cluster, registries=registries)
+        # registry b is down: a runs, b is recorded as failed, the job and the command say so
+        first = drtp(["slurm", "submit", "-c", str(config), "--name", "creds"], env)
+        out = first.stdout + first.stderr
+        assert first.returncode == 3, out
+        assert re.search(rf"^drtp: registry b \({re.escape(b_url)}\): exit 3: .*127\.0\.0\.1:{port_b}", out, re.M), out
+        assert "drtp: registry a" not in out
+        results = tmp_path / "results" / "creds"
+        status = json.loads((results / "experiment.json").read_text())
+        assert status["a"]["ok"] and status["a"]["exit_code"] == 0 and not status["b"]["ok"], status
+        check_results(results / "a", trace)
+        a_objects = check_prefix(reg_a.log_path, PREFIXES["a"], mounts=True)
+        offset_a = reg_a.log_path.stat().st_size
+
+        # b comes up; the resumed experiment (new jobs, same folder) runs b only
+        with auth_registry(tmp_path, "b", pki, port=port_b) as reg_b:
+            again = drtp(["slurm", "submit", "--resume", "creds", "-c", str(config)], env)
+            out = again.stdout + again.stderr
+            assert again.returncode == 0, out
+            b_objects = check_prefix(reg_b.log_path, PREFIXES["b"], mounts=True)
+        assert uris(reg_a.log_path, offset_a) == []  # a, done before, got no request
+    assert "experiment creds in" in again.stdout and "(resumed)" in again.stdout
+
+    exp = tmp_path / "slurm-jobs" / "creds"
+    jobs = json.loads((results / "jobs.json").read_text())
+    assert jobs["resumed"] == 1 and len(jobs["previous"]) == 1 and jobs["replay"] == "experiment"
+    master_log = (results / "logs" / f"master-{jobs['jobs']['master']['id']}.out").read_text()
+    assert "== registry a: done before, skipped" in master_log and "== registry b (" in master_log
+    status_out = drtp(["slurm", "status", "--exp", str(exp)], env).stdout
+    assert "  registry a: done, exit 0, 300 requests, 0 failed" in status_out, status_out
+    assert re.search(r"^replay: 300/300 \(100\.0%\) .*finished$", master_log, re.M), master_log
+    status = json.loads((results / "experiment.json").read_text())
+    assert {rid: (s["ok"], s["exit_code"]) for rid, s in status.items()} == {"a": (True, 0), "b": (True, 0)}
+    for rid in ("a", "b"):
+        main = check_results(results / rid, trace)
+        assert main.repository.str.startswith(PREFIXES[rid]).all()
+        assert json.loads((results / rid / "summary.json").read_text())["registry_id"] == rid
+    assert a_objects >= 300 and b_objects >= 300
+    # the relative ca_file and password_file reached the jobs as absolute paths; no secret in any file drtp wrote
+    copied = yaml.safe_load((exp / "config.yaml").read_text())["registries"]
+    assert copied[0]["ca_file"] == str(tmp_path / "ca.pem") and copied[0]["password"] == "${REG_A_PASSWORD}"
+    assert copied[1]["password_file"] == str(tmp_path / "secrets" / "b.pw")
+    for folder in (exp, results):
+        for f in folder.rglob("*"):
+            if f.is_file():
+                text = f.read_text(errors="replace")
+                assert all(pw not in text for _, pw in USERS.values()), f
+    assert all(pw not in first.stdout + again.stdout for _, pw in USERS.values())
 
 
 # -- drtp deploy over SSH ------------------------------------------------------------------------
@@ -292,43 +443,62 @@ def deploy_section(tmp_path: Path, cluster: Cluster, mode: str) -> dict:
 
 
 @pytest.mark.parametrize("mode", ["slurm", "ssh"])
-def test_deploy_over_ssh_pulls_results_back(tmp_path, cluster, trace, registry, mode):
-    config = write_config(
-        tmp_path,
-        trace,
-        registry.host,
-        cluster,
-        client_info={"port": free_port_pair()},
-        deploy=deploy_section(tmp_path, cluster, mode),
-    )
-    env = dict(os.environ, DRTP_TOKEN=TOKEN)
-    env.pop("SLURM_CONF", None)  # only the remote side knows the cluster (deploy.env)
-    proc = drtp(["deploy", "-c", str(config)], env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert TOKEN not in out
+def test_deploy_over_ssh_pulls_results_back(tmp_path, cluster, trace, pki, mode):
+    """A registries: entry whose password_file and ca_file (relative to the config) are copied to the deploy host
+    and named by their remote paths there; drtp experiment runs there (mode ssh) or in the Slurm master job."""
+    (tmp_path / "ca.pem").write_bytes(pki.ca.read_bytes())
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "bob.pw").write_text(USERS["b"][1] + "\n")
+    keys = {"username": USERS["b"][0], "password_file": "secrets/bob.pw", "ca_file": "ca.pem"}
+    with auth_registry(tmp_path, "b", pki) as reg:
+        config = write_config(
+            tmp_path,
+            trace,
+            None,
+            cluster,
+            client_info={"port": free_port_pair()},
+            deploy=deploy_section(tmp_path, cluster, mode),
+            registries=[{"id": "b", "url": reg.url, "repository": PREFIXES["b"], **keys}],
+        )
+        env = dict(os.environ, DRTP_TOKEN=TOKEN)
+        env.pop("SLURM_CONF", None)  # only the remote side knows the cluster (deploy.env)
+        proc = drtp(["deploy", "-c", str(config)], env)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out
+        objects = check_prefix(reg.log_path, PREFIXES["b"])
+    assert TOKEN not in out and USERS["b"][1] not in out
     m = re.search(r"copied (\d+) files \(.*\) to .*, 0 already there", out)
     assert m and int(m.group(1)) > 20, out
     remote = tmp_path / "remote"
     assert (remote / "project" / "drtp" / "cluster" / "deploy.py").read_bytes() == (
         Path(__file__).resolve().parents[1] / "drtp" / "cluster" / "deploy.py"
     ).read_bytes()
-    assert (remote / "exp" / "deploy-config" / "traces" / trace.name).read_bytes() == trace.read_bytes()
-    remote_cfg = (remote / "exp" / "deploy-config" / "config.yaml").read_text()
+    exp = remote / "exp" / "deploy-config"
+    assert (exp / "traces" / trace.name).read_bytes() == trace.read_bytes()
+    remote_cfg = (exp / "config.yaml").read_text()
     assert "${DRTP_TOKEN}" in remote_cfg and TOKEN not in remote_cfg and "deploy" not in yaml.safe_load(remote_cfg)
+    assert USERS["b"][1] not in remote_cfg
+    # the entry's files were copied, and the remote config names the copies
+    b = yaml.safe_load(remote_cfg)["registries"][0]
+    assert b["password_file"] == str(exp / "registries" / "0" / "password_file" / "bob.pw")
+    assert b["ca_file"] == str(exp / "registries" / "0" / "ca_file" / "ca.pem")
+    assert Path(b["password_file"]).read_text() == (tmp_path / "secrets" / "bob.pw").read_text()
+    assert Path(b["ca_file"]).read_bytes() == pki.ca.read_bytes()
 
     runs = list((tmp_path / "results").iterdir())
     assert len(runs) == 1 and runs[0].name.startswith("run-")
-    main = check_results(runs[0], trace)
     assert "pulled" in out and str(runs[0]) in out
+    assert json.loads((runs[0] / "experiment.json").read_text())["b"]["ok"]
+    main = check_results(runs[0] / "b", trace)
+    assert main.repository.str.startswith(PREFIXES["b"]).all() and objects >= len(main)
     if mode == "ssh":
         assert len(list((runs[0] / "logs").glob("client-*.log"))) == 2
         port = yaml.safe_load(config.read_text())["client_info"]["port"]
         assert set(main.node) == {f"127.0.0.1:{port}", f"localhost:{port + 1}"}
         assert re.search(r"copied 0 files \(0.0 MB\) to root@localhost:\d+:.*, \d+ already there", out)
-        assert not list((remote / "exp" / "deploy-config" / "logs").glob("*.pid"))  # the clients were stopped
+        assert not list((exp / "logs").glob("*.pid"))  # the clients were stopped
     else:
-        assert list((runs[0] / "logs").glob("master-*.out"))
+        assert list((runs[0] / "logs").glob("master-*.out")) and (runs[0] / "jobs.json").exists()
 
 
 def test_redeploy_skips_files_already_copied(tmp_path, cluster, trace):

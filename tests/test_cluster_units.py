@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import json
 from pathlib import Path
 
 import pytest
@@ -11,9 +11,16 @@ import yaml
 from drtp.cli import main
 from drtp.cluster import slurm
 from drtp.cluster.deploy import Deployment, Layout, env_refs, project_files, project_root
-from drtp.cluster.submission import raw_config
-from drtp.config import load_config
-from drtp.errors import ConfigError
+from drtp.cluster.runconfig import (
+    _without_secret_sources,
+    check_run_config,
+    missing_entry_files,
+    replay_mode,
+    run_config_data,
+)
+from drtp.cluster.submission import Experiment, find_experiment, raw_config, registry_lines
+from drtp.config import RegistryEntry, load_config
+from drtp.errors import ConfigError, DrtpError
 
 CFG = {
     "trace": {"location": "traces", "traces": ["a.json"]},
@@ -64,13 +71,18 @@ def test_rendered_scripts_hold_the_slurm_section(config):
     assert "#SBATCH --nodes=3" in clients and "#SBATCH --ntasks-per-node=2" in clients
     assert "#SBATCH --time=00:20:00" in clients and "DRTP_CLIENT_PORT=9100" in clients
     assert "#SBATCH --dependency=after:4711" in master and "scancel 4711" in master
-    # the runs in turn: warmup, then run, for each line of runs.txt, both with plain progress lines in the job's log
-    progress = re.escape('"${progress[@]}"')
-    assert re.search(
-        rf"while .* read -r name; do\n.*\n.*warmup -c \S+ {progress} && \$DRTP_CMD run -c \S+ --out \S+ {progress};",
-        master,
-    )
+    # one registry: warmup, then run, both with plain progress lines in the job's log; the job exits with their code
+    progress = '"${progress[@]}"'
+    run_cfg = '-c "$DRTP_EXP/run-config.yaml"'
+    assert (
+        f"{{ $DRTP_CMD warmup {run_cfg} {progress} && $DRTP_CMD run {run_cfg} "
+        f'--out "$DRTP_EXP/run" {progress}; }} || status=$?\nexit $status'
+    ) in master
     assert 'progress=(--progress-interval "${DRTP_PROGRESS_INTERVAL:-10}")' in master
+    # registries: drtp experiment, the registries in turn (resumed: --resume)
+    exp = slurm.render_master(s, "/scratch/u/e1", "drtp-e1", "4711", "experiment", resume=True)
+    assert f'$DRTP_CMD experiment {run_cfg} --out "$DRTP_EXP/run" --resume {progress} || status=$?' in exp
+    assert "warmup" not in exp.split("slurm nodes")[1]
 
 
 def test_render_command_prints_both_scripts(config, capsys):
@@ -129,3 +141,204 @@ def test_project_files_cover_the_package_and_templates():
     assert "master/run.py" in names and "client/server.py" in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     assert all(Path(root / n).is_file() for n in names)
+
+
+# -- registries: on the cluster (drtp/cluster/runconfig.py) ------------------------------------------------
+
+ENTRIES = [
+    {
+        "id": "a",
+        "url": "https://127.0.0.1:5001",
+        "repository": "team-a/",
+        "username": "ann",
+        "password": "${PW_A}",
+        "ca_file": "certs/ca.pem",
+    },
+    {
+        "id": "b",
+        "url": "http://127.0.0.1:5002",
+        "insecure": True,
+        "repository": "team-b/",
+        "username": "bob",
+        "password_file": "secrets/b.pw",
+        "password_command": ["bin/get-pw", "--for", "b"],
+        "create_repository": ["/usr/bin/true", "{repository}"],
+        "delete_repository": ["helper", "{repository}"],
+        "credential_helper": "pass",
+    },
+]
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for name, value in (
+        ("DRTP_TOKEN", "secret-token-123"),
+        ("SSH_PW", "ssh-password-456"),
+        ("PW_A", "pw-of-ann"),
+        ("USER", "u"),
+    ):
+        monkeypatch.setenv(name, value)
+
+
+def _schema_only(path: Path) -> Path:
+    """A copy of the config without the entry keys this drtp's schema does not know (commands, helpers): the
+    path handling works on the raw file and must not wait for them."""
+    data = yaml.safe_load(path.read_text())
+    for entry in data["registries"]:
+        for key in [k for k in entry if k not in RegistryEntry.__struct_fields__]:
+            del entry[key]
+    copy = path.with_name("schema-" + path.name)
+    copy.write_text(yaml.safe_dump(data))
+    return copy
+
+
+def _entries_config(tmp_path: Path, **extra) -> Path:
+    (tmp_path / "certs").mkdir(exist_ok=True)
+    (tmp_path / "certs" / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    (tmp_path / "secrets").mkdir(exist_ok=True)
+    (tmp_path / "secrets" / "b.pw").write_text("pw-of-bob\n")
+    data = {k: v for k, v in CFG.items() if k != "registry"}
+    data["registries"] = yaml.safe_load(yaml.safe_dump(ENTRIES))
+    data.update(extra)
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_entry_files_made_absolute_for_the_jobs(tmp_path, env):
+    data = raw_config(_entries_config(tmp_path))
+    a, b = data["registries"]
+    base = tmp_path.resolve()
+    assert a["ca_file"] == str(base / "certs" / "ca.pem") and a["password"] == "${PW_A}"
+    assert b["password_file"] == str(base / "secrets" / "b.pw")
+    assert b["password_command"] == [str(base / "bin" / "get-pw"), "--for", "b"]
+    # an absolute program and a bare name (looked up on PATH) stay; a helper is a name, not a path
+    assert b["create_repository"] == ["/usr/bin/true", "{repository}"]
+    assert b["delete_repository"] == ["helper", "{repository}"] and b["credential_helper"] == "pass"
+    assert "pw-of-ann" not in yaml.safe_dump(data)
+
+
+def test_run_config_of_registries_each_registry_and_one_run():
+    # registries: only → drtp experiment over them, unchanged
+    data = {"registries": ENTRIES}
+    assert run_config_data(data, False) == data and replay_mode(data) == "experiment"
+    # registry: + registries: + each_registry → one entry per address, each with exactly its own entry's keys
+    both = {"registry": ["127.0.0.1:5002", "https://127.0.0.1:5001/", "127.0.0.1:5003"], "registries": ENTRIES}
+    out = run_config_data(both, True)
+    assert "registry" not in out and replay_mode(out) == "experiment"
+    got = out["registries"]
+    assert [e["id"] for e in got] == ["1-127.0.0.1_5002", "2-127.0.0.1_5001", "3-127.0.0.1_5003"]
+    assert got[0] == {**ENTRIES[1], "id": "1-127.0.0.1_5002"} and got[1] == {**ENTRIES[0], "id": "2-127.0.0.1_5001"}
+    assert got[2] == {"id": "3-127.0.0.1_5003", "url": "http://127.0.0.1:5003", "insecure": True}
+    assert both["registries"] == ENTRIES and ENTRIES[0]["id"] == "a"  # the input is left alone
+    # one run over one address: only its entry (its prefix applies), warmup + run
+    one = run_config_data({"registry": ["https://127.0.0.1:5001"], "registries": ENTRIES}, True)
+    assert one["registries"] == [ENTRIES[0]] and replay_mode(one) == "run"
+
+
+def test_cluster_config_checked_like_drtp_experiment(tmp_path, env):
+    path = _schema_only(_entries_config(tmp_path))
+    assert check_run_config(load_config(path)) == "experiment"
+    (tmp_path / "secrets" / "b.pw").unlink()
+    with pytest.raises(ConfigError, match=r"registries\[b\]: cannot read password_file secrets/b.pw"):
+        check_run_config(load_config(path))
+    dup = yaml.safe_load(path.read_text())
+    dup["registries"][1].update(id="a", password="x")
+    dup["registries"][1].pop("password_file")
+    path.write_text(yaml.safe_dump(dup))
+    with pytest.raises(ConfigError, match="duplicate id"):
+        check_run_config(load_config(path))
+    # one run spread over two registries would drop the entries' prefixes: refused, not silently
+    spread = {**dup, "registry": ["https://127.0.0.1:5001", "127.0.0.1:5002"]}
+    spread["registries"][1]["id"] = "b"
+    path.write_text(yaml.safe_dump(spread))
+    with pytest.raises(ConfigError, match=r"registries\[a\]\.repository: one run spread over 2 registries"):
+        check_run_config(load_config(path))
+
+
+def test_submit_refuses_a_bad_registries_config_before_any_folder_or_job(tmp_path, env, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", "/nonexistent")  # no sbatch: nothing can be submitted
+    path = _schema_only(_entries_config(tmp_path, slurm={"workdir": "jobs"}))
+    (tmp_path / "secrets" / "b.pw").unlink()
+    assert main(["slurm", "submit", "-c", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "registries[b].password_file: secrets/b.pw: no such file" in err
+    assert "pw-of" not in err and not (tmp_path / "jobs").exists()
+    # a credential the master would refuse: refused here, as one line
+    (tmp_path / "secrets" / "b.pw").write_text("pw-of-bob\n")
+    data = yaml.safe_load(path.read_text())
+    del data["registries"][0]["username"]
+    path.write_text(yaml.safe_dump(data))
+    assert main(["slurm", "submit", "-c", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "registries[a]: username is missing" in err and "pw-of" not in err
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_files_of_entries_checked_and_secret_sources_left_to_the_master(tmp_path, env):
+    raw = yaml.safe_load(_entries_config(tmp_path).read_text())
+    assert missing_entry_files(raw, tmp_path) == ["registries[b].password_command: bin/get-pw"]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "get-pw").write_text("#!/bin/sh\n")
+    assert missing_entry_files(raw, tmp_path) == []
+    # a helper or command is not run where the job is submitted: a stand-in password takes its place for the check
+    data = _without_secret_sources(yaml.safe_load(yaml.safe_dump(raw)))
+    b = data["registries"][1]
+    assert "credential_helper" not in b and "password_command" not in b and b["password_file"] == "secrets/b.pw"
+    del raw["registries"][1]["password_file"]
+    del raw["registries"][1]["username"]
+    b = _without_secret_sources(raw)["registries"][1]
+    assert b["password"] == b["username"] == "obtained-where-the-master-runs" and "credential_helper" not in b
+
+
+def test_deploy_copies_entry_files_and_names_their_remote_copies(tmp_path, env):
+    path = _entries_config(tmp_path, deploy={"host": "login.example", "mode": "ssh"})
+    dep = Deployment(path, load_config(_schema_only(path)), None)  # the rewriting reads the raw file
+    exp = "/home/u/drtp-deploy/exp/deploy-exp"
+    lay = Layout("/home/u/drtp-deploy", "/home/u/drtp-deploy/venv", exp)
+    a, b = dep.remote_config(lay, ["10.0.0.1:9000"])["registries"]
+    assert a["ca_file"] == f"{exp}/registries/0/ca_file/ca.pem" and a["password"] == "${PW_A}"
+    assert b["password_file"] == f"{exp}/registries/1/password_file/b.pw"
+    assert b["password_command"] == [f"{exp}/registries/1/password_command/get-pw", "--for", "b"]
+    assert b["create_repository"][0] == "/usr/bin/true" and b["delete_repository"][0] == "helper"
+    assert sorted(dep.entry_files) == sorted(
+        [
+            (tmp_path / "certs" / "ca.pem", a["ca_file"]),
+            (tmp_path / "secrets" / "b.pw", b["password_file"]),
+            (tmp_path / "bin" / "get-pw", b["password_command"][0]),
+        ]
+    )
+    assert dep.mode == "experiment"  # mode ssh: drtp experiment on the deploy host
+    assert dep.secrets == {"DRTP_TOKEN": "secret-token-123", "PW_A": "pw-of-ann"}  # on stdin, not in a file
+
+
+def test_jobs_state_beside_the_registries_status_and_old_folders_read(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "experiment.json").write_text(json.dumps({"name": "old", "jobs": {"master": {"id": "7", "log": "x"}}}))
+    assert find_experiment(str(old), None).job_ids() == ["7"]
+    with pytest.raises(DrtpError, match="not an experiment folder"):
+        find_experiment(str(tmp_path / "none"), None)
+    exp = Experiment(tmp_path / "new")
+    exp.state = {"jobs": {"master": {"id": "9", "state": "FAILED", "exit_code": "3:0"}}, "problems": ["x"]}
+    status = {
+        "a": {"ok": True, "exit_code": 0, "url": "https://r1"},
+        "b": {"ok": False, "exit_code": 3, "url": "https://r2", "error": "registry b: unreachable"},
+        "c": {"ok": True, "exit_code": 1, "url": "https://r3", "failed": 12, "requests": 300},
+    }
+    assert exp.exit_code(status) == 3
+    assert registry_lines(status) == [
+        "registry b (https://r2): exit 3: registry b: unreachable",
+        "registry c (https://r3): exit 1: 12 of 300 requests failed",
+    ]
+    exp.state["jobs"]["master"].update(state="CANCELLED", exit_code="0:15")
+    assert exp.exit_code({}) == 1  # a job that ended without drtp's own code
+
+
+def test_deploy_refuses_a_bad_registries_config_before_connecting(tmp_path, env, capsys):
+    # nothing listens on port 1: a deploy that got as far as connecting would fail there (exit 3), not with exit 2
+    path = _schema_only(_entries_config(tmp_path, deploy={"host": "127.0.0.1", "port": 1, "mode": "ssh"}))
+    (tmp_path / "secrets" / "b.pw").unlink()
+    assert main(["deploy", "-c", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "registries[b].password_file: secrets/b.pw: no such file" in err

@@ -10,14 +10,11 @@ from drtp.cli_options import add_config_options, config_from_args, effective_con
 
 
 def _experiment(args: argparse.Namespace):
-    from drtp.cluster.submission import Experiment, latest
+    from drtp.cluster.submission import find_experiment, latest
     from drtp.errors import DrtpError
 
     if args.exp:
-        exp = Experiment(Path(args.exp))
-        if not exp.state:
-            raise DrtpError(f"{args.exp}: not an experiment folder (no experiment.json)")
-        return exp
+        return find_experiment(args.exp, None)
     if not args.config:
         raise DrtpError("give -c CONFIG (its latest experiment) or --exp FOLDER")
     return latest(config_from_args(args))
@@ -25,14 +22,21 @@ def _experiment(args: argparse.Namespace):
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from drtp.cluster.submission import Experiment
+    from drtp.errors import DrtpError
 
-    effective = effective_config_from_args(args)
-    cfg = effective.config
-    exp = Experiment.create(Path(args.config), cfg, args.name)
-    carry_set_options(exp.dir / "config.yaml", args.overrides)
-    exp.submit(cfg)
+    if args.resume:
+        exp, cfg = _resumed(args)
+    elif not args.config:
+        raise DrtpError("drtp slurm submit: give -c CONFIG (or --resume EXP)")
+    else:
+        if args.name is not None and "/" in args.name:
+            raise DrtpError(f"--name {args.name!r}: a name, not a path")
+        cfg = effective_config_from_args(args).config
+        exp = Experiment.create(Path(args.config), cfg, args.name)
+        carry_set_options(exp.dir / "config.yaml", args.overrides)
+    exp.submit(cfg, resume=bool(args.resume))
     jobs = exp.state["jobs"]
-    print(f"experiment {exp.name} in {exp.dir}")
+    print(f"experiment {exp.name} in {exp.dir}" + (" (resumed)" if args.resume else ""))
     print(f"client job {jobs['clients']['id']} (log {jobs['clients']['log']})")
     print(f"master job {jobs['master']['id']} (log {jobs['master']['log']})", flush=True)
     if args.no_wait:
@@ -48,6 +52,26 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 130
 
 
+def _resumed(args: argparse.Namespace):
+    """The experiment ``--resume EXP`` names, ready for new jobs, and its own config (``--set`` laid over it).
+
+    The jobs replay the experiment's copy of the config (as submitted, with absolute paths): what ran before
+    and what runs now are the same experiment. ``-c`` only says where a bare name is (its slurm.workdir).
+    """
+    from drtp.cluster.runconfig import check_run_config
+    from drtp.cluster.submission import find_experiment
+
+    where = config_from_args(args) if args.config else None
+    exp = find_experiment(args.resume, where)
+    copied = exp.dir / "config.yaml"
+    cfg = effective_config_from_args(args, copied).config
+    cfg.require("slurm")
+    check_run_config(cfg)
+    exp.prepare_resume()
+    carry_set_options(copied, args.overrides)
+    return exp, cfg
+
+
 def cmd_wait(args: argparse.Namespace) -> int:
     exp = _experiment(args)
     return exp.wait(poll=args.poll)
@@ -61,6 +85,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(exp.status_line(infos))
     for role, job in exp.state["jobs"].items():
         print(f"  {role}: job {job['id']} {job.get('state', 'UNKNOWN')} log {job['log']}")
+    for rid, st in exp.registry_status().items():  # drtp experiment's record, as far as it got
+        if st.get("ok"):
+            what = f"done, exit {st.get('exit_code')}, {st.get('requests')} requests, {st.get('failed')} failed"
+        else:
+            what = f"FAILED, exit {st.get('exit_code')}: {st.get('error')}"
+        print(f"  registry {rid}: {what}")
     if exp.state.get("gathered"):
         print(f"results in {exp.state['gathered']}")
     for p in exp.problems():
@@ -77,12 +107,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from drtp.cluster import slurm
+    from drtp.cluster.runconfig import check_run_config
 
     cfg = config_from_args(args)
     s = cfg.require("slurm")
+    mode = check_run_config(cfg)
     exp_dir = str(cfg.path(s.workdir).resolve() / "EXPERIMENT")
     print(slurm.render_clients(s, exp_dir, "drtp-EXPERIMENT"))
-    print(slurm.render_master(s, exp_dir, "drtp-EXPERIMENT", "CLIENT_JOB"))
+    print(slurm.render_master(s, exp_dir, "drtp-EXPERIMENT", "CLIENT_JOB", mode))
     return 0
 
 
@@ -138,14 +170,33 @@ def register(sub) -> None:
         "slurm",
         help="run an experiment as Slurm jobs (submit, status, wait, cancel)",
         description="Run the replay on a Slurm cluster: a client job (one drtp client per task) and a master "
-        "job (warmup, then run), rendered from the config's slurm: section.",
+        "job (drtp experiment for a registries: list, else warmup then run), rendered from the config's slurm: "
+        "section.",
     )
     ssub = p.add_subparsers(dest="slurm_command", metavar="ACTION", required=True)
 
-    q = ssub.add_parser("submit", help="submit the client and master jobs, follow them, gather the results")
-    add_config_options(q, help="YAML config file (with a slurm: section)")
+    q = ssub.add_parser(
+        "submit",
+        help="submit the client and master jobs, follow them, gather the results",
+        description="Check the config, copy it into <slurm.workdir>/<NAME>/ and submit a client job (one drtp client "
+        "per task) and a master job. The master replays on those clients what 'drtp experiment' runs for a "
+        "'registries:' list (or slurm.each_registry: each registry: address in turn): preflight, warmup and run "
+        "per registry, one registry's failure not stopping the next, results in <results>/<NAME>/<id>/ and each "
+        "registry's status in <results>/<NAME>/experiment.json (the jobs' own in jobs.json); otherwise "
+        "'drtp warmup' + 'drtp run'. Files named by registry entries (ca_file, password_file, a command's "
+        "program given as a relative path) are made absolute for the jobs. Exit code: the master's (the highest "
+        "of its registries' runs: 130 > 3 > 2 > 1 > 0), one line per registry that failed; 1 when a job was "
+        "cancelled, timed out or vanished.",
+    )
+    add_config_options(q, required=False, help="YAML config file (with a slurm: section; with --resume: optional)")
     q.add_argument("--name", help="experiment name (default exp-<date>-<time>)")
     q.add_argument("--no-wait", action="store_true", help="submit and return (follow later with 'drtp slurm wait')")
+    q.add_argument(
+        "--resume",
+        metavar="EXP",
+        help="submit new jobs for experiment EXP (its folder, or its name under -c CONFIG's slurm.workdir), with "
+        "its own config.yaml: registries done are skipped, an interrupted run continues",
+    )
     q.set_defaults(func=cmd_submit)
 
     for action, func, text in (

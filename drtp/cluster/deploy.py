@@ -4,12 +4,14 @@ Steps: connect (keys from ``deploy.key_file``, the SSH agent or ~/.ssh; a passwo
 ``${VAR}`` in the config; optionally through ``deploy.jump``), copy the project, the config and the
 trace files (a file whose size and SHA-256 already match is skipped), make the venv (``deploy.install``),
 run — ``drtp slurm submit`` there (mode slurm), or one ``drtp client`` per ``deploy.client_hosts`` entry
-plus ``drtp warmup`` and ``drtp run`` (mode ssh) — and copy the run's results into the local results
-folder.  Secrets referenced by the config (``${VAR}``) reach remote commands on their stdin, never on a
+plus what the Slurm master would run (mode ssh: ``drtp experiment`` for ``registries:``, else ``drtp warmup``
+and ``drtp run``) — and copy the run's results into the local results folder. The files registry entries
+name (``ca_file``, ``password_file``, a command's program) are copied too, and the remote config names
+their copies.  Secrets referenced by the config (``${VAR}``) reach remote commands on their stdin, never on a
 command line, in a file or in the output.
 
 Remote layout under ``deploy.remote_dir``: ``project/`` (the source), ``venv/``, and
-``exp/<name>/`` (config.yaml, traces/, results/, logs/).
+``exp/<name>/`` (config.yaml, traces/, registries/<i>/<key>/<file>, results/, logs/).
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ from pathlib import Path, PurePosixPath
 import paramiko
 import yaml
 
+from drtp.cluster.runconfig import (
+    EXPERIMENT,
+    RUN,
+    check_run_config,
+    each_registry_of,
+    map_entry_paths,
+    replay_mode,
+    run_config_data,
+)
 from drtp.config import Config, Deploy, SshHost, load_config
 from drtp.errors import DrtpError, RunError
 from drtp.yamlfile import read_yaml_mapping
@@ -293,6 +304,8 @@ class Deployment:
         self.out = out
         self.raw = read_yaml_mapping(config_path)
         self.secrets = self._secret_env()
+        self.entry_files: list[tuple[Path, str]] = []  # files of registries: entries, (local, remote)
+        self.mode = RUN
 
     def _secret_env(self) -> dict[str, str]:
         """The environment variables the config uses outside deploy: (tokens…), to pass on stdin."""
@@ -336,6 +349,19 @@ class Deployment:
             s["drtp"] = "drtp"
         if client_list is not None:
             data.setdefault("client_info", {})["client_list"] = client_list
+        if self.d.mode == "ssh":  # replayed here as it is: what a Slurm master would make of it
+            data = run_config_data(data, each_registry_of(data))
+            self.mode = replay_mode(data)
+        self.entry_files = []
+
+        def remote(value: str, key: str, i: int) -> str:
+            # each entry's files in a folder of their own: two entries' "ca.pem" do not meet
+            local = self.cfg.path(value)
+            path = f"{lay.exp}/registries/{i}/{key}/{local.name}"
+            self.entry_files.append((local, path))
+            return path
+
+        map_entry_paths(data, remote)
         return data
 
     def copy(self, r: Remote, lay: Layout, config_text: str) -> None:
@@ -345,6 +371,7 @@ class Deployment:
             if not local.exists():
                 raise DrtpError(f"trace file {local} not found (trace.location/trace.traces)")
             pairs.append((local, f"{lay.exp}/traces/{name}"))
+        pairs += self.entry_files  # each checked before anything was copied (check_run_config)
         copied, skipped, sent = r.put_tree(pairs, self.d.python)
         self.say(f"copied {copied} files ({sent / 1e6:.1f} MB) to {r.name}:{lay.root}, {skipped} already there")
         r.run(f"mkdir -p {shlex.quote(lay.exp)}/logs {shlex.quote(lay.exp)}/results")
@@ -417,7 +444,10 @@ class Deployment:
             r.run(f"{py} -c {shlex.quote(_WAIT_PORTS)} 60 " + " ".join(addresses), show="wait for the client nodes")
             drtp = shlex.quote(lay.drtp)
             out_dir = f"results/{run_name}"
-            cmd = f"cd {exp} && {drtp} warmup -c config.yaml && {drtp} run -c config.yaml --out {out_dir}"
+            if self.mode == EXPERIMENT:
+                cmd = f"cd {exp} && {drtp} experiment -c config.yaml --out {out_dir}"
+            else:
+                cmd = f"cd {exp} && {drtp} warmup -c config.yaml && {drtp} run -c config.yaml --out {out_dir}"
             rc, _ = r.run(self._env_prefix() + cmd, stdin=self._stdin(), stream=True, check=False, show=cmd)
         finally:
             for cr, pidfile in started:
@@ -439,6 +469,7 @@ class Deployment:
 
     def run(self, copy_only: bool = False) -> int:
         t0 = time.perf_counter()
+        check_run_config(self.cfg, self.raw)  # before anything is copied: the remote would fail after the install
         r = Remote(_target(self.d), self.d, self.out)
         try:
             self.say(f"connected to {r.name}" + (f" through {self.d.jump.host}" if self.d.jump else ""))

@@ -91,9 +91,21 @@ def render_clients(s: Slurm, exp_dir: str, job_name: str) -> str:
     return render(template("clients"), values)
 
 
-def render_master(s: Slurm, exp_dir: str, job_name: str, client_job: str) -> str:
+def replay_command(mode: str, resume: bool) -> str:
+    """The master job's replay of ``$DRTP_EXP/run-config.yaml`` into ``$DRTP_EXP/run`` (mode: runconfig's)."""
+    cfg, out, progress = '-c "$DRTP_EXP/run-config.yaml"', '--out "$DRTP_EXP/run"', '"${progress[@]}"'
+    again = " --resume" if resume else ""
+    if mode == "experiment":
+        return f"$DRTP_CMD experiment {cfg} {out}{again} {progress}"
+    return f"{{ $DRTP_CMD warmup {cfg} {progress} && $DRTP_CMD run {cfg} {out}{again} {progress}; }}"
+
+
+def render_master(
+    s: Slurm, exp_dir: str, job_name: str, client_job: str, mode: str = "run", resume: bool = False
+) -> str:
     values = _common(s, exp_dir, job_name)
     values.update(master_cpus=s.master_cpus, master_time=s.master_time or s.time, client_job=client_job)
+    values["replay"] = replay_command(mode, resume)
     values["progress_interval"] = f"{DEFAULT_INTERVAL_S:g}"  # the job's log is no terminal: plain progress lines
     return render(template("master"), values)
 

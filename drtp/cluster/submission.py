@@ -1,21 +1,23 @@
-"""One Slurm experiment: its folder on the shared file system, its state file, its jobs, its results.
+"""One Slurm experiment: its folder on the shared file system, its jobs' state file, its jobs, its results.
 
 Layout of ``<slurm.workdir>/<name>/``::
 
-    experiment.json    state: job ids, log paths, the states seen, where results went
+    jobs.json          the jobs' bookkeeping: job ids, log paths, the states seen, where results went
+                       (``experiment.json`` in folders made before registries: ran on Slurm: still read)
     config.yaml        the user's config with absolute paths (``${VAR}`` references left unexpanded)
-    clients.sbatch     the rendered scripts, as submitted
+    clients.sbatch     the rendered scripts, as submitted (the last submission's)
     master.sbatch
     nodes/task-<i>     written by each client task: Slurm node name, host name, port
-    run-config.yaml    config.yaml plus client_info.client_list, written by the master job
-    runs.txt           the runs in turn (one empty line: the one run; slurm.each_registry: <i>-<registry>)
-    run/               the master's results (requests.csv, summary.json, config.json);
-                       with slurm.each_registry, run/<i>-<registry>/ per registry (run-config-<i>-<registry>.yaml)
-    logs/              clients-<job>.out, master-<job>.out
+    run-config.yaml    what the master replays: config.yaml plus client_info.client_list (runconfig.py)
+    run/               the master's results: requests.csv, summary.json, config.json of the one run, or
+                       with registries: (or slurm.each_registry) ``drtp experiment``'s: run/<id>/ per
+                       registry and run/experiment.json, the status of each
+    logs/              clients-<job>.out, master-<job>.out (of every submission)
     released           marker: the master is done and cancelled the client job itself
 
 ``submit`` renders and submits both jobs (the master depends on the client job having started),
-``wait`` follows them and gathers ``run/`` and the logs into ``<results>/<name>/``.
+``wait`` follows them and gathers ``run/`` and the logs into ``<results>/<name>/``. ``submit --resume``
+submits new jobs for the same folder; the master then resumes the replay (registries done are skipped).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -32,12 +33,22 @@ from pathlib import Path
 import yaml
 
 from drtp.cluster import slurm
+from drtp.cluster.runconfig import (
+    EXPERIMENT,
+    absolute_entry_paths,
+    check_run_config,
+    replay_mode,
+    run_config_data,
+)
 from drtp.config import Config, load_config
 from drtp.errors import ConfigError, DrtpError
+from drtp.exit_codes import worst
 from drtp.yamlfile import read_yaml_mapping
 
-STATE = "experiment.json"
+STATE = "jobs.json"
+LEGACY_STATE = "experiment.json"  # the state file's name before drtp experiment's experiment.json came into run/
 # keys of the config that hold paths, made absolute when the config is copied into the experiment
+# (the files of registries: entries are runconfig.absolute_entry_paths')
 PATH_KEYS = (("trace", "location"), ("warmup", "output"), ("results",), ("slurm", "workdir"))
 
 
@@ -58,6 +69,7 @@ def raw_config(path: Path) -> dict:
         data["warmup"]["output"] = str(base / "warmup-map.json")
     if "results" not in data:
         data["results"] = str(base / "results")
+    absolute_entry_paths(data, base)
     data.pop("deploy", None)
     return data
 
@@ -66,6 +78,8 @@ class Experiment:
     def __init__(self, exp_dir: Path) -> None:
         self.dir = exp_dir.resolve()
         self.state_path = self.dir / STATE
+        if not self.state_path.exists() and (self.dir / LEGACY_STATE).exists():
+            self.state_path = self.dir / LEGACY_STATE
         self.state: dict = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
 
     # -- state --------------------------------------------------------------------------------
@@ -87,10 +101,9 @@ class Experiment:
     @classmethod
     def create(cls, config_path: Path, cfg: Config, name: str | None = None) -> Experiment:
         s = cfg.require("slurm")
-        cfg.require("trace")
-        cfg.require("registry")
         if s.nodes < 1 or s.tasks_per_node < 1:
             raise ConfigError(f"{config_path}: slurm.nodes and slurm.tasks_per_node must be ≥ 1")
+        check_run_config(cfg, read_yaml_mapping(config_path))
         name = name or "exp-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         exp_dir = cfg.path(s.workdir).resolve() / name
         if exp_dir.exists():
@@ -111,8 +124,41 @@ class Experiment:
         exp.save()
         return exp
 
-    def submit(self, cfg: Config) -> None:
+    def replay(self, each_registry: bool) -> str:
+        """The master's command (runconfig.EXPERIMENT or RUN) for the experiment's config.yaml."""
+        return replay_mode(run_config_data(read_yaml_mapping(self.dir / "config.yaml"), each_registry))
+
+    def prepare_resume(self) -> None:
+        """Make the folder ready for new jobs: the old ones are kept in the state's ``previous``, the old
+        client registrations and release marker go (the new master must wait for the new clients)."""
+        infos = self.poll()
+        running = [f"{role} job {i.job_id} {i.state}" for role, i in infos.items() if not i.terminal]
+        if running:
+            raise DrtpError(
+                f"experiment {self.name}: {', '.join(running)}: follow it with 'drtp slurm wait --exp {self.dir}' "
+                "or cancel it first"
+            )
+        self.state.setdefault("previous", []).append(
+            {"jobs": self.state.get("jobs", {}), "problems": self.state.get("problems", [])}
+        )
+        self.state.update(jobs={}, finished=False, problems=[], csv_rows={})
+        for f in (self.dir / "nodes").glob("task-*"):
+            f.unlink()
+        (self.dir / "released").unlink(missing_ok=True)
+        if self.state_path.name != STATE:  # a folder of an older drtp: its state moves to the new name
+            self.state_path.unlink()
+            self.state_path = self.dir / STATE
+        self.save()
+
+    def submit(self, cfg: Config, resume: bool = False) -> None:
         s = cfg.require("slurm")
+        each = bool(s.each_registry)
+        mode = self.replay(each)
+        self.state.update(replay=mode, each_registry=each)
+        if resume:
+            self.state["resumed"] = self.state.get("resumed", 0) + 1
+        # drtp run --resume continues a requests.csv; without one there is nothing to continue
+        resume = resume and (mode == EXPERIMENT or (self.dir / "run" / "requests.csv").exists())
         env = dict(os.environ)
         if cfg.client_info.token:  # the jobs inherit it (sbatch --export=ALL); scripts never hold it
             env["DRTP_TOKEN"] = cfg.client_info.token
@@ -123,7 +169,7 @@ class Experiment:
         self.state["jobs"]["clients"] = {"id": client_job, "log": str(self.dir / "logs" / f"clients-{client_job}.out")}
         self.save()
         master = self.dir / "master.sbatch"
-        master.write_text(slurm.render_master(s, str(self.dir), job_name, client_job))
+        master.write_text(slurm.render_master(s, str(self.dir), job_name, client_job, mode, resume))
         try:
             master_job = slurm.sbatch(str(master), env)
         except DrtpError:
@@ -235,9 +281,31 @@ class Experiment:
         dest = self.gather()
         for p in problems:
             print(f"drtp: {p}", file=out, flush=True)
+        registries = self.registry_status()
+        for line in registry_lines(registries):
+            print(f"drtp: {line}", file=out, flush=True)
         done = self.requests_done()
         print(f"results of {self.name} in {dest}/ ({done or 0:,} requests)", file=out, flush=True)
-        return 1 if problems else 0
+        return self.exit_code(registries)
+
+    def registry_status(self) -> dict:
+        """``drtp experiment``'s experiment.json of the master's run (empty for a single run, or before it)."""
+        path = self.dir / "run" / "experiment.json"
+        try:
+            return json.loads(path.read_text()) if path.exists() else {}
+        except (OSError, ValueError):
+            return {}
+
+    def exit_code(self, registries: dict) -> int:
+        """The master's own exit code (drtp's: the highest of its runs) and the registries', or 1 when a job
+        ended otherwise (cancelled, timed out, vanished) with none of them higher."""
+        master = self.state.get("jobs", {}).get("master", {})
+        code = master.get("exit_code") or ""
+        codes = [s.get("exit_code", 0) for s in registries.values()]
+        if master.get("state") in ("COMPLETED", "FAILED") and code.split(":")[0].isdigit():
+            codes.append(int(code.split(":")[0]))
+        rc = worst(codes)
+        return rc if rc or not self.state.get("problems") else 1
 
     def gather(self) -> Path:
         """Copy run/, the logs, the scripts and the state into ``<results>/<name>/``."""
@@ -249,10 +317,12 @@ class Experiment:
         (dest / "logs").mkdir(exist_ok=True)
         for f in (self.dir / "logs").iterdir():
             shutil.copy2(f, dest / "logs" / f.name)
-        for name in ("clients.sbatch", "master.sbatch", STATE):
+        for name in ("clients.sbatch", "master.sbatch"):
             if (self.dir / name).exists():
                 shutil.copy2(self.dir / name, dest / name)
         self.state["gathered"] = str(dest)
+        self.save()
+        shutil.copy2(self.state_path, dest / STATE)  # beside run/'s experiment.json (the registries'), not over it
         return dest
 
     def cancel(self) -> list[str]:
@@ -261,10 +331,37 @@ class Experiment:
         return ids
 
 
+def registry_lines(registries: dict) -> list[str]:
+    """One line per registry of ``drtp experiment`` that failed or ended with a non-zero exit code."""
+    lines = []
+    for rid, st in registries.items():
+        if st.get("ok") and not st.get("exit_code"):
+            continue
+        why = (
+            st.get("error")
+            if not st.get("ok")
+            else f"{st.get('failed', '?')} of {st.get('requests', '?')} requests failed"
+        )
+        lines.append(f"registry {rid} ({st.get('url', '?')}): exit {st.get('exit_code', '?')}: {why}")
+    return lines
+
+
+def find_experiment(exp: str, cfg: Config | None) -> Experiment:
+    """An experiment folder, or the name of one under the config's slurm.workdir."""
+    path = Path(exp)
+    if not path.is_dir() and cfg is not None and cfg.slurm is not None and "/" not in exp:
+        path = cfg.path(cfg.slurm.workdir) / exp
+    found = Experiment(path)
+    if not found.state:
+        raise DrtpError(f"{exp}: not an experiment folder (no {STATE} in {path})")
+    return found
+
+
 def latest(cfg: Config) -> Experiment:
     """The most recently submitted experiment under the config's slurm.workdir."""
     root = cfg.path(cfg.require("slurm").workdir)
-    found = sorted(root.glob(f"*/{STATE}"), key=lambda p: p.stat().st_mtime) if root.exists() else []
+    found = [*root.glob(f"*/{STATE}"), *root.glob(f"*/{LEGACY_STATE}")] if root.exists() else []
+    found = sorted(found, key=lambda p: p.stat().st_mtime)
     if not found:
         raise DrtpError(f"no experiment under {root} (submit one with 'drtp slurm submit')")
     return Experiment(found[-1].parent)
@@ -284,8 +381,8 @@ def registrations(exp_dir: Path) -> list[tuple[int, str, str, int]]:
     return sorted(out)
 
 
-def resolve_clients(exp: Experiment, timeout: float, out=sys.stdout) -> list[str]:
-    """Wait for every client task, check each answers, write the run configs; the runs' names."""
+def resolve_clients(exp: Experiment, timeout: float, out=sys.stdout) -> str:
+    """Wait for every client task, check each answers, write the run config; its replay mode."""
     from drtp.master.nodes import NodeLink
     from drtp.replay.signing import resolve_token
 
@@ -325,31 +422,14 @@ def resolve_clients(exp: Experiment, timeout: float, out=sys.stdout) -> list[str
                 time.sleep(0.5)
     data = read_yaml_mapping(exp.dir / "config.yaml")
     data.setdefault("client_info", {})["client_list"] = addresses
-    names = write_run_configs(exp.dir, data, each_registry=bool(cfg.slurm and cfg.slurm.each_registry))
+    each = exp.state.get("each_registry", bool(cfg.slurm and cfg.slurm.each_registry))
+    mode = write_run_config(exp.dir, data, each_registry=each)
     print(f"client nodes: {', '.join(addresses)}", file=out, flush=True)
-    return names
+    return mode
 
 
-def run_name(i: int, registry: str) -> str:
-    return f"{i}-" + re.sub(r"[^A-Za-z0-9.]+", "_", registry.split("//")[-1]).strip("_")
-
-
-def write_run_configs(exp_dir: Path, data: dict, each_registry: bool) -> list[str]:
-    """run-config[-NAME].yaml for each run and runs.txt naming them in order ("" = the one run)."""
-    registries = data.get("registry") or []
-    registries = [registries] if isinstance(registries, str) else registries
-    if not each_registry or len(registries) < 2:
-        (exp_dir / "run-config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-        names = [""]
-    else:
-        names = []
-        out = Path(data["warmup"]["output"])
-        for i, reg in enumerate(registries, 1):
-            name = run_name(i, reg)
-            one = json.loads(json.dumps(data))
-            one["registry"] = [reg]
-            one["warmup"]["output"] = str(out.with_name(f"{out.stem}-{name}{out.suffix}"))  # a map per registry
-            (exp_dir / f"run-config-{name}.yaml").write_text(yaml.safe_dump(one, sort_keys=False))
-            names.append(name)
-    (exp_dir / "runs.txt").write_text("".join(f"{n}\n" for n in names))
-    return names
+def write_run_config(exp_dir: Path, data: dict, each_registry: bool) -> str:
+    """run-config.yaml, what the master replays (runconfig.run_config_data); its replay mode."""
+    run_data = run_config_data(data, each_registry)
+    (exp_dir / "run-config.yaml").write_text(yaml.safe_dump(run_data, sort_keys=False))
+    return replay_mode(run_data)
