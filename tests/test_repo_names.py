@@ -169,3 +169,25 @@ def test_a_name_made_too_long_by_the_map_is_refused_when_met():
     long = "u/" + "r" * 130  # 130 characters: within the grammar, twice over 255 after the map
     with pytest.raises(ConfigError, match=r"registries\[hub\]: key 'repository_map'.*longer than 255"):
         names.map(long)
+
+
+@pytest.mark.parametrize(
+    ("uri", "mapped"),
+    [
+        ("v2/a/manifests/blobs/L1", "v2/ns/a-manifests/blobs/L1"),  # a level named like a kind
+        ("/v2/a/blobs/manifests/v1", "/v2/ns/a-blobs/manifests/v1"),
+        ("v2/manifests/x/manifests/manifests/v1", "v2/ns/manifests-x-manifests/manifests/v1"),
+        ("v2/blobs/blobs/blobs/uploads/u1?x=1", "v2/ns/blobs-blobs/blobs/uploads/u1?x=1"),
+        (
+            "v2/u/r/blobs/uploads/?mount=L&from=manifests%2Fblobs",
+            "v2/ns/u-r/blobs/uploads/?mount=L&from=ns/manifests-blobs",
+        ),
+        ("/v2/", "/v2/"),  # not an object URI: left alone
+        ("v2/_catalog", "v2/_catalog"),
+    ],
+)
+def test_a_uri_s_repository_is_found_whatever_its_levels_are_called(uri, mapped):
+    names = RepositoryMap("flatten", "ns/")
+    assert names.map_uri(uri) == mapped
+    if parse_uri(uri) is not None:
+        assert parse_uri(mapped).repository == names.map(parse_uri(uri).repository)

@@ -40,7 +40,6 @@ from urllib.parse import unquote
 
 from drtp.errors import ConfigError
 from drtp.registry.names import name_error
-from drtp.trace.records import parse_uri
 
 if TYPE_CHECKING:
     from drtp.config import Config, RegistryEntry
@@ -155,14 +154,25 @@ class RepositoryMap:
         return list(self._from)
 
     def map_uri(self, uri: str) -> str:
-        """An object URI with its repository, and a mount's ``from=`` repository, mapped."""
-        parts = parse_uri(uri)
-        if parts is None or self.identity:
+        """An object URI of a trace record (checked by the reader) with its repository, and a mount's
+        ``from=`` repository, mapped.
+
+        The repository is what lies between ``v2/`` and the last ``/blobs/`` or ``/manifests/`` of the
+        path (a reference or an upload id never holds either): found by two string searches, since a
+        parse per record would cost more than the rest of the mapping (the URIs rarely repeat).
+        """
+        if self.identity:
             return uri
-        start = 4 if uri.startswith("/") else 3  # after "/v2/" or "v2/"
-        end = start + len(parts.repository)
-        out = uri[:start] + self.map(parts.repository) + uri[end:]
-        if "from=" not in uri:
+        query_at = uri.find("?")
+        path = uri if query_at < 0 else uri[:query_at]
+        start = 4 if uri[:1] == "/" else 3  # after "/v2/" or "v2/"
+        end = path.rfind("/blobs/")
+        end = max(end, path.rfind("/manifests/", end + 1))  # a manifest's, if after the last "/blobs/"
+        if end <= start or not uri.startswith("v2/", start - 3):
+            return uri  # not an object URI: nothing to map
+        repo = uri[start:end]
+        out = uri[:start] + (self._to.get(repo) or self.map(repo)) + uri[end:]
+        if query_at < 0 or "from=" not in uri:
             return out
         path, _, query = out.partition("?")
         return path + "?" + "&".join(self._mapped_param(p) for p in query.split("&"))
