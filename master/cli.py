@@ -148,6 +148,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from drtp.master.bench import Bench, append_dataset, print_summary
     from drtp.registry.auth import entry_auth
+    from drtp.registry.names import name_error
     from drtp.registry.repo_hooks import create_repositories
     from drtp.registry.repo_names import RepositoryMap
     from drtp.replay.messages import RegistryAuth
@@ -174,6 +175,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise DrtpError("--username needs the password in $DRTP_REGISTRY_PASSWORD")
         ca = read_ca_file(Path(args.ca_file)) if args.ca_file else None
         auth = RegistryAuth(registry, args.username, password, ca, args.insecure and registry.startswith("https"))
+    if why := name_error(f"{args.repository}/{args.mode}"):
+        raise DrtpError(f"--repository {args.repository!r}: {why}")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else results / f"bench-{args.mode}-{stamp}"
     prepare_output_dir(out, "--out")

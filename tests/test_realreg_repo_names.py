@@ -209,6 +209,10 @@ def test_a_failing_hook_stops_the_warmup_before_any_push_with_one_line(tmp_path,
         assert main(["warmup", "-c", str(path)]) == 0
         second = _calls(calls)[len(created) :]
         assert victim in {r for r, _ in second} and not created & {r for r, _ in second}
+        # --fresh forgets the record with the map: every repository gets the hook again
+        before = len(_calls(calls))
+        assert main(["warmup", "-c", str(path), "--fresh"]) == 0
+        assert sorted(r for r, _ in _calls(calls)[before:]) == sorted(r for r, _ in _calls(calls)[:before])
         capsys.readouterr()
         # a program that is not there is a mistake in the config: exit 2, naming the key
         entry["create_repository"] = ["./no-such-hook", "{repository}"]
@@ -233,3 +237,10 @@ def test_bench_and_its_preflight_use_the_entry_s_names_and_hook(tmp_path):
     df = pd.read_csv(tmp_path / "bench" / "requests.csv")
     assert set(df.repository) == {"me/drtp-bench-push"}
     assert RepositoryMap("prefix", "me/").map("drtp-bench/push") == "me/drtp-bench/push"  # what prefix would send
+
+
+def test_bench_refuses_a_repository_outside_the_grammar_before_sending_anything(tmp_path, capsys):
+    args = ["bench", "push", "--registry", "http://127.0.0.1:9", "--insecure", "--repository", "Bad/Name"]
+    assert main([*args, "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--repository 'Bad/Name'" in err and "not a Distribution name" in err and "\n" not in err
