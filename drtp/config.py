@@ -116,6 +116,10 @@ class RegistryEntry(_Section):
     id: str
     url: str  # http(s)://host:port
     repository: str = ""  # prefix put before every trace repository (e.g. "myorg/")
+    # how a trace repository becomes the registry's: prefix, flatten or a template (drtp/registry/repo_names.py)
+    repository_map: str = "prefix"
+    # argv run on the master for each repository before warmup pushes to it ({repository} substituted)
+    create_repository: list[str] = []
     username: str | None = None
     password: str | None = None  # a literal or ${ENV_VAR}
     password_file: str | None = None  # or a file holding the password (first line)
@@ -366,11 +370,27 @@ def _check_addresses(cfg: Config, source: str) -> None:
     for i, entry in enumerate(cfg.registries):
         if why := base_url_error(registry_base(entry.url)):
             raise ConfigError(f"{source}: key 'registries[{i}].url': {why}")
+        _check_repository_names(entry, f"{source}: key 'registries[{i}]")
     for i, node in enumerate(cfg.client_info.client_list):
         if why := host_port_error(node):
             if ":" not in node:  # the original's configs always name the port; client_info.port is not it
                 why += " (name each client node's port: client_info.port is not a default port for them)"
             raise ConfigError(f"{source}: key 'client_info.client_list[{i}]': {why}")
+
+
+def _check_repository_names(entry: RegistryEntry, where: str) -> None:
+    """``repository_map`` must give valid names; ``create_repository`` must be told which repository."""
+    from drtp.registry.repo_names import mapping_error
+
+    if why := mapping_error(entry.repository_map, entry.repository):
+        key = "repository_map" if entry.repository_map != "prefix" else "repository"
+        raise ConfigError(f"{where}.{key}': {why}")
+    hook = entry.create_repository
+    if hook and (not hook[0] or not any("{repository}" in arg for arg in hook)):
+        raise ConfigError(
+            f"{where}.create_repository': an argv list with {{repository}} in an argument, e.g. "
+            "[my-create-repo, '{repository}']"
+        )
 
 
 def redacted(cfg: Config, full: bool = False) -> dict:

@@ -39,6 +39,7 @@ from drtp.master.results import COLUMNS, RunResults, format_table
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.content import digest as stream_digest
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
+from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.messages import RegistryAuth, ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import HTTP, OK
 
@@ -96,6 +97,7 @@ class Bench:
         chunk: int = 0,
         repository: str = "drtp-bench",
         timeout: float = 60.0,
+        names: RepositoryMap | None = None,
     ) -> None:
         self.base = registry_base(registry)
         self.registry = registry
@@ -106,6 +108,9 @@ class Bench:
         self.concurrency = max(1, concurrency)
         self.chunk = chunk
         self.repository = repository
+        # one repository per mode (tags differ), as pushes of one project do: <repository>/<mode> as a trace
+        # name, mapped as the registry entry's repository_map says (a replay's names and bench's agree)
+        self.repo = (names or RepositoryMap()).map(f"{repository}/{mode}")
         spec = RunSpec(
             "bench", time.time(), self.concurrency, timeout, auth=[auth] if auth else [], registries=[self.base]
         )
@@ -151,7 +156,7 @@ class Bench:
 
     def _repo(self, image: int) -> str:
         """Every image goes to one repository per mode (tags differ), as pushes of one project do."""
-        return f"{self.repository}/{self.mode}"
+        return self.repo
 
     # -- steps ------------------------------------------------------------------------------------
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import subprocess
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,16 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drtp.config import Config, RegistryEntry
-from drtp.errors import DrtpError, RunError
+from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
 from drtp.master.experiment import registry_config
 from drtp.master.plan import registry_for
-from drtp.master.preflight import PROBE_REPOSITORY
 from drtp.master.warmup import load_map
 from drtp.registry.auth import auth_for, config_auth
 from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
 from drtp.registry.names import digest_error, name_error
+from drtp.registry.repo_hooks import HookError, run_hook
+from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.messages import RegistryAuth, registry_base
 from drtp.replay.result_row import ResultRow
 
@@ -53,7 +53,6 @@ log = logging.getLogger("drtp.clean")
 # manifest, and a blob uploaded into the upload a registry opened instead of mounting.
 CONFIG_PUSH = "config blob push"
 MOUNT_FALLBACK = "mount fallback upload"
-HOOK_TIMEOUT_S = 600.0
 SHOWN_REPOSITORIES = 20  # a line of what is left names this many repositories at most
 KINDS = ("manifest", "blob")
 PROBE = "probe"  # what is left in the preflight's repository: probe blobs, how many unknown (one per check)
@@ -69,7 +68,7 @@ class Pushed:
     registry: str  # base URL
     name: str  # how the user names it: the entry's id, or the registry: item
     auth: RegistryAuth | None = None  # its credentials and TLS trust (None: anonymous, system CAs)
-    hook: list[str] | None = None  # the entry's delete_repository argv
+    entry: RegistryEntry | None = None  # its registries: entry (None: a registry: item), for its delete_repository
     probe_repository: str | None = None  # where the preflight pushed its probe (registries: entries only)
     # (kind, repository, digest) -> the tags a manifest was pushed under (empty for a blob)
     objects: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
@@ -109,8 +108,8 @@ def targets(cfg: Config, only: str | None) -> dict[str, Pushed]:
             base,
             name,
             auth_for(base, auths),
-            entry.delete_repository if entry else None,
-            f"{entry.repository}{PROBE_REPOSITORY}" if entry else None,
+            entry,
+            RepositoryMap.from_entry(entry, cfg.source).probe() if entry else None,
         )
     return out
 
@@ -179,6 +178,8 @@ def pushed_by_rows(rows: Iterable[ResultRow]) -> Iterator[tuple[str, str, str, s
                 continue
             if row.method == "PUT" and row.kind == "manifest":
                 yield "manifest", row.repository, row.digest, row.reference
+                # warmup put the minimal config blob where the run's manifests name it (no map entry, no row)
+                yield "blob", row.repository, CONFIG_DIGEST, ""
             elif row.kind == "blob" and (row.method == "PUT" or (row.method == "POST" and row.status == 201)):
                 yield "blob", row.repository, row.digest, ""  # an upload completed, or a mount
         elif stored and row.method == "PUT":
@@ -318,7 +319,7 @@ def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outc
                 out.leave(kind, repo)
     if out.refused and target.probe_repository:  # the preflight could not delete its probe either
         out.leave(PROBE, target.probe_repository)
-    if out.refused and target.hook:
+    if out.refused and target.entry is not None and target.entry.delete_repository:
         _run_hooks(target, cfg, out)
     return out
 
@@ -351,24 +352,16 @@ def _look(client: RegistryClient, todo: dict[str, list], out: Outcome, threads: 
 
 def _run_hooks(target: Pushed, cfg: Config, out: Outcome) -> None:
     """``delete_repository`` once per repository with objects left, unless an image of someone else is there."""
+    entry = target.entry
     for repo in sorted(out.left):
-        if repo in out.kept_repositories:
+        if entry is None or not entry.delete_repository or repo in out.kept_repositories:
             continue
-        argv = [a.replace("{repository}", repo) for a in target.hook or []]
-        if "/" in argv[0] and not Path(argv[0]).is_absolute():
-            argv[0] = str(cfg.path(argv[0]))
         try:
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=HOOK_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            out.errors.append(f"delete_repository for {repo}: {getattr(e, 'strerror', None) or e}")
+            run_hook(cfg, entry, "delete_repository", entry.delete_repository, repo)
+        except (HookError, ConfigError) as e:
+            out.errors.append(str(e))
             continue
-        log.info("delete_repository for %s: exit %d", repo, done.returncode)  # never its argv: it may hold secrets
-        if done.returncode != 0:
-            why = (done.stderr.strip().splitlines() or [""])[-1][:200]
-            out.errors.append(f"delete_repository for {repo}: exit {done.returncode}" + (f": {why}" if why else ""))
-            continue
+        log.info("delete_repository for %s: done", repo)  # never its argv: it may hold secrets
         for kind, n in out.left.pop(repo).items():
             out.done[(kind, "hook")] += n
 

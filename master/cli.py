@@ -86,9 +86,11 @@ def cmd_warmup(args: argparse.Namespace) -> int:
             f"{args.config}: has a 'registries:' list: use 'drtp experiment -c CONFIG' (warmup + run per registry)"
         )
     if args.fresh:
+        from drtp.registry.repo_hooks import created_path
+
         path = cfg.path(cfg.warmup.output)
-        if path.exists():
-            path.unlink()
+        for done in (path, created_path(path)):  # the map, and the repositories its hooks created
+            done.unlink(missing_ok=True)
     run_warmup(cfg)
     return 0
 
@@ -142,19 +144,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import datetime as _dt
     import os
 
+    import msgspec
+
     from drtp.master.bench import Bench, append_dataset, print_summary
     from drtp.registry.auth import entry_auth
+    from drtp.registry.names import name_error
+    from drtp.registry.repo_hooks import create_repositories
+    from drtp.registry.repo_names import RepositoryMap
     from drtp.replay.messages import RegistryAuth
 
     auth = None
     registry = args.registry
     results = Path("results")
+    names, entry_cfg = RepositoryMap(), None
     if args.config:
         cfg = config_from_args(args)
         results = cfg.path(cfg.results)
         entry = next((e for e in cfg.registries if e.id == args.registry), None)
         if entry is not None:
             auth, registry = entry_auth(entry, cfg), entry.url.rstrip("/")
+            names = RepositoryMap.from_entry(entry, cfg.source)  # the entry's names, as a replay would use
+            entry_cfg = msgspec.structs.replace(cfg, registries=[entry])
     if auth is None:
         if not registry.startswith(("http://", "https://")):
             raise DrtpError(f"--registry {registry!r}: give an id of the config's registries: or http(s)://host:port")
@@ -165,6 +175,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise DrtpError("--username needs the password in $DRTP_REGISTRY_PASSWORD")
         ca = read_ca_file(Path(args.ca_file)) if args.ca_file else None
         auth = RegistryAuth(registry, args.username, password, ca, args.insecure and registry.startswith("https"))
+    if why := name_error(f"{args.repository}/{args.mode}"):
+        raise DrtpError(f"--repository {args.repository!r}: {why}")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else results / f"bench-{args.mode}-{stamp}"
     prepare_output_dir(out, "--out")
@@ -172,11 +184,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check_output_file(Path(args.append), "--append")
     from drtp.master.preflight import preflight
 
-    preflight(registry, auth, args.registry, args.repository + "/")
     bench = Bench(
         registry, auth, args.mode, args.size, layers=args.layers, iterations=args.iterations,
-        concurrency=args.concurrency, chunk=args.chunk or 0, repository=args.repository,
+        concurrency=args.concurrency, chunk=args.chunk or 0, repository=args.repository, names=names,
     )  # fmt: skip
+    probe = names.probe()
+    if entry_cfg is not None:  # the entry's create_repository hook, for the repositories bench writes to
+        create_repositories(entry_cfg, [probe, bench.repo], quiet=True)
+    preflight(registry, auth, args.registry, probe)
     summary = bench.run(out)
     print_summary(summary)
     print(f"results in {out}/ (requests.csv, summary.json)")
@@ -253,7 +268,11 @@ def register(sub) -> None:
     p.add_argument(
         "--chunk", type=positive_size, help="chunked upload: PATCH pieces of this size (default: monolithic PUT)"
     )
-    p.add_argument("--repository", default="drtp-bench", help="repository prefix (default drtp-bench)")
+    p.add_argument(
+        "--repository",
+        default="drtp-bench",
+        help="images go to repository <this>/<mode>, named as the entry's repository_map says (default drtp-bench)",
+    )
     p.add_argument("--out", help="run directory (default: <results>/bench-<mode>-<date>-<time>)")
     p.add_argument("--append", help="also append the rows to this dataset CSV (with a 'run' column)")
     p.set_defaults(func=cmd_bench)

@@ -12,7 +12,7 @@ run them.  A layer push needs no such wait: its content is new, so it gets a
 new digest and cannot change what an earlier read of the layer addresses.
 
 A cross-repository mount (``POST …/blobs/uploads/?mount=<blob>&from=<repository>``) is
-replayed as a mount: its source repository gets the run's prefix like any name, its blob
+replayed as a mount: its source repository is mapped like any name (``repository_map``), its blob
 the real digest the source holds, and it waits for a push of that blob in flight like a
 read does.  It counts as a push of the blob into the target repository (reads there wait
 for it, and the digest the target ends up with is remembered: the mounted one, or the new
@@ -36,7 +36,6 @@ uses the minimal config blob.
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -44,6 +43,7 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 from drtp.registry.manifest import placeholder_digest
+from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for
 from drtp.trace.records import TraceRecord, Uri
 
@@ -57,25 +57,18 @@ def registry_for(repository: str, registries: list[str]) -> str:
     return registries[zlib.crc32(repository.encode()) % len(registries)]
 
 
-_V2 = re.compile(r"^(/?v2/)")
-_MOUNT_FROM = re.compile(r"(?<=[?&])from=")
+def with_names(batches: Iterable[list[TraceRecord]], names: RepositoryMap) -> Iterator[list[TraceRecord]]:
+    """The trace's batches with every repository, a mount's source too, as the registry names it (``names``).
 
-
-def with_prefix(batches: Iterable[list[TraceRecord]], prefix: str) -> Iterator[list[TraceRecord]]:
-    """The trace's batches with ``prefix`` put before every repository (a registry entry's ``repository``)."""
-    if not prefix:
+    Reading a whole trace through here maps every name it holds, so a mapping that
+    gives two trace repositories one name is refused (ConfigError) before the caller
+    sends anything.
+    """
+    if names.identity:
         yield from batches
         return
-
-    def put(m: re.Match) -> str:
-        return m.group(1) + prefix
-
-    def prefixed(uri: str) -> str:
-        uri = _V2.sub(put, uri, count=1)
-        return _MOUNT_FROM.sub("from=" + prefix, uri, count=1) if "from=" in uri else uri  # a mount's source
-
     for records in batches:
-        yield [msgspec.structs.replace(r, uri=prefixed(r.uri)) for r in records]
+        yield [msgspec.structs.replace(r, uri=names.map_uri(r.uri)) for r in records]
 
 
 def op_of(rec: TraceRecord, uri: Uri | None = None) -> str:

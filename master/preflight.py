@@ -3,7 +3,8 @@
 Uses the client nodes' own transport (drtp.client.executor), so what passes
 here is what the nodes will do: ``GET /v2/`` (answering a 401 challenge with
 the configured credentials), then a push of a small random blob into
-``<prefix>drtp-preflight`` (POST + monolithic PUT) and a pull of it (GET,
+the probe repository (``drtp-preflight`` as the entry's ``repository_map`` names it:
+``<prefix>drtp-preflight``, a name every registry takes) (POST + monolithic PUT) and a pull of it (GET,
 bytes compared by count), then a DELETE of the probe, so that a check leaves
 nothing behind where the registry deletes (a registry that refuses keeps it:
 ``drtp clean`` names that repository among what is left).  A failure is one line naming the registry and the
@@ -20,10 +21,10 @@ from drtp.client.executor import Executor
 from drtp.errors import RunError
 from drtp.registry.auth import masked
 from drtp.registry.manifest import digest_of
+from drtp.registry.repo_names import PROBE
 from drtp.replay.messages import RegistryAuth, RunSpec, registry_base
 
 PROBE_SIZE = 1024
-PROBE_REPOSITORY = "drtp-preflight"  # the repository of the probe blob, after the registry entry's prefix
 
 
 class PreflightError(RunError):
@@ -49,17 +50,18 @@ def _why(r, name: str, auth: RegistryAuth | None, action: str) -> str:
 
 
 def preflight(
-    registry: str, auth: RegistryAuth | None, name: str = "", repository: str = "", push: bool = True
+    registry: str, auth: RegistryAuth | None, name: str = "", repository: str = PROBE, push: bool = True
 ) -> dict:
     """Check one registry; returns timings, raises PreflightError with one clear line.
 
+    ``repository``: where the probe blob goes (:meth:`RepositoryMap.probe`).
     ``push=False`` checks only that ``/v2/`` answers (authenticated), writing nothing.
     """
     name = name or registry
     base = registry_base(registry)
     spec = RunSpec("preflight", time.time(), threads=1, timeout=15.0, auth=[auth] if auth else [], registries=[base])
     ex = Executor(spec, time.perf_counter)
-    repo = f"{repository}{PROBE_REPOSITORY}"
+    repo = repository
     t0 = time.perf_counter()
     r = ex.http("GET", f"{base}/v2/")
     if r.status != 200:
@@ -85,7 +87,7 @@ def preflight(
 
 
 def preflight_all(
-    registries: list[str], auths: list[RegistryAuth], names: dict[str, str] | None = None, prefix: str = ""
+    registries: list[str], auths: list[RegistryAuth], names: dict[str, str] | None = None, repository: str = PROBE
 ) -> None:
     """Check each registry in turn; the first failure raises.
 
@@ -96,4 +98,4 @@ def preflight_all(
 
     for reg in registries:
         auth = auth_for(reg, auths)
-        preflight(reg, auth, (names or {}).get(reg, ""), prefix, push=auth is not None)
+        preflight(reg, auth, (names or {}).get(reg, ""), repository, push=auth is not None)

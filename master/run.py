@@ -32,7 +32,7 @@ from drtp.config import Config, redacted
 from drtp.errors import DrtpError, RunError
 from drtp.master.nodes import NodeLink
 from drtp.master.original_output import write_original_results
-from drtp.master.plan import HeldRecords, Planner, with_prefix
+from drtp.master.plan import HeldRecords, Planner, with_names
 from drtp.master.preflight import preflight_all
 from drtp.master.results import RunResults, format_table
 from drtp.master.results_dir import ResultsWriteError, remove_if_empty, write_failed
@@ -41,7 +41,8 @@ from drtp.master.stats_history import StatsHistory
 from drtp.master.warmup import load_map
 from drtp.outputs import prepare_output_dir
 from drtp.progress import progress
-from drtp.registry.auth import config_auth, registry_names, repository_prefix
+from drtp.registry.auth import config_auth, registry_names
+from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.frames import ResultFrame
 from drtp.replay.messages import ReplayRequest, RunSpec, registry_base
 from drtp.replay.signing import resolve_token
@@ -93,7 +94,7 @@ class Replay:
         self.start_epoch = 0.0  # the run's common start (wall-clock seconds); set when the run starts
         self.registries = cfg.require("registry")
         self.auths = config_auth(cfg)  # credentials/TLS of the registries: ``registries:`` entries
-        self.prefix = repository_prefix(cfg)
+        self.names = RepositoryMap.for_config(cfg)  # trace repository -> the registry's (repository_map)
         self.token = resolve_token(self.ci.token, "client_info.token")
         self.events: queue.Queue = queue.Queue()
         self.links = {a: NodeLink(a, self.token, self.events) for a in node_addresses(cfg)}
@@ -134,7 +135,7 @@ class Replay:
         return TraceReader(self.cfg.trace_paths(), **self.cfg.reader_options())
 
     def _batches(self):
-        return with_prefix(self._reader().batches(), self.prefix)
+        return with_names(self._reader().batches(), self.names)
 
     # -- the run ------------------------------------------------------------------------------------
 
@@ -145,7 +146,7 @@ class Replay:
             # the whole trace is read (and checked) first: a bad record is refused before the registry sees anything
             total = sum(len(b) for b in self._batches())
             log.info("trace checked: %d requests; preflight of %s", total, ", ".join(self.registries))
-            preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
+            preflight_all(self.registries, self.auths, registry_names(self.cfg), self.names.probe())
             for link in self.links.values():
                 link.check()
             log.info("warmup map: %d objects; nodes up: %s", self._load_warmup(), ", ".join(self.links))

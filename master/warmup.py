@@ -39,15 +39,17 @@ from pathlib import Path
 
 from drtp.config import Config
 from drtp.errors import RunError
-from drtp.master.plan import Planner, registry_for, with_prefix
+from drtp.master.plan import Planner, registry_for, with_names
 from drtp.master.preflight import preflight_all
 from drtp.progress import progress
-from drtp.registry.auth import auth_for, config_auth, registry_names, repository_prefix
+from drtp.registry.auth import auth_for, config_auth, registry_names
 from drtp.registry.client import REGISTRY_ERRORS, RegistryClient
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.content import digest as stream_digest
 from drtp.registry.keyed_lock import KeyedLock
 from drtp.registry.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
+from drtp.registry.repo_hooks import create_repositories
+from drtp.registry.repo_names import RepositoryMap
 from drtp.trace.reader import TraceReader
 from drtp.trace.records import Mount
 
@@ -66,11 +68,11 @@ class WarmupPlan:
     records: int = 0
 
 
-def plan_warmup(reader: TraceReader, registries: list[str], prefix: str = "") -> WarmupPlan:
+def plan_warmup(reader: TraceReader, registries: list[str], names: RepositoryMap | None = None) -> WarmupPlan:
     plan = WarmupPlan()
     pushed: set[tuple[str, str, str]] = set()  # (repository, kind, ref) the trace PUT or mounted
     images = Planner(registries)  # the run planner's image bookkeeping, ahead of the run
-    for records in with_prefix(reader.batches(), prefix):
+    for records in with_names(reader.batches(), names or RepositoryMap()):
         plan.records += len(records)
         for rec in records:
             uri = rec.parts
@@ -278,9 +280,12 @@ class Warmup:
         reader = TraceReader(self.cfg.trace_paths(), **self.cfg.reader_options())
         t0 = time.perf_counter()
         # the whole trace is read (and checked) first: a bad record is refused before the registry sees anything
-        plan = plan_warmup(reader, self.registries, repository_prefix(self.cfg))
+        names = RepositoryMap.for_config(self.cfg)
+        plan = plan_warmup(reader, self.registries, names)
         planned = time.perf_counter()
-        preflight_all(self.registries, self.auths, registry_names(self.cfg), repository_prefix(self.cfg))
+        probe = names.probe()
+        create_repositories(self.cfg, names.repositories(), self.map_path, quiet=self.quiet)
+        preflight_all(self.registries, self.auths, registry_names(self.cfg), probe)
         t0 += time.perf_counter() - planned  # the preflight is not warmup time
         self._load_done()
         blob_jobs = []

@@ -15,6 +15,7 @@ class Logged:
     method: str
     path: str  # the request target without the query string
     status: int
+    query: str = ""  # the query string, without '?' (a mount's mount= and from=)
 
 
 def logged_requests(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> list[Logged]:
@@ -33,6 +34,6 @@ def logged_requests(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> l
             entry = json.loads(line)
             if not str(entry.get("msg", "")).startswith("response completed"):
                 continue
-            uri = entry["http.request.uri"]
-            out.append(Logged(entry["http.request.method"], uri.split("?", 1)[0], int(entry["http.response.status"])))
+            path, _, query = entry["http.request.uri"].partition("?")
+            out.append(Logged(entry["http.request.method"], path, int(entry["http.response.status"]), query))
     return out

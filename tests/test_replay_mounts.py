@@ -12,9 +12,10 @@ import pytest
 
 from drtp.client.admission import batch_error
 from drtp.errors import TraceError
-from drtp.master.plan import HeldRecords, Planner, registry_for, with_prefix
+from drtp.master.plan import HeldRecords, Planner, registry_for, with_names
 from drtp.master.warmup import plan_warmup
 from drtp.registry.manifest import placeholder_digest
+from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.messages import ReplayRequest, ReplayResult
 from drtp.trace.reader import TraceReader
 from drtp.trace.records import Mount, TraceRecord
@@ -126,7 +127,7 @@ def test_a_trace_s_refused_mount_does_not_join_the_image_and_an_unknown_blob_get
 
 def test_the_source_is_prefixed_like_any_name_and_a_source_on_another_registry_is_not_sent():
     batch = [rec("POST", MOUNT, 201), rec("POST", "/v2/a/b/blobs/uploads/?upload=from=x", 202)]
-    out = next(with_prefix([batch], "run7/"))
+    out = next(with_names([batch], RepositoryMap("prefix", "run7/")))
     assert out[0].uri == "v2/run7/team/two/blobs/uploads/?mount=L1&from=run7/team/one"
     assert out[0].mount == Mount("L1", "run7/team/one")
     assert out[1].uri == "/v2/run7/a/b/blobs/uploads/?upload=from=x"  # only the from= parameter is a name

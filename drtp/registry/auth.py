@@ -84,11 +84,6 @@ def config_auth(cfg: Config) -> list[RegistryAuth]:
     return [entry_auth(e, cfg) for e in cfg.registries]
 
 
-def repository_prefix(cfg: Config) -> str:
-    """The repository prefix of a single-registry config (an experiment's per-registry config)."""
-    return cfg.registries[0].repository if len(cfg.registries) == 1 else ""
-
-
 def registry_names(cfg: Config) -> dict[str, str]:
     """Registry URL → its id in ``registries:``, for messages."""
     return {e.url.rstrip("/"): e.id for e in cfg.registries}
