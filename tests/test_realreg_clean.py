@@ -29,6 +29,7 @@ from drtp.registry.client import RegistryClient
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.replay.messages import RegistryAuth
+from drtp.replay.result_row import ResultRow
 from tests.conftest import ibm_record, write_json
 from tests.images import build_image, random_files, skopeo
 from tests.realreg_support import PASSWORD, USER, Pki, TokenServer, write_htpasswd
@@ -272,8 +273,9 @@ def traced(i: int, method: str, uri: str, status: int = 200, size: int = 0, clie
 
 def test_a_registry_list_with_refused_mounts_and_config_pushes(tmp_path, nodes):
     """A plain registry: list of two: the run's rows go to each by repository; a mount the target registry
-    refuses (its source is on the other one) leaves a blob uploaded instead, and a manifest over one layer or
-    none gets the minimal config blob from a helper push: clean finds both in the helper rows."""
+    refuses (its source is on the other one) leaves a blob uploaded instead (clean finds it in the helper rows),
+    and a manifest over one layer or none names the minimal config blob, which warmup put into its repository
+    beforehand (no map entry, no row): clean removes it with the manifest."""
     with LocalRegistry(tmp_path / "a") as a, LocalRegistry(tmp_path / "b") as b:
         hosts = [a.host, b.host]
 
@@ -295,7 +297,7 @@ def test_a_registry_list_with_refused_mounts_and_config_pushes(tmp_path, nodes):
         run_replay(cfg, tmp_path / "run", quiet=True)
         df = load_requests(tmp_path / "run" / "requests.csv")
         aux = df[df.auxiliary & (df.status == 201)]
-        assert set(aux.reference) == {MOUNT_FALLBACK, CONFIG_PUSH}, df.to_string()
+        assert set(aux.reference) == {MOUNT_FALLBACK}, df.to_string()  # the nodes found the config in place
         assert (target, CONFIG_DIGEST) not in layer_links(b) and (solo, CONFIG_DIGEST) in layer_links(b)
         mounted = df[(df.method == "POST") & (df.repository == same)]
         assert list(mounted.status) == [201] and {r for r, _ in layer_links(a)} >= {source, same}
@@ -376,3 +378,24 @@ def test_a_registry_with_credentials(scheme, tmp_path, monkeypatch):
     finally:
         if server is not None:
             server.stop()
+
+
+def _row(method: str, kind: str, reference: str, status: int, digest: str = "", auxiliary: bool = False) -> ResultRow:
+    return ResultRow(
+        "client0", "node", "t1", method, kind, "team/app", reference, digest, 0, 0, None, 0.0, 0.001, None,
+        status, 0 if auxiliary else 201, 200 <= status < 300, "ok" if 200 <= status < 300 else "http", 1, "",
+        auxiliary,
+    )  # fmt: skip
+
+
+def test_rows_name_the_config_blob_a_node_pushed_and_the_one_a_manifest_names():
+    """A node's helper push of the minimal config blob is drtp's even when the manifest PUT after it failed;
+    a manifest PUT that succeeded names the minimal config blob too (warmup may have put it there, unrecorded)."""
+    manifest = "sha256:" + "ab" * 32
+    failed_put = [_row("PUT", "manifest", "v1", 400), _row("PUT", "blob", CONFIG_PUSH, 201, auxiliary=True)]
+    assert list(pushed_by_rows(failed_put)) == [("blob", "team/app", CONFIG_DIGEST, "")]
+    stored = [_row("PUT", "manifest", "v2", 201, manifest)]
+    assert list(pushed_by_rows(stored)) == [
+        ("manifest", "team/app", manifest, "v2"),
+        ("blob", "team/app", CONFIG_DIGEST, ""),
+    ]
