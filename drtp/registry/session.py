@@ -101,17 +101,45 @@ class Session:
         auth = self.auth.get((u.scheme, u.netloc))
         if auth is None:  # a registry without credentials, or a redirect target: nothing secret goes there
             return self._send(method, url, body, headers, keep_body)
-        sent = auth.header(u.path)
+        generation = auth.generation
+        r, refused = self._challenged(auth, method, url, body, headers, keep_body)
+        if not refused:
+            return r
+        # the registry no longer takes a secret that worked before: renew it once (a node asks the master)
+        auth.note_refused(generation)
+        if method not in IDEMPOTENT:  # nothing written is sent twice
+            r.error = f"{auth.refusal_text()}; the write was not sent again"
+            return r
+        if not auth.auth.renewable or not auth.wait_renewed(generation, self.timeout):
+            r.error = f"{auth.refusal_text()}; no renewed secret came within {self.timeout:g} s"
+            return r
+        again, _ = self._challenged(auth, method, url, body, headers, keep_body)
+        again.attempts += r.attempts  # both sends are the trace request's
+        if again.status == 401 and not again.error:
+            again.error = f"{auth.refusal_text()}, the renewed one too"
+        return again
+
+    def _challenged(
+        self, auth: Authenticator, method: str, url: str, body, headers: dict, keep_body: bool
+    ) -> tuple[Response, bool]:
+        """One request with the registry's credentials, once more after a 401 whose challenge gave new ones;
+        and whether its last 401 refused the secret itself."""
+        path = urlsplit(url).path
+        sent = auth.header(path)
         r = self._send(method, url, body, {**headers, **sent}, keep_body)
-        if r.status == 401:
-            try:
-                again = auth.challenge(u.path, r.header("www-authenticate"), sent)
-            except AuthError as e:
-                r.error = str(e)
-                return r
-            if again:
-                r = self._send(method, url, body, {**headers, **auth.header(u.path)}, keep_body)
-        return r
+        if r.status != 401:
+            auth.answered(sent, r.status)
+            return r, False
+        try:
+            again = auth.challenge(path, r.header("www-authenticate"), sent)
+        except AuthError as e:
+            r.error = str(e)
+            return r, auth.secret_refused(sent, r.status, e)
+        if again:
+            sent = auth.header(path)
+            r = self._send(method, url, body, {**headers, **sent}, keep_body)
+            auth.answered(sent, r.status)
+        return r, auth.secret_refused(sent, r.status, None)
 
     def _send(self, method: str, url: str, body, headers: dict, keep_body: bool) -> Response:
         """One request, sent once; a GET/HEAD that got no byte of an answer again if ``retries`` allows."""
