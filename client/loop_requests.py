@@ -109,17 +109,19 @@ class LoopRequests:
         generation = auth.generation
         r, refused = await self._challenged(conn, auth, method, target, headers)
         if not refused:
+            if r.status == 401 and auth.reported:  # the secret was refused during this run, renewed or not
+                r.error = auth.refusal(r.error)
             return r
         auth.note_refused(generation)  # the result stream reports it; the master renews once
         loop = asyncio.get_running_loop()
         timeout = self.spec.timeout
         if not auth.auth.renewable or not await loop.run_in_executor(self.pool, auth.wait_renewed, generation, timeout):
-            r.error = f"{auth.refusal_text()}; no renewed secret came within {timeout:g} s"
+            r.error = auth.refusal(f"no renewed secret came within {timeout:g} s")
             return r
         again, _ = await self._challenged(self.connection(conns, server), auth, method, target, headers)
         again.attempts += r.attempts  # both sends are the trace request's
-        if again.status == 401 and not again.error:
-            again.error = f"{auth.refusal_text()}, the renewed one too"
+        if again.status == 401:
+            again.error = auth.refusal("sent again with the renewed secret: refused too")
         return again
 
     async def _challenged(

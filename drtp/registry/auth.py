@@ -272,6 +272,7 @@ class Authenticator:
             if generation < self.generation or generation in self.reported:
                 return
             self.reported.add(generation)
+            self.proven = False  # refused now: the same value coming back renewed is not worth another renewal
             if self.source is None:
                 self.refusals.append(generation)
                 return
@@ -294,11 +295,13 @@ class Authenticator:
                 return self.generation > generation
             return self.renewed.wait_for(lambda: self.generation > generation, timeout)
 
-    def refusal_text(self) -> str:
-        """What a request refused for its secret says: the registry and where its secret comes from."""
+    def refusal(self, detail: str = "") -> str:
+        """The error of a request whose last answer was a 401 to this registry's secret: the registry, where
+        the secret comes from (never the secret), and ``detail``."""
         a = self.auth
         who = f"registry {a.name} ({a.registry})" if a.name else f"registry {a.registry}"
-        return f"{who} refused the credentials from {a.source or 'the config'} (HTTP 401)"
+        text = f"{who} refused the credentials of user {a.username!r} from {a.source or 'the config'} (HTTP 401)"
+        return f"{text}; {detail}" if detail else text
 
     def _store(self, scope: str, params: dict[str, str], answer: tuple[str, float]) -> None:
         value, life_s = answer

@@ -104,19 +104,21 @@ class Session:
         generation = auth.generation
         r, refused = self._challenged(auth, method, url, body, headers, keep_body)
         if not refused:
+            if r.status == 401 and auth.reported:  # the secret was refused during this run, renewed or not
+                r.error = auth.refusal(r.error)
             return r
         # the registry no longer takes a secret that worked before: renew it once (a node asks the master)
         auth.note_refused(generation)
         if method not in IDEMPOTENT:  # nothing written is sent twice
-            r.error = f"{auth.refusal_text()}; the write was not sent again"
+            r.error = auth.refusal("the write was not sent again")
             return r
         if not auth.auth.renewable or not auth.wait_renewed(generation, self.timeout):
-            r.error = f"{auth.refusal_text()}; no renewed secret came within {self.timeout:g} s"
+            r.error = auth.refusal(f"no renewed secret came within {self.timeout:g} s")
             return r
         again, _ = self._challenged(auth, method, url, body, headers, keep_body)
         again.attempts += r.attempts  # both sends are the trace request's
-        if again.status == 401 and not again.error:
-            again.error = f"{auth.refusal_text()}, the renewed one too"
+        if again.status == 401:
+            again.error = auth.refusal("sent again with the renewed secret: refused too")
         return again
 
     def _challenged(
