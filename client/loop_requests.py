@@ -106,8 +106,7 @@ class LoopRequests:
         auth = self.auth.get(server)
         if auth is None:
             return await self._send(conn, method, target, headers)
-        generation = auth.generation
-        r, refused = await self._challenged(conn, auth, method, target, headers)
+        r, refused, generation = await self._challenged(conn, auth, method, target, headers)
         if not refused:
             if r.status == 401 and auth.reported:  # the secret was refused during this run, renewed or not
                 r.error = auth.refusal(r.error)
@@ -118,7 +117,7 @@ class LoopRequests:
         if not auth.auth.renewable or not await loop.run_in_executor(self.pool, auth.wait_renewed, generation, timeout):
             r.error = auth.refusal(f"no renewed secret came within {timeout:g} s")
             return r
-        again, _ = await self._challenged(self.connection(conns, server), auth, method, target, headers)
+        again, _, _ = await self._challenged(self.connection(conns, server), auth, method, target, headers)
         again.attempts += r.attempts  # both sends are the trace request's
         if again.status == 401:
             again.error = auth.refusal("sent again with the renewed secret: refused too")
@@ -126,27 +125,28 @@ class LoopRequests:
 
     async def _challenged(
         self, conn: AsyncConnection, auth: Authenticator, method: str, target: str, headers: dict[str, str] | None
-    ) -> tuple[Response, bool]:
+    ) -> tuple[Response, bool, int]:
         """The request, once more after a 401 whose challenge gave new credentials; and whether its last
         401 refused the secret itself."""
         path = target.partition("?")[0]
         sent = auth.header(path)
+        generation = auth.generation
         r = await self._send(conn, method, target, {**headers, **sent} if headers else sent)
         if r.status != 401:
             auth.answered(sent, r.status)
-            return r, False
+            return r, False, generation
         self.challenges += 1
         loop = asyncio.get_running_loop()
         try:
             again = await loop.run_in_executor(self.pool, auth.challenge, path, r.header("www-authenticate"), sent)
         except AuthError as e:
             r.error = str(e)
-            return r, auth.secret_refused(sent, r.status, e)
+            return r, auth.secret_refused(sent, r.status, e, generation), generation
         if again:
             sent = auth.header(path)
             r = await self._send(conn, method, target, {**headers, **sent} if headers else sent)
             auth.answered(sent, r.status)
-        return r, auth.secret_refused(sent, r.status, None)
+        return r, auth.secret_refused(sent, r.status, None, generation), generation
 
     async def _send(self, conn: AsyncConnection, method: str, target: str, headers: dict[str, str] | None) -> Response:
         """One request, sent once; again only when no byte of an answer came and the run allows retries."""

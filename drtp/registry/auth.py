@@ -256,14 +256,18 @@ class Authenticator:
         if status != 401 and self.basic is not None and sent.get("Authorization") == self.basic:
             self.proven = True
 
-    def secret_refused(self, sent: dict[str, str], status: int, error: AuthError | None) -> bool:
-        """Whether a request's last answer says the registry no longer takes a secret that worked before:
-        the token server refused it, or a basic registry answered 401 to it."""
-        if status != 401 or self.basic is None or not self.proven:
+    def secret_refused(self, sent: dict[str, str], status: int, error: AuthError | None, generation: int) -> bool:
+        """Whether a request sent with the secret of ``generation`` met a 401 that refused the secret itself
+        (the token server refused it, or a basic registry answered 401 to it), and that secret had worked
+        before — or its refusal is being renewed already, or a newer one is in place: worth a renewal and,
+        for a read, a second send."""
+        if status != 401 or self.basic is None:
+            return False
+        if not (self.proven or generation in self.reported or generation < self.generation):
             return False
         if error is not None:
             return error.refused
-        return self.mode == "basic" and sent.get("Authorization") == self.basic
+        return self.mode == "basic" and sent.get("Authorization", "").startswith("Basic ")
 
     def note_refused(self, generation: int) -> None:
         """The registry refused the secret of ``generation``: renew it once.  On the master the source is asked
