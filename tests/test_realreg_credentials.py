@@ -204,3 +204,118 @@ def test_a_refused_secret_fails_writes_once_and_sends_reads_again_once_after_the
     assert len(logged) - len(logged_writes) == reads.attempts.sum()
     # one renewal for the refusal (the helper's answer did not change: no second renewal)
     assert len(helper.calls) == flipped["calls"] + 1
+
+
+@pytest.mark.parametrize("engine", ["loop", "threads"])
+def test_a_node_reports_a_refused_secret_and_sends_the_read_again_once_with_the_renewed_one(tmp_path, pki, engine):
+    """The node's side alone, this test in the master's place: the refusal comes back in the result stream,
+    the renewed secret goes in a signed update, and the waiting reads are sent once more."""
+    import csv
+    import io
+    import queue
+
+    import msgspec
+
+    from drtp.master.nodes import NodeLink
+    from drtp.replay.messages import RegistryAuth, RunSpec, SecretUpdate
+    from drtp.replay.result_row import COLUMNS
+    from tests.replay_support import blob_get
+
+    stack = ExitStack()
+    reg = _token_registry(stack, tmp_path / "t", pki, PASSWORD, expires_in=2)
+    node = Node(tmp_path)
+    stack.callback(node.stop)
+    events: queue.Queue = queue.Queue()
+    link = NodeLink(node.address, TOKEN, events)
+    auth = RegistryAuth(reg.url, USER, PASSWORD, pki.ca.read_text(), source="credential_helper t", renewable=True)
+    spec = RunSpec(f"refused-{engine}", time.time(), threads=4, timeout=10, engine=engine, auth=[auth])
+    spec = msgspec.structs.replace(spec, registries=[reg.url], node="n1")
+    rows: dict[str, dict] = {}
+    refusals = []
+
+    def until(n: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(rows) < n and time.monotonic() < deadline:
+            try:
+                kind, _, frames = events.get(timeout=1)
+            except queue.Empty:
+                continue
+            assert kind == "frames", (kind, frames)
+            for frame in frames:
+                for cells in csv.reader(io.StringIO(frame.rows.decode())):
+                    rows[cells[2]] = dict(zip(COLUMNS, cells, strict=True))
+                if frame.refused:  # what the master's renewal thread does: a new secret, to every node
+                    refusals.extend(frame.refused)
+                    link.send_secret(SecretUpdate(spec.run, reg.url, 1, USER, "renewed-secret"))
+
+    def reads(first: int) -> list:
+        return [
+            blob_get(i, registry=reg.url, expected_status=404, digest=f"sha256:{i:064x}")
+            for i in range(first, first + 4)
+        ]
+
+    with stack:
+        link.start(spec)
+        link.send(reads(0))
+        until(4)
+        reg.token_server.password = "renewed-secret"  # the registry's side changes; the node's secret is old
+        time.sleep(2.5)  # the tokens fetched with it expire (the node fetched nothing since)
+        link.send(reads(4))
+        until(8)
+        link.end()
+    assert [rows[f"t{i}"]["status"] for i in range(8)] == ["404"] * 8, rows
+    # the first refused read waited for the renewal and was sent again once (both sends in its row); a read
+    # whose challenge came after the renewal got its token at once (a challenge's send is not an attempt)
+    attempts = [rows[f"t{i}"]["attempts"] for i in range(4, 8)]
+    assert "2" in attempts and set(attempts) <= {"1", "2"}, attempts
+    assert all(rows[f"t{i}"]["ok"] == "True" for i in range(8))
+    assert [(r.registry, r.generation) for r in refusals] == [(reg.url, 0)]  # reported once
+
+
+def test_the_master_s_registry_client_renews_from_the_same_source(tmp_path, pki, monkeypatch):
+    """Warmup's and preflight's RegistryClient take the secret from the run's kind of source: asked again
+    before its TTL runs out (no refusal at all), and at once when the registry refuses it."""
+    import hashlib
+
+    from drtp.registry.auth import config_auth
+    from drtp.registry.client import RegistryClient
+    from drtp.registry.credentials import config_sources
+
+    timed = Helper(tmp_path / "bin", "timed", USER, PASSWORD)
+    untimed = Helper(tmp_path / "bin", "untimed", USER, PASSWORD)
+    on_path(monkeypatch, timed.dir)
+    with ExitStack() as stack:
+        reg = _token_registry(stack, tmp_path / "t", pki, PASSWORD, expires_in=2)
+        server = reg.token_server
+        ca = str(pki.ca)
+        entries = [
+            {"id": "timed", "url": reg.url, "credential_helper": "timed", "credential_ttl": "1s", "ca_file": ca},
+            {"id": "untimed", "url": reg.url, "credential_helper": "untimed", "ca_file": ca},
+        ]
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump({"registries": entries}))
+        cfg = load_config(tmp_path / "c.yaml")
+        sources = config_sources(cfg)
+        clients = []
+        for auth, source in zip(config_auth(cfg, sources), sources, strict=True):
+            client = RegistryClient(reg.url, auth, timeout=10)
+            client.use_source(reg.url, source)
+            clients.append(client)
+
+        def push(client: RegistryClient, n: int) -> None:
+            data = f"blob {n}".encode()
+            digest = "sha256:" + hashlib.sha256(data).hexdigest()
+            client.push_blob(f"team/app{n}", data, digest)
+            assert client.exists("blob", f"team/app{n}", digest)
+
+        push(clients[0], 0)
+        push(clients[1], 1)
+        for secret, helper in (("second-secret", timed), ("third-secret", untimed)):
+            server.password = secret
+            helper.set(USER, secret)
+            time.sleep(2.5)  # the tokens fetched with the old secret expire
+            calls, refused = len(helper.calls), server.refused
+            push(clients[0] if helper is timed else clients[1], 2 if helper is timed else 3)
+            if helper is timed:  # renewed before use: the token server never saw the old secret again
+                assert server.refused == refused and len(helper.calls) > calls and sources[0].renewals >= 1
+            else:  # no TTL: the token server refused the old secret once, the helper was asked once more
+                assert server.refused == refused + 1 and len(helper.calls) == calls + 1
