@@ -4,7 +4,7 @@ It speaks the helpers' protocol (``get`` with the server on stdin, ``{"ServerURL
 JSON on stdout) and reads what to answer from files the test rewrites: ``NAME.user``, ``NAME.secret``.
 Each call appends ``<argv> <server>`` to ``NAME.log``, so a test counts the calls (and sees that no secret
 was in argv).  ``NAME.fail`` makes it fail: the file's text goes to stderr, ``NAME.stdout`` (if any) to
-stdout, and it exits 1, as real helpers do.
+stdout, and it exits 1, as real helpers do.  ``NAME.delay`` (seconds) makes each call that slow.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import sys
 from pathlib import Path
 
 _SCRIPT = """#!{python}
-import json, pathlib, sys
+import json, pathlib, sys, time
 here = pathlib.Path(__file__).parent
 name = {name!r}
 server = sys.stdin.read().strip()
+if (here / (name + ".delay")).exists():
+    time.sleep(float((here / (name + ".delay")).read_text()))
 with open(here / (name + ".log"), "a") as log:
     log.write(" ".join(sys.argv[1:]) + " " + server + "\\n")
 if (here / (name + ".fail")).exists():
@@ -60,6 +62,9 @@ class Helper:
         if stdout:
             (self.dir / f"{self.name}.stdout").write_text(stdout)
         (self.dir / f"{self.name}.fail").write_text(stderr)
+
+    def slow(self, seconds: float) -> None:
+        (self.dir / f"{self.name}.delay").write_text(str(seconds))
 
     def answer_raw(self, text: str) -> None:
         (self.dir / f"{self.name}.raw").write_text(text)

@@ -181,12 +181,13 @@ def test_a_refused_secret_fails_writes_once_and_sends_reads_again_once_after_the
 
     def flip() -> None:
         flipped.update(offset=reg.log_path.stat().st_size, calls=len(helper.calls))
+        helper.slow(4.0)  # the renewal takes a while: requests refused meanwhile meet a refusal being renewed
         server.password = "only-the-registry-knows"
 
     entry = {"id": "stale", "url": reg.url, "credential_helper": "stale-helper", "ca_file": str(pki.ca)}
     watcher = _when_rows(tmp_path / "exp" / "stale" / "requests.csv", 20, flip)
     with stack:
-        _experiment(tmp_path, node, [entry], trace, wait=True, timeout=5)
+        _experiment(tmp_path, node, [entry], trace, wait=True, timeout=10)
         watcher.join(timeout=5)
     assert flipped
     rows = _rows(tmp_path, "stale")
@@ -233,43 +234,62 @@ def test_a_node_reports_a_refused_secret_and_sends_the_read_again_once_with_the_
     rows: dict[str, dict] = {}
     refusals = []
 
-    def until(n: int) -> None:
+    def until(n: int, renew_after: str | None = None, refused_reads: int = 0) -> None:
+        """Collect rows until ``n`` came; on a refusal, send the renewed secret (as the master's renewal
+        thread does) — only once the row ``renew_after`` is in and the registry refused ``refused_reads``
+        reads, so that every request of the batch met the refusal before the renewal."""
         deadline = time.monotonic() + 30
         while len(rows) < n and time.monotonic() < deadline:
             try:
-                kind, _, frames = events.get(timeout=1)
+                kind, _, frames = events.get(timeout=0.2)
             except queue.Empty:
-                continue
-            assert kind == "frames", (kind, frames)
+                frames = []
+            else:
+                assert kind == "frames", (kind, frames)
             for frame in frames:
                 for cells in csv.reader(io.StringIO(frame.rows.decode())):
-                    rows[cells[2]] = dict(zip(COLUMNS, cells, strict=True))
-                if frame.refused:  # what the master's renewal thread does: a new secret, to every node
-                    refusals.extend(frame.refused)
-                    link.send_secret(SecretUpdate(spec.run, reg.url, 1, USER, "renewed-secret"))
+                    if cells[-1] == "False":  # the trace rows (not an upload's helper rows)
+                        rows[cells[2]] = dict(zip(COLUMNS, cells, strict=True))
+                refusals.extend(frame.refused)
+            ready = renew_after is None or (
+                renew_after in rows
+                and sum(x.method == "GET" for x in refused_requests(reg.log_path, offset, settle_s=0)) >= refused_reads
+            )
+            if refusals and ready and not sent:
+                sent.append(link.send_secret(SecretUpdate(spec.run, reg.url, 1, USER, "renewed-secret")))
 
     def reads(first: int) -> list:
         return [
-            blob_get(i, registry=reg.url, expected_status=404, digest=f"sha256:{i:064x}")
+            blob_get(i, client=f"c{i}", registry=reg.url, expected_status=404, digest=f"sha256:{i:064x}")
             for i in range(first, first + 4)
         ]
 
+    write = blob_get(8, registry=reg.url, method="POST", op="upload-open", reference="uploads/", expected_status=202)
+    sent: list[bool] = []
+    offset = 0
     with stack:
         link.start(spec)
         link.send(reads(0))
         until(4)
         reg.token_server.password = "renewed-secret"  # the registry's side changes; the node's secret is old
         time.sleep(2.5)  # the tokens fetched with it expire (the node fetched nothing since)
-        link.send(reads(4))
-        until(8)
+        offset = reg.log_path.stat().st_size
+        link.send([write, *reads(4)])
+        until(9, renew_after="t8", refused_reads=4)
         link.end()
-    assert [rows[f"t{i}"]["status"] for i in range(8)] == ["404"] * 8, rows
-    # the first refused read waited for the renewal and was sent again once (both sends in its row); a read
-    # whose challenge came after the renewal got its token at once (a challenge's send is not an attempt)
-    attempts = [rows[f"t{i}"]["attempts"] for i in range(4, 8)]
-    assert "2" in attempts and set(attempts) <= {"1", "2"}, attempts
+    assert sent == [True]
+    assert [rows[f"t{i}"]["status"] for i in range(8)] == ["404"] * 8, [
+        (k, r["status"], r["attempts"], r["error"]) for k, r in rows.items()
+    ]
     assert all(rows[f"t{i}"]["ok"] == "True" for i in range(8))
-    assert [(r.registry, r.generation) for r in refusals] == [(reg.url, 0)]  # reported once
+    # refused with the old secret, each read waited for the renewed one and was sent once more: both sends
+    # in its row
+    assert [rows[f"t{i}"]["attempts"] for i in range(4, 8)] == ["2"] * 4
+    # the write refused meanwhile failed at once, naming the registry and the source, and was sent once
+    assert (rows["t8"]["status"], rows["t8"]["attempts"]) == ("401", "1")
+    assert "credential_helper t (HTTP 401); the write was not sent again" in rows["t8"]["error"]
+    assert [x.method for x in refused_requests(reg.log_path, offset)].count("POST") == 1
+    assert {(r.registry, r.generation) for r in refusals} == {(reg.url, 0)}  # one secret's refusal reported
 
 
 def test_the_master_s_registry_client_renews_from_the_same_source(tmp_path, pki, monkeypatch):

@@ -354,8 +354,7 @@ class Authenticator:
         body = resp.body
         who = f"user {self.auth.username!r}" if basic else "anonymous (no username/password configured)"
         if resp.status in (401, 403):
-            refused = basic is not None and basic == self.basic
-            raise AuthError(f"token server {realm.netloc} refused {who}: HTTP {resp.status}", refused=refused)
+            raise AuthError(f"token server {realm.netloc} refused {who}: HTTP {resp.status}", refused=basic is not None)
         try:
             data = json.loads(body)
             token = data.get("token") or data["access_token"]
