@@ -205,6 +205,7 @@ def test_a_refused_secret_fails_writes_once_and_sends_reads_again_once_after_the
     assert len(logged) - len(logged_writes) == reads.attempts.sum()
     # one renewal for the refusal (the helper's answer did not change: no second renewal)
     assert len(helper.calls) == flipped["calls"] + 1
+    _no_secret_written(tmp_path, node, [PASSWORD, "only-the-registry-knows"])
 
 
 @pytest.mark.parametrize("engine", ["loop", "threads"])
