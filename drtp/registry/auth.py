@@ -1,8 +1,10 @@
 """Registry credentials and TLS trust: basic auth, the Docker bearer-token flow, CA bundles.
 
 The config's ``registries:`` entries become :class:`RegistryAuth` records
-(resolved once on the master: ``${ENV}`` or ``password_file``, the CA file's
-text) that travel to client nodes only inside the signed run spec.  Both the
+(resolved on the master from the entry's secret source, drtp.registry.credentials,
+and the CA file's text) that travel to client nodes only inside the signed run
+spec; a renewed secret follows in a signed secret update and replaces the one an
+:class:`Authenticator` uses (:meth:`Authenticator.replace_secret`).  Both the
 nodes and :mod:`drtp.registry.client` authenticate from them, through one
 :class:`Authenticator` per registry (its token fetch on drtp's own connection):
 
