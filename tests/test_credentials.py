@@ -201,3 +201,14 @@ def test_a_failing_password_command_is_one_line_and_exit_2(tmp_path):
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "password_command vault-read: exited with code 1: permission denied" in p.stderr
     assert "s3cr3t-out" not in p.stderr
+
+
+def test_a_helper_that_does_not_answer_is_killed_in_bounded_time(tmp_path, monkeypatch):
+    import drtp.registry.credentials as credentials
+
+    helper = Helper(tmp_path / "bin", "hangs", "u", "s")
+    helper.slow(30)
+    on_path(monkeypatch, helper.dir)
+    monkeypatch.setattr(credentials, "COMMAND_TIMEOUT_S", 0.5)
+    with pytest.raises(ConfigError, match=r"credential_helper hangs: no answer within 0.5 s \(killed\)"):
+        _source(tmp_path, credential_helper="hangs")
