@@ -115,7 +115,7 @@ class LoopRequests:
         loop = asyncio.get_running_loop()
         timeout = self.spec.timeout
         if not auth.auth.renewable or not await loop.run_in_executor(self.pool, auth.wait_renewed, generation, timeout):
-            r.error = auth.refusal(f"no renewed secret came within {timeout:g} s")
+            r.error = auth.refusal(f"no renewed secret (waited up to {timeout:g} s)")
             return r
         again, _, _ = await self._challenged(self.connection(conns, server), auth, method, target, headers)
         again.attempts += r.attempts  # both sends are the trace request's

@@ -84,10 +84,12 @@ def test_password_file_is_the_whole_file(tmp_path):
 
 
 def test_password_command_output_without_its_newline(tmp_path):
-    script = tmp_path / "print-token"
+    (tmp_path / "bin").mkdir()
+    script = tmp_path / "bin" / "print-token"
     script.write_text(f"#!{sys.executable}\nimport sys\nprint('tok-' + sys.argv[1])\n")
     script.chmod(0o755)
-    (auth,) = config_auth(_config(tmp_path, username="oauth2accesstoken", password_command=[str(script), "42"]))
+    # a path in argv[0] is relative to the config's folder, as the config's other paths
+    (auth,) = config_auth(_config(tmp_path, username="oauth2accesstoken", password_command=["bin/print-token", "42"]))
     assert (auth.username, auth.password) == ("oauth2accesstoken", "tok-42")
     assert auth.source == "password_command print-token" and auth.renewable
 

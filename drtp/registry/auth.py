@@ -57,7 +57,7 @@ _REPO = re.compile(r"^/v2/(.+?)/(?:blobs|manifests|tags)/")
 class AuthError(DrtpError):
     """A registry refused the credentials (or none were given): one clear line.
 
-    ``refused``: the token server answered 401/403 to the basic credentials (the secret itself was refused).
+    ``refused``: the token server answered 401 to the basic credentials (the secret itself was refused).
     """
 
     def __init__(self, message: str, refused: bool = False) -> None:
@@ -184,8 +184,10 @@ class Authenticator:
         self.lock = threading.Lock()
 
     def header(self, path: str) -> dict[str, str]:
-        if self.source is not None and self.source.current().generation != self.generation:
-            self.replace_secret(self.source.secret)
+        if self.source is not None:  # the master's own requests: the source's secret, renewed near its TTL
+            secret = self.source.current()
+            if secret.generation != self.generation:
+                self.replace_secret(secret)
         if self.mode == "basic" and self.basic:
             return {"Authorization": self.basic}
         if self.mode == "bearer":
@@ -244,10 +246,9 @@ class Authenticator:
             basic = _basic(secret.username, secret.password)
             if basic != self.basic:
                 self.proven = False  # a new value has not worked yet
-            if self.auth is not None:
-                self.auth = msgspec.structs.replace(
-                    self.auth, username=secret.username, password=secret.password, generation=secret.generation
-                )
+            self.auth = msgspec.structs.replace(
+                self.auth, username=secret.username, password=secret.password, generation=secret.generation
+            )
             self.basic = basic
             self.generation = secret.generation
             self.renewed.notify_all()
@@ -356,7 +357,9 @@ class Authenticator:
         body = resp.body
         who = f"user {self.auth.username!r}" if basic else "anonymous (no username/password configured)"
         if resp.status in (401, 403):
-            raise AuthError(f"token server {realm.netloc} refused {who}: HTTP {resp.status}", refused=basic is not None)
+            # a 401 refuses the secret itself (worth a renewal); a 403 refuses what the user may do
+            refused = basic is not None and resp.status == 401
+            raise AuthError(f"token server {realm.netloc} refused {who}: HTTP {resp.status}", refused=refused)
         try:
             data = json.loads(body)
             token = data.get("token") or data["access_token"]

@@ -168,7 +168,8 @@ class CredentialSource:
 
     def _run(self, argv: list[str], stdin: bytes, what: str, error: type[DrtpError]) -> bytes:
         """stdout of ``argv`` fed ``stdin``, in bounded time; an error line with its stderr otherwise."""
-        exe = shutil.which(argv[0]) if os.sep not in argv[0] else argv[0]
+        # a bare name is looked up on PATH; a path is relative to the config's folder, as every path of it
+        exe = shutil.which(argv[0]) if os.sep not in argv[0] else str(self.cfg.path(argv[0]))
         if exe is None:
             raise error(f"{self.where}: {what}: {argv[0]} not found on PATH")
         try:

@@ -112,7 +112,7 @@ class Session:
             r.error = auth.refusal("the write was not sent again")
             return r
         if not auth.auth.renewable or not auth.wait_renewed(generation, self.timeout):
-            r.error = auth.refusal(f"no renewed secret came within {self.timeout:g} s")
+            r.error = auth.refusal(f"no renewed secret (waited up to {self.timeout:g} s)")
             return r
         again, _, _ = self._challenged(auth, method, url, body, headers, keep_body)
         again.attempts += r.attempts  # both sends are the trace request's
