@@ -16,7 +16,7 @@ import math
 import re
 
 from drtp.registry.names import base_url_error, digest_error, name_error, reference_error, shown
-from drtp.replay.messages import KINDS, ReplayRequest, RunSpec, op_for, registry_base
+from drtp.replay.messages import KINDS, ReplayRequest, RunSpec, SecretUpdate, op_for, registry_base
 from drtp.trace.records import METHODS
 
 MAX_THREADS = 1024
@@ -104,4 +104,26 @@ def batch_error(requests: list[ReplayRequest], targets: frozenset[str]) -> str |
         why = request_error(req, targets)
         if why is not None:
             return f"request seq {req.seq}: {why}"
+    return None
+
+
+MAX_SECRET = 64 << 10  # characters of a renewed username or password (a GCR JSON key is a few KiB)
+
+
+def secret_error(update: SecretUpdate, spec: RunSpec) -> str | None:
+    """None when ``update`` may replace a secret of the run ``spec``: a registry the spec declared with
+    credentials the master renews, a username of one line and a password (a JSON key may span lines) of
+    bounded length; otherwise what is wrong."""
+    base = registry_base(update.registry)
+    declared = next((a for a in spec.auth if registry_base(a.registry) == base), None)
+    if declared is None or not declared.username:
+        return f"registry {shown(update.registry)!r} has no credentials in this run's spec"
+    if not declared.renewable:
+        return f"the secret of registry {shown(update.registry)!r} is not renewed in this run"
+    if update.generation < 1:
+        return "generation must be 1 or more"
+    if not update.username or len(update.username) > MAX_SECRET or any(c in update.username for c in "\r\n"):
+        return f"username must be one line of 1 to {MAX_SECRET} characters"
+    if not update.password or len(update.password) > MAX_SECRET:
+        return f"password must be 1 to {MAX_SECRET} characters"
     return None

@@ -100,26 +100,53 @@ class LoopRequests:
         self, conns: Connections, server: Server, method: str, target: str, headers: dict[str, str] | None
     ) -> Response:
         """One request with the server's credentials, if it has any; a 401 with a challenge they can answer
-        is sent once more, authenticated (what the thread Executor does)."""
+        is sent once more, authenticated; a read whose secret the registry refused (having taken it before)
+        once more after the master renewed it (what the thread engine's Session does)."""
         conn = self.connection(conns, server)
         auth = self.auth.get(server)
         if auth is None:
             return await self._send(conn, method, target, headers)
+        r, refused, generation = await self._challenged(conn, auth, method, target, headers)
+        if not refused:
+            if r.status == 401 and auth.reported:  # the secret was refused during this run, renewed or not
+                r.error = auth.refusal(r.error)
+            return r
+        auth.note_refused(generation)  # the result stream reports it; the master renews once
+        loop = asyncio.get_running_loop()
+        timeout = self.spec.timeout
+        if not auth.auth.renewable or not await loop.run_in_executor(self.pool, auth.wait_renewed, generation, timeout):
+            r.error = auth.refusal(f"no renewed secret (waited up to {timeout:g} s)")
+            return r
+        again, _, _ = await self._challenged(self.connection(conns, server), auth, method, target, headers)
+        again.attempts += r.attempts  # both sends are the trace request's
+        if again.status == 401:
+            again.error = auth.refusal("sent again with the renewed secret: refused too")
+        return again
+
+    async def _challenged(
+        self, conn: AsyncConnection, auth: Authenticator, method: str, target: str, headers: dict[str, str] | None
+    ) -> tuple[Response, bool, int]:
+        """The request, once more after a 401 whose challenge gave new credentials; and whether its last
+        401 refused the secret itself."""
         path = target.partition("?")[0]
         sent = auth.header(path)
+        generation = auth.generation
         r = await self._send(conn, method, target, {**headers, **sent} if headers else sent)
-        if r.status == 401:
-            self.challenges += 1
-            loop = asyncio.get_running_loop()
-            try:
-                again = await loop.run_in_executor(self.pool, auth.challenge, path, r.header("www-authenticate"), sent)
-            except AuthError as e:
-                r.error = str(e)
-                return r
-            if again:
-                fresh = auth.header(path)
-                r = await self._send(conn, method, target, {**headers, **fresh} if headers else fresh)
-        return r
+        if r.status != 401:
+            auth.answered(sent, r.status)
+            return r, False, generation
+        self.challenges += 1
+        loop = asyncio.get_running_loop()
+        try:
+            again = await loop.run_in_executor(self.pool, auth.challenge, path, r.header("www-authenticate"), sent)
+        except AuthError as e:
+            r.error = str(e)
+            return r, auth.secret_refused(sent, r.status, e, generation), generation
+        if again:
+            sent = auth.header(path)
+            r = await self._send(conn, method, target, {**headers, **sent} if headers else sent)
+            auth.answered(sent, r.status)
+        return r, auth.secret_refused(sent, r.status, None, generation), generation
 
     async def _send(self, conn: AsyncConnection, method: str, target: str, headers: dict[str, str] | None) -> Response:
         """One request, sent once; again only when no byte of an answer came and the run allows retries."""

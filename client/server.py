@@ -9,8 +9,12 @@ anything else gets 401 and a log line; the check is one Bottle plugin,
 * ``POST /runs/<run>/batch`` — a :class:`Batch` of requests to queue (bounded size);
 * ``GET  /runs/<run>/results`` — the results as frames (drtp.replay.frames: the
   rows of requests.csv, made here, and the node's figures), streamed as requests
-  complete, with an empty keep-alive frame every second; ends, after a last frame
+  complete, with an empty keep-alive frame every second (and a frame naming a registry that
+  refused a secret that had worked, so the master renews it); ends, after a last frame
   holding the node's whole summary model, when the run is ended and drained;
+* ``POST /runs/<run>/secret`` — a :class:`SecretUpdate`: the master renewed the secret of
+  one of the run's registries (declared with credentials in its spec): it replaces the
+  one the run's requests use;
 * ``POST /runs/<run>/end`` — no more batches will come;
 * ``POST /runs/<run>/cancel`` — drop what is queued (Ctrl-C on the master).
 """
@@ -33,11 +37,11 @@ import bottle
 import msgspec
 
 from drtp import __version__
-from drtp.client.admission import allowed_targets, batch_error, spec_error
+from drtp.client.admission import allowed_targets, batch_error, secret_error, spec_error
 from drtp.client.loop_engine import LoopRun
 from drtp.client.scheduler import NodeRun
-from drtp.replay.frames import KEEPALIVE, gather
-from drtp.replay.messages import NODE_IDLE_CLOSE_S, batch_decoder, spec_decoder
+from drtp.replay.frames import KEEPALIVE, Refusal, gather
+from drtp.replay.messages import NODE_IDLE_CLOSE_S, batch_decoder, registry_base, secret_decoder, spec_decoder
 from drtp.replay.signing import MAX_BODY, Verifier
 
 log = logging.getLogger("drtp.client")
@@ -183,6 +187,11 @@ class SignedOnly:
         return signed
 
 
+def _authenticators(node_run: NodeRun | LoopRun) -> dict:
+    """A run's registry authenticators by base URL (both engines share the executor's)."""
+    return {registry_base(a.auth.registry): a for a in node_run.executor.session.auth.values() if a.auth}
+
+
 def _refused(status: int, why: str):
     """Refuse the current request: a log line saying why and a short answer (the server closes the connection)."""
     req = bottle.request
@@ -206,6 +215,7 @@ class NodeService:
         app.route("/health", "GET", self.health)
         app.route("/runs", "POST", self.create_run)
         app.route("/runs/<run>/batch", "POST", self.batch)
+        app.route("/runs/<run>/secret", "POST", self.secret)
         app.route("/runs/<run>/end", "POST", self.end)
         app.route("/runs/<run>/cancel", "POST", self.cancel)
         app.route("/runs/<run>/results", "GET", self.results)
@@ -263,6 +273,32 @@ class NodeService:
             return _json(409, {"error": str(e)})
         return _json(202, {"accepted": len(batch.requests)})
 
+    def secret(self, body: bytes, run: str):
+        node_run = self._run(run)
+        if node_run is None:
+            return _json(404, {"error": f"no run {run}"})
+        try:
+            update = secret_decoder.decode(body)
+        except msgspec.DecodeError:  # never the decoder's text: it may quote the body
+            log.warning("malformed secret update for run %s", run)
+            return _json(400, {"error": "malformed secret update"})
+        if update.run != run:
+            return _json(400, {"error": "secret update is for another run"})
+        why = secret_error(update, node_run.spec)
+        if why:
+            log.warning("refused a secret update of run %s: %s", run, why)
+            return _json(400, {"error": f"refused secret update: {why}"})
+        auth = _authenticators(node_run).get(registry_base(update.registry))
+        replaced = auth is not None and auth.replace_secret(update)
+        log.info(
+            "run %s: secret of %s %s (generation %d)",
+            run,
+            auth.auth.registry if auth else "?",
+            "renewed" if replaced else "kept, as new already",
+            update.generation,
+        )
+        return _json(200, {"replaced": replaced, "generation": update.generation})
+
     def end(self, body: bytes, run: str):
         node_run = self._run(run)
         if node_run is None:
@@ -286,8 +322,12 @@ class NodeService:
 
         def stream():
             last_sent = 0.0
+            auths = _authenticators(node_run)
             try:
                 while True:
+                    refused = [Refusal(base, g) for base, a in auths.items() for g in a.take_refusals()]
+                    if refused:
+                        yield frames.refusals(refused)
                     try:
                         item = node_run.results.get(timeout=KEEPALIVE_S)
                     except queue.Empty:

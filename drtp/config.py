@@ -122,7 +122,10 @@ class RegistryEntry(_Section):
     create_repository: list[str] = []
     username: str | None = None
     password: str | None = None  # a literal or ${ENV_VAR}
-    password_file: str | None = None  # or a file holding the password (first line)
+    password_file: str | None = None  # or a file holding the password (the whole file, trailing newline dropped)
+    credential_helper: str | None = None  # or NAME: docker-credential-NAME get, run on the master
+    password_command: list[str] | None = None  # or a command (argv, no shell) whose output is the password
+    credential_ttl: str | float | None = None  # ask the helper/command again after this ("50m"; default per helper)
     ca_file: str | None = None  # CA bundle (PEM) that signed the registry's certificate
     insecure: bool = False  # allow plain http, or https without certificate verification
     # drtp clean, when the registry refuses DELETE: argv run on the master for each repository drtp pushed to,
@@ -352,12 +355,49 @@ def _check_combinations(cfg: Config, source: str) -> None:
             f"{source}: key 'trace.limit.amount': a number of requests must be whole, got {limit.amount!r}"
         )
     _check_addresses(cfg, source)
+    _check_secret_sources(cfg, source)
     s = cfg.slurm
     if s is not None and s.client_port + s.tasks_per_node - 1 > 65_535:
         raise ConfigError(
             f"{source}: key 'slurm.client_port': {s.client_port} + {s.tasks_per_node} tasks per node "
             "runs past port 65535"
         )
+
+
+SECRET_SOURCES = ("password", "password_file", "credential_helper", "password_command")
+
+
+def _check_secret_sources(cfg: Config, source: str) -> None:
+    """One place a registry's secret comes from, and a TTL only where a secret can be asked for again."""
+    from drtp.units import parse_duration
+
+    for i, entry in enumerate(cfg.registries):
+        given = [k for k in SECRET_SOURCES if getattr(entry, k) not in (None, "", [])]
+        if len(given) > 1:
+            raise ConfigError(
+                f"{source}: key 'registries[{i}].{given[1]}': {entry.id} already has {given[0]}; "
+                "give one of password, password_file, credential_helper, password_command"
+            )
+        helper = entry.credential_helper
+        if helper is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", helper):
+            raise ConfigError(
+                f"{source}: key 'registries[{i}].credential_helper': {helper[:60]!r} is not a helper name "
+                "(the part after docker-credential-, e.g. ecr-login)"
+            )
+        if entry.password_command is not None and (not entry.password_command or not entry.password_command[0]):
+            raise ConfigError(f"{source}: key 'registries[{i}].password_command': an empty command")
+        if entry.credential_ttl is not None:
+            if helper is None and entry.password_command is None:
+                raise ConfigError(
+                    f"{source}: key 'registries[{i}].credential_ttl': only a credential_helper or "
+                    "password_command secret is asked for again"
+                )
+            try:
+                ttl = parse_duration(entry.credential_ttl)
+            except ValueError as e:
+                raise ConfigError(f"{source}: key 'registries[{i}].credential_ttl': {e}") from None
+            if ttl <= 0:
+                raise ConfigError(f"{source}: key 'registries[{i}].credential_ttl': must be more than 0")
 
 
 def _check_addresses(cfg: Config, source: str) -> None:

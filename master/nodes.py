@@ -22,7 +22,7 @@ import msgspec
 from drtp.errors import RunError
 from drtp.registry.transport import Connection, RequestError
 from drtp.replay.frames import FrameReader
-from drtp.replay.messages import NODE_IDLE_CLOSE_S, Batch, ReplayRequest, RunSpec
+from drtp.replay.messages import NODE_IDLE_CLOSE_S, Batch, ReplayRequest, RunSpec, SecretUpdate
 from drtp.replay.signing import MAX_BODY, sign
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,20 @@ class NodeLink:
         ]
         for t in self.threads:
             t.start()
+
+    def send_secret(self, update: SecretUpdate) -> bool:
+        """Hand the node a renewed registry secret (a signed call of its own, on a connection of its own, so
+        it never waits behind a batch); False, with a log line that never holds the secret, if it failed."""
+        path = f"/runs/{self.run}/secret"
+        try:
+            r = self.call("POST", path, msgspec.json.encode(update), timeout=FEED_TIMEOUT_S)
+        except CALL_ERRORS as e:
+            log.warning("client node %s: renewed secret not delivered (%s: %s)", self.name, e.outcome, e.message)
+            return False
+        if r.status_code != 200:
+            log.warning("client node %s refused a renewed secret: HTTP %d %s", self.name, r.status_code, r.text[:200])
+            return False
+        return True
 
     def send(self, requests_: list[ReplayRequest]) -> None:
         self.outbox.put(requests_)

@@ -34,6 +34,7 @@ from drtp.master.nodes import NodeLink
 from drtp.master.original_output import write_original_results
 from drtp.master.plan import HeldRecords, Planner, with_names
 from drtp.master.preflight import preflight_all
+from drtp.master.renewal import SecretRenewal
 from drtp.master.results import RunResults, format_table
 from drtp.master.results_dir import ResultsWriteError, remove_if_empty, write_failed
 from drtp.master.routing import Router
@@ -42,6 +43,7 @@ from drtp.master.warmup import load_map
 from drtp.outputs import prepare_output_dir
 from drtp.progress import progress
 from drtp.registry.auth import config_auth, registry_names
+from drtp.registry.credentials import config_sources
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.frames import ResultFrame
 from drtp.replay.messages import ReplayRequest, RunSpec, registry_base
@@ -93,7 +95,9 @@ class Replay:
         self.stats_interval_s = stats_interval_s  # the width of stats_history.csv's intervals
         self.start_epoch = 0.0  # the run's common start (wall-clock seconds); set when the run starts
         self.registries = cfg.require("registry")
-        self.auths = config_auth(cfg)  # credentials/TLS of the registries: ``registries:`` entries
+        self.sources = config_sources(cfg)  # where the secrets come from (a helper's is renewed during the run)
+        self.auths = config_auth(cfg, self.sources)  # credentials/TLS of the registries: ``registries:`` entries
+        self.renewal: SecretRenewal | None = None
         self.names = RepositoryMap.for_config(cfg)  # trace repository -> the registry's (repository_map)
         self.token = resolve_token(self.ci.token, "client_info.token")
         self.events: queue.Queue = queue.Queue()
@@ -197,10 +201,15 @@ class Replay:
             engine,
             self.out_dir,
         )
+        self.renewal = SecretRenewal(self.sources, self.auths, self.links, run_id)
+        self.renewal.start()
         t0 = time.perf_counter()
-        with progress(total=total, desc="replay", unit="req", final_line=True, quiet=self.quiet) as bar:
-            self.bar = bar
-            stop = self._replay(timed)
+        try:
+            with progress(total=total, desc="replay", unit="req", final_line=True, quiet=self.quiet) as bar:
+                self.bar = bar
+                stop = self._replay(timed)
+        finally:
+            self.renewal.stop()
         wall = time.perf_counter() - t0
         whole = (
             set() if stop is not None else {n for n, link in self.links.items() if link.finished and n not in self.dead}
@@ -511,6 +520,8 @@ class Replay:
             raise write_failed(self.out_dir / "requests.csv", e) from None
         if frame.model is not None:
             self.results.node_model(node, frame.model)
+        if frame.refused and self.renewal is not None:
+            self.renewal.refused(frame.refused)
         inflight, planner = self.inflight, self.planner
         feedback = {res.seq: res for res in frame.feedback} if frame.feedback else {}
         n = 0

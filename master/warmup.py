@@ -46,6 +46,7 @@ from drtp.registry.auth import auth_for, config_auth, registry_names
 from drtp.registry.client import REGISTRY_ERRORS, RegistryClient
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.content import digest as stream_digest
+from drtp.registry.credentials import config_sources
 from drtp.registry.keyed_lock import KeyedLock
 from drtp.registry.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, digest_of
 from drtp.registry.repo_hooks import create_repositories
@@ -156,7 +157,8 @@ class Warmup:
         self.quiet = quiet
         self.registries = cfg.require("registry")
         self.map_path = cfg.path(cfg.warmup.output)
-        self.auths = config_auth(cfg)
+        self.sources = config_sources(cfg)  # a helper's secret is asked for again as it nears its TTL
+        self.auths = config_auth(cfg, self.sources)
         self.stats = WarmupStats()
         self.done: dict[tuple[str, str, str, str], dict] = {}  # (registry, repository, kind, ref) -> entry
         self.clients: dict[str, RegistryClient] = {}  # registry -> its client (a map may name another registry)
@@ -168,6 +170,8 @@ class Warmup:
         client = self.clients.get(registry)
         if client is None:
             client = self.clients[registry] = RegistryClient(registry, auth_for(registry, self.auths), timeout=60)
+            for auth, source in zip(self.auths, self.sources, strict=True):
+                client.use_source(auth.registry, source)
         return client
 
     def _content(self, size: int) -> bytes:

@@ -95,6 +95,7 @@ class TokenServer:
         self.x5c = base64.b64encode(signer.public_bytes(serialization.Encoding.DER)).decode()
         self.user, self.password = user, password
         self.issued = 0
+        self.refused = 0  # token requests refused for their credentials
         self.scopes: list[str] = []  # the scope asked for, per token issued
         self.expires_in = expires_in  # the tokens' life in seconds (the JWT's exp and the answer's expires_in)
         self.port = free_port()
@@ -119,6 +120,7 @@ class TokenServer:
     def token(self):
         auth = bottle.request.auth
         if auth != (self.user, self.password):
+            self.refused += 1
             bottle.response.status = 401
             return {"errors": [{"code": "UNAUTHORIZED"}]}
         access = []

@@ -37,3 +37,22 @@ def logged_requests(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> l
             path, _, query = entry["http.request.uri"].partition("?")
             out.append(Logged(entry["http.request.method"], path, int(entry["http.response.status"]), query))
     return out
+
+
+def refused_requests(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> list[Logged]:
+    """The requests logged after byte ``offset`` that the registry refused for their credentials (401).
+
+    The registry does not log a "response completed" line for them, only an "error authorizing context" one.
+    """
+    time.sleep(settle_s)
+    out = []
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        for line in f:
+            if not line.startswith(b"{"):
+                continue
+            entry = json.loads(line)
+            if str(entry.get("msg", "")).startswith("error authorizing context"):
+                uri = entry["http.request.uri"]
+                out.append(Logged(entry["http.request.method"], uri.split("?", 1)[0], 401))
+    return out

@@ -489,3 +489,73 @@ def test_a_tls_registry_s_password_never_goes_to_a_plain_http_token_server():
             listener.accept()
     finally:
         listener.close()
+
+
+# -- renewed registry secrets: POST /runs/<run>/secret ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def basic_registry(tmp_path_factory):
+    from drtp.registry.local import LocalRegistry
+    from tests.realreg_support import write_htpasswd
+
+    d = tmp_path_factory.mktemp("basic")
+    with LocalRegistry(d / "reg", htpasswd=write_htpasswd(d / "htpasswd", "rita", "the-right-one")) as reg:
+        yield reg
+
+
+def _statuses(link: NodeLink, run: str, requests_: list) -> list[int]:
+    """Run ``requests_`` in ``run`` to its end: the registry's status of each trace request, in seq order."""
+    import csv
+    import io
+
+    assert link.call("POST", f"/runs/{run}/batch", msgspec.json.encode(Batch(run, requests_))).status_code == 202
+    assert link.call("POST", f"/runs/{run}/end").status_code == 200
+    path = f"/runs/{run}/results"
+    r = requests.get(f"{link.base}{path}", headers=sign(TOKEN, "GET", path), timeout=30)
+    rows = [row for f in FrameReader().feed(r.content) for row in csv.reader(io.StringIO(f.rows.decode()))]
+    return [int(row[14]) for row in sorted(rows, key=lambda row: row[2])]  # trace_id t<seq>, status column
+
+
+@pytest.mark.registry
+def test_a_renewed_secret_is_taken_only_signed_fresh_once_and_for_a_declared_registry(node, basic_registry):
+    from drtp.replay.messages import RegistryAuth, SecretUpdate
+
+    link = NodeLink(node.address, TOKEN, None)
+    reg = basic_registry
+    declared = RegistryAuth(reg.url, "rita", "an-old-one", source="credential_helper t", renewable=True)
+    fixed = RegistryAuth("http://127.0.0.1:9", "rita", "x", source="password")  # declared, not renewable
+    spec = RunSpec("renew", time.time(), threads=1, auth=[declared, fixed], registries=[reg.url, fixed.registry])
+    assert link.call("POST", "/runs", msgspec.json.encode(spec)).status_code == 201
+    path = "/runs/renew/secret"
+
+    def body(generation: int, password: str, registry: str = reg.url, run: str = "renew") -> bytes:
+        return msgspec.json.encode(SecretUpdate(run, registry, generation, "rita", password))
+
+    good = body(1, "the-right-one")
+    captured = sign(TOKEN, "POST", path, good)
+    assert _post(node, path, good, captured).json() == {"replaced": True, "generation": 1}
+    # a newer generation with a wrong secret, sent by whoever lacks a fresh signature, changes nothing
+    wrong = body(2, "wrong-again")
+    assert _post(node, path, wrong, {}).status_code == 401  # unsigned
+    assert _post(node, path, good, captured).status_code == 401  # the captured update sent again
+    stamp = f"{time.time() - 3600:.3f}"
+    stale = {TIME_HEADER: stamp, NONCE_HEADER: "5" * 32}
+    stale[SIGNATURE_HEADER] = _mac(TOKEN, "POST", path, stamp, "5" * 32, wrong)
+    assert _post(node, path, wrong, stale).status_code == 401  # signed an hour ago
+    for bad, why in (
+        (body(2, "wrong-again", registry="http://127.0.0.1:6000"), "no credentials in this run's spec"),
+        (body(2, "wrong-again", registry=fixed.registry), "not renewed in this run"),
+        (body(0, "wrong-again"), "generation"),
+        (body(2, "wrong-again", run="other"), "another run"),
+    ):
+        r = link.call("POST", path, bad)
+        assert r.status_code == 400 and why in r.json()["error"], r.text
+    assert link.call("POST", path, body(1, "wrong-again")).json()["replaced"] is False  # not newer
+    assert "wrong-again" not in node.log.read_text() and "the-right-one" not in node.log.read_text()
+    # the registry takes the renewed secret (404: the blob is unknown, not a 401)
+    assert _statuses(link, "renew", [request(0, registry=reg.host)]) == [404]
+    # control: without the update, the run's own secret is refused
+    spec = msgspec.structs.replace(spec, run="no-renew")
+    assert link.call("POST", "/runs", msgspec.json.encode(spec)).status_code == 201
+    assert _statuses(link, "no-renew", [request(0, registry=reg.host)]) == [401]

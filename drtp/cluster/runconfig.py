@@ -91,6 +91,8 @@ def _without_secret_sources(data: dict) -> dict:
         if not isinstance(entry, dict):
             continue
         helper, command = (entry.pop(k, None) for k in SECRET_SOURCE_KEYS)
+        if helper or command:
+            entry.pop("credential_ttl", None)  # a stand-in is never asked for again
         if (helper or command) and not entry.get("password") and not entry.get("password_file"):
             entry["password"] = STAND_IN
         if helper and not entry.get("username"):  # a helper answers the user name too

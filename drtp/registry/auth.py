@@ -1,8 +1,10 @@
 """Registry credentials and TLS trust: basic auth, the Docker bearer-token flow, CA bundles.
 
 The config's ``registries:`` entries become :class:`RegistryAuth` records
-(resolved once on the master: ``${ENV}`` or ``password_file``, the CA file's
-text) that travel to client nodes only inside the signed run spec.  Both the
+(resolved on the master from the entry's secret source, drtp.registry.credentials,
+and the CA file's text) that travel to client nodes only inside the signed run
+spec; a renewed secret follows in a signed secret update and replaces the one an
+:class:`Authenticator` uses (:meth:`Authenticator.replace_secret`).  Both the
 nodes and :mod:`drtp.registry.client` authenticate from them, through one
 :class:`Authenticator` per registry (its token fetch on drtp's own connection):
 
@@ -37,8 +39,11 @@ from collections.abc import Callable
 from typing import NamedTuple
 from urllib.parse import urlencode, urlsplit
 
+import msgspec
+
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
+from drtp.registry.credentials import CredentialSource, describe
 from drtp.registry.transport import Connection, RequestError
 from drtp.replay.messages import RegistryAuth, registry_base
 
@@ -50,38 +55,51 @@ _REPO = re.compile(r"^/v2/(.+?)/(?:blobs|manifests|tags)/")
 
 
 class AuthError(DrtpError):
-    """A registry refused the credentials (or none were given): one clear line."""
+    """A registry refused the credentials (or none were given): one clear line.
+
+    ``refused``: the token server answered 401 to the basic credentials (the secret itself was refused).
+    """
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
-def entry_auth(entry: RegistryEntry, cfg: Config) -> RegistryAuth:
-    """The wire record of one ``registries:`` entry; checks URL scheme vs ``insecure``."""
+def entry_auth(entry: RegistryEntry, cfg: Config, source: CredentialSource | None = None) -> RegistryAuth:
+    """The wire record of one ``registries:`` entry, with ``source``'s current secret (a source of its own,
+    asked now, when none is given); checks URL scheme vs ``insecure``."""
     where = f"{cfg.source}: registries[{entry.id}]"
     url = entry.url.rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"{where}: url must be http(s)://host:port, not {entry.url!r}")
     if url.startswith("http://") and not entry.insecure:
         raise ConfigError(f"{where}: plain http ({url}) is allowed only with 'insecure: true'")
-    password = entry.password
-    if entry.password_file:
-        try:
-            password = cfg.path(entry.password_file).read_text().splitlines()[0]
-        except (OSError, IndexError):
-            raise ConfigError(f"{where}: cannot read password_file {entry.password_file}") from None
-    if bool(entry.username) != bool(password):
-        missing = "password (or password_file)" if entry.username else "username"
-        raise ConfigError(f"{where}: {missing} is missing")
+    secret = (source or CredentialSource(entry, cfg)).current()
     ca_pem = None
     if entry.ca_file:
         try:
             ca_pem = cfg.path(entry.ca_file).read_text()
         except OSError as e:
             raise ConfigError(f"{where}: cannot read ca_file {entry.ca_file} ({e.strerror})") from None
-    return RegistryAuth(url, entry.username or None, password or None, ca_pem, entry.insecure and url[:5] == "https")
+    return RegistryAuth(
+        url,
+        secret.username,
+        secret.password,
+        ca_pem,
+        entry.insecure and url[:5] == "https",
+        source=describe(entry),
+        name=entry.id,
+        renewable=bool(entry.credential_helper or entry.password_command),
+        generation=secret.generation,
+    )
 
 
-def config_auth(cfg: Config) -> list[RegistryAuth]:
-    """Auth records of every ``registries:`` entry (empty when the config has only ``registry:``)."""
-    return [entry_auth(e, cfg) for e in cfg.registries]
+def config_auth(cfg: Config, sources: list[CredentialSource] | None = None) -> list[RegistryAuth]:
+    """Auth records of every ``registries:`` entry (empty when the config has only ``registry:``), from
+    ``sources`` (one per entry, in order) when the caller keeps them to renew the secrets."""
+    if sources is None:
+        return [entry_auth(e, cfg) for e in cfg.registries]
+    return [entry_auth(e, cfg, s) for e, s in zip(cfg.registries, sources, strict=True)]
 
 
 def registry_names(cfg: Config) -> dict[str, str]:
@@ -142,10 +160,16 @@ class Authenticator:
         self.timeout = timeout
         self.clock = clock
         self.ssl = ssl_context(auth)
-        self.basic = None
-        if auth is not None and auth.username:
-            raw = f"{auth.username}:{auth.password}".encode()
-            self.basic = "Basic " + base64.b64encode(raw).decode()
+        self.basic = _basic(auth.username, auth.password) if auth is not None else None
+        # the secret's renewals: which answer of the master's source it is, whether the registry accepted
+        # it (a refusal of a secret that never worked is a wrong secret, not an expired one), and the
+        # refusals not yet reported to the master (a node's result stream carries them)
+        self.generation = auth.generation if auth is not None else 0
+        self.proven = False
+        self.reported: set[int] = set()  # generations whose refusal was handled
+        self.refusals: list[int] = []
+        self.source: CredentialSource | None = None  # on the master: renew from it directly
+        self.renewed = threading.Condition()  # notified when a newer secret is installed
         self.mode = ""  # "", "basic" or "bearer" once the registry has asked
         self.tokens: dict[str, Token] = {}  # scope -> its token
         self.scope_of: dict[str, str] = {}  # repository ("" for /v2/) -> the scope its last challenge asked for
@@ -155,6 +179,10 @@ class Authenticator:
         self.lock = threading.Lock()
 
     def header(self, path: str) -> dict[str, str]:
+        if self.source is not None:  # the master's own requests: the source's secret, renewed near its TTL
+            secret = self.source.current()
+            if secret.generation != self.generation:
+                self.replace_secret(secret)
         if self.mode == "basic" and self.basic:
             return {"Authorization": self.basic}
         if self.mode == "bearer":
@@ -193,6 +221,90 @@ class Authenticator:
         fresh = self.header(path)
         return bool(fresh) and fresh != sent
 
+    # -- the secret behind the headers ------------------------------------------------------------
+
+    def use_source(self, source: CredentialSource) -> None:
+        """On the master: take the secret from ``source``, asked again before its TTL runs out and at once
+        when the registry refuses it (:meth:`note_refused`)."""
+        self.source = source
+        self.replace_secret(source.current())  # nothing to do when this authenticator's record came from it
+
+    def replace_secret(self, secret) -> bool:
+        """Install a renewed secret (``username``, ``password``, ``generation``) unless one as new is in place.
+
+        Cached bearer tokens stay: those fetched with the old secret serve until they expire or meet a 401;
+        every later token fetch and basic header uses the new one.
+        """
+        with self.renewed:
+            if secret.generation <= self.generation or self.auth is None:
+                return False
+            basic = _basic(secret.username, secret.password)
+            if basic != self.basic:
+                self.proven = False  # a new value has not worked yet
+            self.auth = msgspec.structs.replace(
+                self.auth, username=secret.username, password=secret.password, generation=secret.generation
+            )
+            self.basic = basic
+            self.generation = secret.generation
+            self.renewed.notify_all()
+        return True
+
+    def answered(self, sent: dict[str, str], status: int) -> None:
+        """A request sent with ``sent`` got ``status``: a basic header other than 401'd proves the secret."""
+        if status != 401 and self.basic is not None and sent.get("Authorization") == self.basic:
+            self.proven = True
+
+    def secret_refused(self, sent: dict[str, str], status: int, error: AuthError | None, generation: int) -> bool:
+        """Whether a request sent with the secret of ``generation`` met a 401 that refused the secret itself
+        (the token server refused it, or a basic registry answered 401 to it), and that secret had worked
+        before — or its refusal is being renewed already, or a newer one is in place: worth a renewal and,
+        for a read, a second send."""
+        if status != 401 or self.basic is None:
+            return False
+        if not (self.proven or generation in self.reported or generation < self.generation):
+            return False
+        if error is not None:
+            return error.refused
+        return self.mode == "basic" and sent.get("Authorization", "").startswith("Basic ")
+
+    def note_refused(self, generation: int) -> None:
+        """The registry refused the secret of ``generation``: renew it once.  On the master the source is asked
+        again now; on a node the refusal waits in :attr:`refusals` for the result stream to report it."""
+        with self.renewed:
+            if generation < self.generation or generation in self.reported:
+                return
+            self.reported.add(generation)
+            self.proven = False  # refused now: the same value coming back renewed is not worth another renewal
+            if self.source is None:
+                self.refusals.append(generation)
+                return
+        try:
+            self.replace_secret(self.source.renew(refused=generation))
+        except DrtpError:
+            return  # the source's error was logged by it; the request's row names the refusal
+
+    def take_refusals(self) -> list[int]:
+        """The refusals not yet reported (each reported once)."""
+        with self.renewed:
+            out, self.refusals = self.refusals, []
+        return out
+
+    def wait_renewed(self, generation: int, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until a secret newer than ``generation`` is installed (on the master,
+        :meth:`note_refused` renewed it already, or could not)."""
+        with self.renewed:
+            if self.source is not None:
+                return self.generation > generation
+            return self.renewed.wait_for(lambda: self.generation > generation, timeout)
+
+    def refusal(self, detail: str = "") -> str:
+        """The error of a request whose last answer was a 401 to this registry's secret: the registry, where
+        the secret comes from (never the secret), and ``detail``."""
+        a = self.auth
+        who = f"registry {a.name} ({a.registry})" if a.name else f"registry {a.registry}"
+        text = f"{who} refused the credentials of user {a.username!r} from {a.source or 'the config'} (HTTP 401)"
+        return f"{text}; {detail}" if detail else text
+
     def _store(self, scope: str, params: dict[str, str], answer: tuple[str, float]) -> None:
         value, life_s = answer
         renew_at, expires_at = token_times(self.clock(), life_s)
@@ -229,7 +341,8 @@ class Authenticator:
         path = (realm.path or "/") + "?" + "&".join(filter(None, [realm.query, urlencode(query)]))
         https = realm.scheme == "https"
         conn = Connection(realm.scheme, realm.netloc, self.timeout, self.ssl if https else None)
-        headers = {"Authorization": self.basic} if self.basic else {}
+        basic = self.basic  # the secret this fetch proves or is refused with
+        headers = {"Authorization": basic} if basic else {}
         try:
             resp = conn.request("GET", path, None, headers, keep_body=True)
         except RequestError as e:
@@ -237,9 +350,11 @@ class Authenticator:
         finally:
             conn.close()
         body = resp.body
-        who = f"user {self.auth.username!r}" if self.basic else "anonymous (no username/password configured)"
+        who = f"user {self.auth.username!r}" if basic else "anonymous (no username/password configured)"
         if resp.status in (401, 403):
-            raise AuthError(f"token server {realm.netloc} refused {who}: HTTP {resp.status}")
+            # a 401 refuses the secret itself (worth a renewal); a 403 refuses what the user may do
+            refused = basic is not None and resp.status == 401
+            raise AuthError(f"token server {realm.netloc} refused {who}: HTTP {resp.status}", refused=refused)
         try:
             data = json.loads(body)
             token = data.get("token") or data["access_token"]
@@ -248,7 +363,16 @@ class Authenticator:
             raise AuthError(f"token server {realm.netloc} gave no token (HTTP {resp.status})") from None
         if not isinstance(token, str) or not token or not 0 < life_s < 1e7:
             raise AuthError(f"token server {realm.netloc} gave no usable token (HTTP {resp.status})")
+        if basic is not None and basic == self.basic:
+            self.proven = True
         return token, life_s
+
+
+def _basic(username: str | None, password: str | None) -> str | None:
+    """The ``Authorization: Basic`` value of a username and password (None without a username)."""
+    if not username:
+        return None
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
 
 
 def auth_for(registry: str, auths: list[RegistryAuth]) -> RegistryAuth | None:

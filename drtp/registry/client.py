@@ -65,6 +65,14 @@ class RegistryClient:
             auth = None  # credentials of another registry are never sent here
         self.session = Session([auth] if auth is not None else [], timeout)
 
+    def use_source(self, registry: str, source) -> None:
+        """Take this registry's secret from a master's credential source (renewed near its TTL and when
+        refused) — nothing when ``registry`` is another registry."""
+        if registry_base(registry) != self.base:
+            return
+        for auth in self.session.auth.values():
+            auth.use_source(source)
+
     def _url(self, repo: str, kind: str, ref: str) -> str:
         return f"{self.base}/v2/{repo}/{OBJECT_PATHS[kind]}/{ref}"
 

@@ -101,17 +101,47 @@ class Session:
         auth = self.auth.get((u.scheme, u.netloc))
         if auth is None:  # a registry without credentials, or a redirect target: nothing secret goes there
             return self._send(method, url, body, headers, keep_body)
-        sent = auth.header(u.path)
+        r, refused, generation = self._challenged(auth, method, url, body, headers, keep_body)
+        if not refused:
+            if r.status == 401 and auth.reported:  # the secret was refused during this run, renewed or not
+                r.error = auth.refusal(r.error)
+            return r
+        # the registry no longer takes a secret that worked before: renew it once (a node asks the master)
+        auth.note_refused(generation)
+        if method not in IDEMPOTENT:  # nothing written is sent twice
+            r.error = auth.refusal("the write was not sent again")
+            return r
+        if not auth.auth.renewable or not auth.wait_renewed(generation, self.timeout):
+            r.error = auth.refusal(f"no renewed secret (waited up to {self.timeout:g} s)")
+            return r
+        again, _, _ = self._challenged(auth, method, url, body, headers, keep_body)
+        again.attempts += r.attempts  # both sends are the trace request's
+        if again.status == 401:
+            again.error = auth.refusal("sent again with the renewed secret: refused too")
+        return again
+
+    def _challenged(
+        self, auth: Authenticator, method: str, url: str, body, headers: dict, keep_body: bool
+    ) -> tuple[Response, bool, int]:
+        """One request with the registry's credentials, once more after a 401 whose challenge gave new ones;
+        whether its last 401 refused the secret itself, and the secret's generation it was sent with."""
+        path = urlsplit(url).path
+        sent = auth.header(path)
+        generation = auth.generation
         r = self._send(method, url, body, {**headers, **sent}, keep_body)
-        if r.status == 401:
-            try:
-                again = auth.challenge(u.path, r.header("www-authenticate"), sent)
-            except AuthError as e:
-                r.error = str(e)
-                return r
-            if again:
-                r = self._send(method, url, body, {**headers, **auth.header(u.path)}, keep_body)
-        return r
+        if r.status != 401:
+            auth.answered(sent, r.status)
+            return r, False, generation
+        try:
+            again = auth.challenge(path, r.header("www-authenticate"), sent)
+        except AuthError as e:
+            r.error = str(e)
+            return r, auth.secret_refused(sent, r.status, e, generation), generation
+        if again:
+            sent = auth.header(path)
+            r = self._send(method, url, body, {**headers, **sent}, keep_body)
+            auth.answered(sent, r.status)
+        return r, auth.secret_refused(sent, r.status, None, generation), generation
 
     def _send(self, method: str, url: str, body, headers: dict, keep_body: bool) -> Response:
         """One request, sent once; a GET/HEAD that got no byte of an answer again if ``retries`` allows."""

@@ -13,6 +13,9 @@ nothing it would have to compute per request:
 * ``intervals`` — the frame's trace requests grouped by the interval of the run
   in which they ended (counts, bytes and a latency histogram per interval), for
   ``stats_history.csv``;
+* ``refused`` — registries whose secret (of the generation given) the registry
+  refused although it had worked before: the master renews it once and sends the
+  nodes the new one (a frame of its own, sent as soon as the node sees it);
 * ``model`` — in the stream's last frame only: the node's whole
   :class:`~drtp.replay.summary.ResultsModel`, which the master merges into the
   run's summary.  Histograms merge exactly, so the summary's percentiles are
@@ -110,6 +113,13 @@ class IntervalPart(msgspec.Struct, array_like=True, gc=False):
     latency: list  # LogHistogram.state() of the latencies of those that succeeded
 
 
+class Refusal(msgspec.Struct, array_like=True, gc=False):
+    """A registry refused the secret of ``generation`` that it took before (a node asks for a renewal)."""
+
+    registry: str  # base URL
+    generation: int
+
+
 class ResultFrame(msgspec.Struct, array_like=True, gc=False):
     rows: bytes = b""
     done: list[int] = []
@@ -117,6 +127,7 @@ class ResultFrame(msgspec.Struct, array_like=True, gc=False):
     feedback: list[ReplayResult] = []
     intervals: list[IntervalPart] = []
     model: dict | None = None
+    refused: list[Refusal] = []
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -201,6 +212,10 @@ class FrameBuilder:
                     stats.add_row(row)
         parts = [s.part(i) for i, s in intervals.items()]
         return pack(ResultFrame(csv_text(map(cells, rows)), done, failed, feedback, parts))
+
+    def refusals(self, refused: list[Refusal]) -> bytes:
+        """A frame that only reports refused secrets."""
+        return pack(ResultFrame(refused=refused))
 
     def last(self) -> bytes:
         """The stream's last frame: the node's whole model."""

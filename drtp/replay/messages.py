@@ -81,9 +81,28 @@ class RegistryAuth(msgspec.Struct, omit_defaults=True):
     password: str | None = None
     ca_pem: str | None = None  # the CA bundle's text (nodes need not share the master's files)
     insecure: bool = False  # https without certificate verification
+    # where the master got the secret, for messages ("credential_helper ecr-login") and the entry's id;
+    # renewable: the master asks for it again and sends it in a SecretUpdate (a refused one is worth waiting for)
+    source: str = ""
+    name: str = ""
+    renewable: bool = False
+    generation: int = 0  # which answer of the master's source the password is (SecretUpdate counts on)
 
     def __repr__(self) -> str:  # never show the password in a log or traceback
         return f"RegistryAuth({self.registry!r}, username={self.username!r})"
+
+
+class SecretUpdate(msgspec.Struct):
+    """A renewed secret for one registry of a run, sent by the master to each node (a signed, once-only call)."""
+
+    run: str
+    registry: str  # base URL of a registry whose credentials the run spec declared
+    generation: int  # newer than the one the node holds; an older or equal one is ignored
+    username: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"SecretUpdate({self.registry!r}, generation={self.generation})"
 
 
 class RunSpec(msgspec.Struct, omit_defaults=True):
@@ -151,4 +170,5 @@ def registry_base(entry: str) -> str:
 
 batch_decoder = msgspec.json.Decoder(Batch)
 spec_decoder = msgspec.json.Decoder(RunSpec)
+secret_decoder = msgspec.json.Decoder(SecretUpdate)
 result_decoder = msgspec.json.Decoder(ReplayResult)  # the stream also carries blank keep-alive lines
