@@ -35,6 +35,7 @@ from tests.cluster_support import (
     free_port_run,
     why_not,
 )
+from tests.credential_support import Helper
 from tests.realreg_support import Pki, write_htpasswd
 from tests.replay_support import TOKEN, make_trace
 
@@ -289,24 +290,30 @@ def test_cancelled_client_job_reported_and_results_kept(tmp_path, cluster, trace
 # -- registries: with credentials, on Slurm ---------------------------------------------------------
 
 # where each credentialed registry's password comes from (secret_keys): change a registry's source here
-SECRET_SOURCES = {"a": "env", "b": "file"}
+SECRET_SOURCES = {"a": "env", "b": "helper"}
+HELPER = "drtp-cluster-test"  # docker-credential-drtp-cluster-test: the tests' own helper, on the jobs' PATH
 USERS = {"a": ("ann", "ann-Secret-7f3a9c"), "b": ("bob", "bob-Secret-41d2e8")}
 PREFIXES = {"a": "alpha/", "b": "beta/team-"}
 
 
 def secret_keys(rid: str, folder: Path, env: dict[str, str]) -> dict:
-    """The entry keys that give registry ``rid`` its password from ``SECRET_SOURCES[rid]``: ``env`` (a ``${VAR}``,
-    the variable set in ``env``) or ``file`` (a password_file relative to the config's folder)."""
-    password = USERS[rid][1]
+    """The entry keys that give registry ``rid`` its credentials from ``SECRET_SOURCES[rid]``: ``env`` (a
+    ``${VAR}``, the variable set in ``env``), ``file`` (a password_file relative to the config's folder) or
+    ``helper`` (a Docker credential helper put on ``env``'s PATH, which the Slurm jobs inherit)."""
+    user, password = USERS[rid]
     source = SECRET_SOURCES[rid]
     if source == "env":
         var = f"REG_{rid.upper()}_PASSWORD"
         env[var] = password
-        return {"password": f"${{{var}}}"}
+        return {"username": user, "password": f"${{{var}}}"}
+    if source == "helper":
+        helper = Helper(folder / "helper-bin", HELPER, user, password)
+        env["PATH"] = f"{helper.dir}{os.pathsep}{env.get('PATH', os.defpath)}"
+        return {"credential_helper": HELPER}
     if source == "file":
         (folder / "secrets").mkdir(exist_ok=True)
         (folder / "secrets" / f"{rid}.pw").write_text(password + "\n")
-        return {"password_file": f"secrets/{rid}.pw"}
+        return {"username": user, "password_file": f"secrets/{rid}.pw"}
     raise ValueError(source)
 
 
@@ -325,7 +332,7 @@ def auth_registry(folder: Path, rid: str, pki: Pki, port: int | None = None) -> 
 def entry(rid: str, url: str, folder: Path, env: dict[str, str], pki: Pki) -> dict:
     """A registries: entry with its own user, prefix and secret source; the CA file relative to the config."""
     (folder / "ca.pem").write_bytes(pki.ca.read_bytes())
-    keys = {"id": rid, "url": url, "repository": PREFIXES[rid], "username": USERS[rid][0], "ca_file": "ca.pem"}
+    keys = {"id": rid, "url": url, "repository": PREFIXES[rid], "ca_file": "ca.pem"}
     return {**keys, **secret_keys(rid, folder, env)}
 
 
@@ -404,10 +411,13 @@ def test_registries_with_credentials_run_in_turn_and_resume(tmp_path, cluster, t
         assert main.repository.str.startswith(PREFIXES[rid]).all()
         assert json.loads((results / rid / "summary.json").read_text())["registry_id"] == rid
     assert a_objects >= 300 and b_objects >= 300
-    # the relative ca_file and password_file reached the jobs as absolute paths; no secret in any file drtp wrote
+    # the relative ca_file reached the jobs as an absolute path; no secret in any file drtp wrote
     copied = yaml.safe_load((exp / "config.yaml").read_text())["registries"]
     assert copied[0]["ca_file"] == str(tmp_path / "ca.pem") and copied[0]["password"] == "${REG_A_PASSWORD}"
-    assert copied[1]["password_file"] == str(tmp_path / "secrets" / "b.pw")
+    assert copied[1]["credential_helper"] == HELPER and "password" not in copied[1]
+    # the helper answered the master job (the server on stdin, only "get" in its argv), never with its secret in argv
+    calls = (tmp_path / "helper-bin" / f"{HELPER}.log").read_text().splitlines()
+    assert calls and set(calls) == {f"get 127.0.0.1:{port_b}"}, calls
     for folder in (exp, results):
         for f in folder.rglob("*"):
             if f.is_file():
