@@ -302,7 +302,7 @@ LOG_CASES: list[Case] = [
 
 # commands that read a config: what each case runs; the valid base config passes in all of them but deploy,
 # which gets past validation to the SSH connection (to a closed loopback port) and fails there
-CONFIG_COMMANDS = ("config", "run", "warmup", "experiment", "simulate", "slurm", "deploy")
+CONFIG_COMMANDS = ("config", "run", "warmup", "experiment", "simulate", "slurm", "clean", "deploy")
 TRACE_READERS = ("run", "warmup", "experiment", "simulate")  # the config commands that read the trace
 
 
@@ -339,6 +339,15 @@ def _key(id_: str, dotted: str, value: Any, commands: tuple[str, ...] = ()) -> C
     return Case(id_, _config(f"{id_}.yaml", _set(dotted, value)), key=dotted, commands=commands)
 
 
+def _entry(id_: str, key: str, **keys: Any) -> Case:
+    """A case: the base config's registries entry with ``keys`` added; the error must name ``key``."""
+
+    def change(cfg: dict) -> None:
+        cfg["registries"][0].update(keys)
+
+    return Case(id_, _config(f"{id_}.yaml", change), key=key)
+
+
 def _trace_is(name: str, kind: str) -> Callable[[Path, Any], Path]:
     """The base config whose trace is a directory (``kind`` dir) or a missing file, in the case folder."""
 
@@ -373,7 +382,8 @@ def _plugin(id_: str, args: dict, key: str = "simulate.args.capacity", name: str
 
 
 CONFIG_CASES: list[Case] = [
-    Case("valid", _config("valid.yaml", lambda cfg: None), valid=True, commands=CONFIG_COMMANDS[:-1]),
+    # clean: the valid config has no warmup map (nothing recorded to clean is refused); deploy: see above
+    Case("valid", _config("valid.yaml", lambda cfg: None), valid=True, commands=CONFIG_COMMANDS[:-2]),
     Case("alias_bomb", _config_text("alias_bomb.yaml", ALIAS_BOMB)),
     Case("yaml_deep_list", _config_text("deep_list.yaml", "[" * DEEP + "]" * DEEP)),
     Case("yaml_deep_map", _config_text("deep_map.yaml", "{a: " * DEEP + "1" + "}" * DEEP)),
@@ -414,6 +424,14 @@ CONFIG_CASES: list[Case] = [
     _key("node_bad_address", "client_info.client_list", ["not a host:port"]),
     _key("slurm_nodes_zero", "slurm.nodes", 0, commands=("config", "slurm")),
     _key("deploy_port_zero", "deploy.port", 0, commands=("config", "deploy")),
+    _entry("repository_map_unknown_field", "repository_map", repository_map="{prefix}{tenant}/{repo}"),
+    _entry("repository_map_no_repo", "repository_map", repository="ns/", repository_map="{prefix}{user}"),
+    _entry("repository_prefix_invalid", "repository", repository="Upper Case/"),
+    _entry("two_secret_sources", "password_file", username="u", password="p", password_file="pw.txt"),
+    _entry("credential_helper_path", "credential_helper", credential_helper="../../bin/sh"),
+    _entry("credential_ttl_without_helper", "credential_ttl", username="u", password="p", credential_ttl="1h"),
+    _entry("password_command_empty", "password_command", username="u", password_command=[]),
+    _entry("create_repository_no_name", "create_repository", create_repository=["aws", "ecr", "create-repository"]),
     Case("trace_directory", _trace_is("trace_dir.json", "dir"), commands=TRACE_READERS,
          extra_names=("trace_dir.json",)),
     Case("trace_missing", _trace_is("no_such_trace.json", "missing"), commands=TRACE_READERS,

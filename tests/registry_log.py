@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,22 +19,25 @@ class Logged:
     query: str = ""  # the query string, without '?' (a mount's mount= and from=)
 
 
-def logged_requests(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> list[Logged]:
-    """The requests logged after byte ``offset``, in log order.
+def log_entries(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> Iterator[dict]:
+    """The registry's JSON log lines after byte ``offset``, in log order.
 
     ``settle_s``: the registry writes its log line just after the answer went
     out, so a reader that has just seen the answer waits a moment first.
     """
     time.sleep(settle_s)
-    out = []
     with open(log_path, "rb") as f:
         f.seek(offset)
         for line in f:
-            if not line.startswith(b"{"):
-                continue
-            entry = json.loads(line)
-            if not str(entry.get("msg", "")).startswith("response completed"):
-                continue
+            if line.startswith(b"{"):
+                yield json.loads(line)
+
+
+def logged_requests(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> list[Logged]:
+    """The requests logged after byte ``offset``, in log order (see :func:`log_entries`)."""
+    out = []
+    for entry in log_entries(log_path, offset, settle_s):
+        if str(entry.get("msg", "")).startswith("response completed"):
             path, _, query = entry["http.request.uri"].partition("?")
             out.append(Logged(entry["http.request.method"], path, int(entry["http.response.status"]), query))
     return out
@@ -44,15 +48,8 @@ def refused_requests(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> 
 
     The registry does not log a "response completed" line for them, only an "error authorizing context" one.
     """
-    time.sleep(settle_s)
-    out = []
-    with open(log_path, "rb") as f:
-        f.seek(offset)
-        for line in f:
-            if not line.startswith(b"{"):
-                continue
-            entry = json.loads(line)
-            if str(entry.get("msg", "")).startswith("error authorizing context"):
-                uri = entry["http.request.uri"]
-                out.append(Logged(entry["http.request.method"], uri.split("?", 1)[0], 401))
-    return out
+    return [
+        Logged(entry["http.request.method"], entry["http.request.uri"].split("?", 1)[0], 401)
+        for entry in log_entries(log_path, offset, settle_s)
+        if str(entry.get("msg", "")).startswith("error authorizing context")
+    ]

@@ -37,6 +37,7 @@ from tests.cluster_support import (
 )
 from tests.credential_support import Helper
 from tests.realreg_support import Pki, write_htpasswd
+from tests.registry_log import logged_requests
 from tests.replay_support import TOKEN, make_trace
 
 DRTP = [sys.executable, "-m", "drtp.cli"]
@@ -338,14 +339,7 @@ def entry(rid: str, url: str, folder: Path, env: dict[str, str], pki: Pki) -> di
 
 def uris(log_path: Path, offset: int = 0) -> list[str]:
     """Every request target (with its query) the registry logged after ``offset``."""
-    time.sleep(0.3)
-    out = []
-    with open(log_path, "rb") as f:
-        f.seek(offset)
-        for line in f:
-            if line.startswith(b"{") and b"response completed" in line:
-                out.append(json.loads(line)["http.request.uri"])
-    return out
+    return [r.path + (f"?{r.query}" if r.query else "") for r in logged_requests(log_path, offset)]
 
 
 def check_prefix(log_path: Path, prefix: str, offset: int = 0, mounts: bool = False) -> int:

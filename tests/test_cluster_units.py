@@ -19,7 +19,7 @@ from drtp.cluster.runconfig import (
     run_config_data,
 )
 from drtp.cluster.submission import Experiment, find_experiment, raw_config, registry_lines
-from drtp.config import RegistryEntry, load_config
+from drtp.config import SECRET_SOURCES, load_config
 from drtp.errors import ConfigError, DrtpError
 
 CFG = {
@@ -181,11 +181,11 @@ def env(monkeypatch):
 
 
 def _schema_only(path: Path) -> Path:
-    """A copy of the config without the entry keys this drtp's schema does not know (commands, helpers): the
-    path handling works on the raw file and must not wait for them."""
+    """A copy of the config that loads: each entry keeps only its first secret source. ``ENTRIES``' b names
+    every kind of file and command an entry can hold, for the path handling, which works on the raw file."""
     data = yaml.safe_load(path.read_text())
     for entry in data["registries"]:
-        for key in [k for k in entry if k not in RegistryEntry.__struct_fields__]:
+        for key in [k for k in SECRET_SOURCES if k in entry][1:]:
             del entry[key]
     copy = path.with_name("schema-" + path.name)
     copy.write_text(yaml.safe_dump(data))

@@ -423,6 +423,8 @@ def _config_argv(command: str, config: Path, out: Path, env: Env) -> tuple[list,
         }
     if command == "slurm":  # render validates the config and submits nothing: no cluster needed
         return ["slurm", "render", "-c", config], {}
+    if command == "clean":  # a dry run: it deletes nothing, but reads the config (and its map) first
+        return ["clean", "-c", config], {"registry_log": env.registry.log_path}
     assert command == "deploy"
     return ["deploy", "-c", config, "--copy-only"], {}
 

@@ -229,11 +229,13 @@ def test_resume_appends_and_counts_what_the_interrupted_run_had_not_written(tmp_
     assert [int(r["requests"]) for r in rows] == [1, 1, 0, 0, 1, 1]
 
 
-def test_the_slurm_master_job_passes_the_progress_interval_to_warmup_and_run():
+def test_the_slurm_master_job_passes_the_progress_interval_to_warmup_run_and_experiment():
     script = slurm.render_master(Slurm(), "/scratch/e1", "drtp-e1", "4711")
     assert 'progress=(--progress-interval "${DRTP_PROGRESS_INTERVAL:-10}")' in script
-    assert re.search(r'\$DRTP_CMD warmup -c "\$cfg" "\$\{progress\[@\]\}"', script)
-    assert re.search(r'\$DRTP_CMD run -c "\$cfg" --out \S+ "\$\{progress\[@\]\}"', script)
+    assert re.search(r'\$DRTP_CMD warmup -c "\$DRTP_EXP/run-config.yaml" "\$\{progress\[@\]\}"', script)
+    assert re.search(r'\$DRTP_CMD run -c "\$DRTP_EXP/run-config.yaml" --out \S+ "\$\{progress\[@\]\}"', script)
+    experiment = slurm.render_master(Slurm(), "/scratch/e1", "drtp-e1", "4711", "experiment", resume=True)
+    assert re.search(r'\$DRTP_CMD experiment -c \S+ --out \S+ --resume "\$\{progress\[@\]\}"', experiment)
     assert "#SBATCH --output=/scratch/e1/logs/master-%j.out" in script and "#SBATCH --error" not in script
 
 
