@@ -142,7 +142,7 @@ class LoopRequests:
         except AuthError as e:
             r.error = str(e)
             return r, auth.secret_refused(sent, r.status, e, generation), generation
-        if again:
+        if again and not auth.replaced_under(method, sent, generation):
             sent = auth.header(path)
             r = await self._send(conn, method, target, {**headers, **sent} if headers else sent)
             auth.answered(sent, r.status)

@@ -16,13 +16,12 @@ import logging
 import threading
 
 from drtp.master.nodes import NodeLink
-from drtp.registry.credentials import CredentialError, CredentialSource, Secret
+from drtp.registry.credentials import RETRY_S, CredentialError, CredentialSource, Secret
 from drtp.replay.frames import Refusal
 from drtp.replay.messages import RegistryAuth, SecretUpdate, registry_base
 
 log = logging.getLogger(__name__)
 IDLE_S = 60.0  # the longest the thread sleeps without a due renewal or a refusal
-RETRY_S = 5.0  # after a failed renewal, the next try (the secret in hand is kept meanwhile)
 
 
 class SecretRenewal:
@@ -60,28 +59,51 @@ class SecretRenewal:
 
     def _loop(self) -> None:
         while not self.stopped:
-            with self.lock:
-                refusals, self.refusals = self.refusals, []
-            for r in refusals:
-                source = self.sources.get(registry_base(r.registry))
-                if source is not None:
-                    self._renew(source, r.generation)
-            for base, source in self.sources.items():
-                due = source.due_in
-                if due is not None and due <= 0:
-                    self._renew(source, None)
-                if source.secret.generation > self.sent[base]:
-                    self._push(base, source.secret)
-            dues = [d for d in (s.due_in for s in self.sources.values()) if d is not None]
-            wait = min([IDLE_S, *dues])
-            self.wake.wait(max(wait, 0.05) if wait > 0 else RETRY_S)
+            try:
+                wait = self._round()
+            except Exception:  # noqa: BLE001 - the run goes on; a renewal thread that died would stop renewals
+                log.exception("secret renewal: unexpected error (tried again in %g s)", RETRY_S)
+                wait = RETRY_S
+            self.wake.wait(wait)
             self.wake.clear()
 
-    def _renew(self, source: CredentialSource, refused: int | None) -> None:
+    def _round(self) -> float:
+        """Renew what was refused or is due and push what the nodes lack; seconds until the next round."""
+        with self.lock:
+            refusals, self.refusals = self.refusals, []
+        stale: set[str] = set()  # registries a node still used an older secret of: pushed again
+        retry: list[Refusal] = []
+        for r in refusals:
+            base = registry_base(r.registry)
+            source = self.sources.get(base)
+            if source is None:
+                continue
+            if source.secret.generation > r.generation:
+                stale.add(base)  # the node missed a push (or it crossed the refusal): send the secret again
+            elif not self._renew(source, r.generation):
+                retry.append(r)  # asked again in RETRY_S: the node's reads would wait in vain otherwise
+        for base, source in self.sources.items():
+            due = source.due_in
+            if due is not None and due <= 0:
+                self._renew(source, None)
+            if source.secret.generation > self.sent[base] or base in stale:
+                self._push(base, source.secret)
+        if retry:
+            with self.lock:
+                self.refusals[:0] = retry
+            return RETRY_S
+        dues = [d for d in (s.due_in for s in self.sources.values()) if d is not None]
+        wait = min([IDLE_S, *dues])
+        return max(wait, 0.05) if wait > 0 else RETRY_S
+
+    def _renew(self, source: CredentialSource, refused: int | None) -> bool:
+        """Whether the source answered (for a refusal: a secret newer than the refused one is in hand)."""
         try:
-            source.renew(refused=refused)
+            source.renew(refused=refused, due=refused is None)
         except CredentialError as e:
             log.warning("%s (the secret in hand is kept)", e)
+            return False
+        return True
 
     def _push(self, base: str, secret: Secret) -> None:
         update = SecretUpdate(self.run, base, secret.generation, secret.username or "", secret.password or "")

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import yaml
@@ -214,3 +215,101 @@ def test_a_helper_that_does_not_answer_is_killed_in_bounded_time(tmp_path, monke
     monkeypatch.setattr(credentials, "COMMAND_TIMEOUT_S", 0.5)
     with pytest.raises(ConfigError, match=r"credential_helper hangs: no answer within 0.5 s \(killed\)"):
         _source(tmp_path, credential_helper="hangs")
+
+
+def test_an_expired_secret_is_asked_for_once_by_many_threads_and_a_failure_waits_retry_s(tmp_path, monkeypatch):
+    """Every master request asks ``current()``: past the TTL, threads that meet it together cost one helper
+    call, and a failing helper is not run again by every request but once per ``RETRY_S``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from drtp.registry.credentials import RETRY_S
+
+    helper = Helper(tmp_path / "bin", "busy", "u", "first")
+    on_path(monkeypatch, helper.dir)
+    clock = FakeClock()
+    src = _source(tmp_path, clock, credential_helper="busy", credential_ttl=60)
+    helper.set("u", "second")
+    clock.now += 3600
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: src.current(), range(8)))
+    assert {s.password for s in got} == {"second"} and src.secret.generation == 1 and len(helper.calls) == 2
+    helper.fail("throttled")
+    clock.now += 3600
+    for _ in range(5):
+        assert src.current().password == "second"  # kept
+    assert len(helper.calls) == 3  # one failed try, not five
+    clock.now += RETRY_S + 0.1
+    src.current()
+    assert len(helper.calls) == 4
+
+
+def test_a_renewed_secret_never_makes_a_write_go_twice():
+    """A write sent with the secret of generation 0 that meets its 401 after generation 1 arrived is not sent
+    again by the challenge (a read is; a request that went without credentials gets the challenge's send)."""
+    from drtp.registry.auth import Authenticator
+    from drtp.replay.messages import RegistryAuth
+
+    auth = Authenticator(RegistryAuth("https://r.example", "u", "old", renewable=True))
+    sent = {"Authorization": auth.basic}
+    assert not auth.replaced_under("PUT", sent, 0)
+    auth.replace_secret(type("S", (), {"username": "u", "password": "new", "generation": 1})())
+    assert auth.replaced_under("PUT", sent, 0) and auth.replaced_under("POST", sent, 0)
+    assert not auth.replaced_under("GET", sent, 0) and not auth.replaced_under("PUT", {}, 0)
+    assert not auth.replaced_under("PUT", {"Authorization": auth.basic}, 1)
+
+
+def test_a_read_waits_once_for_a_renewal_that_does_not_come():
+    """On a node, the reads refused with one generation wait for its renewal; once a wait ran out, later reads
+    refused with that generation fail at once instead of each waiting the whole timeout."""
+    from drtp.registry.auth import Authenticator
+    from drtp.replay.messages import RegistryAuth
+
+    auth = Authenticator(RegistryAuth("https://r.example", "u", "old", renewable=True))
+    assert not auth.wait_renewed(0, 0.2)
+    second: list[bool] = []
+    waiter = threading.Thread(target=lambda: second.append(auth.wait_renewed(0, 1e6)), daemon=True)
+    waiter.start()
+    waiter.join(60)  # a hang check: without the fix this read would wait a million seconds
+    assert second == [False]
+    auth.replace_secret(type("S", (), {"username": "u", "password": "new", "generation": 1})())
+    assert auth.wait_renewed(0, 30.0)
+
+
+class _Link:
+    """A node link that records the secret updates sent to it (the renewal thread's only use of a node)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.dead, self.fail, self.updates = False, fail, []
+
+    def send_secret(self, update) -> None:
+        if self.fail:
+            self.fail = False  # the first push is lost
+            return
+        self.updates.append(update.generation)
+
+
+def test_the_renewal_thread_pushes_again_to_a_node_that_missed_a_secret_and_retries_a_failed_renewal(
+    tmp_path, monkeypatch
+):
+    from drtp.master.renewal import SecretRenewal
+    from drtp.replay.frames import Refusal
+
+    helper = Helper(tmp_path / "bin", "retry", "u", "s0")
+    on_path(monkeypatch, helper.dir)
+    cfg = _config(tmp_path, credential_helper="retry")
+    src = CredentialSource(cfg.registries[0], cfg)
+    link = _Link(fail=True)
+    renewal = SecretRenewal([src], config_auth(cfg, [src]), {"n": link}, "run-1")
+    renewal.refused([Refusal(URL, 0)])
+    renewal._round()  # renewed to generation 1, pushed: the push is lost
+    assert src.secret.generation == 1 and link.updates == []
+    renewal.refused([Refusal(URL, 0)])  # the node still refuses with generation 0: it gets generation 1 again
+    renewal._round()
+    assert link.updates == [1] and src.secret.generation == 1 and len(helper.calls) == 2
+    helper.fail("down")
+    renewal.refused([Refusal(URL, 1)])
+    assert renewal._round() > 0 and renewal.refusals == [Refusal(URL, 1)]  # kept for the next round
+    helper.set("u", "s2")
+    (helper.dir / "retry.fail").unlink()
+    renewal._round()
+    assert src.secret.generation == 2 and link.updates == [1, 2] and renewal.refusals == []

@@ -167,6 +167,7 @@ class Authenticator:
         self.generation = auth.generation if auth is not None else 0
         self.proven = False
         self.reported: set[int] = set()  # generations whose refusal was handled
+        self.waited_out: set[int] = set()  # generations whose renewal a read waited for in vain
         self.refusals: list[int] = []
         self.source: CredentialSource | None = None  # on the master: renew from it directly
         self.renewed = threading.Condition()  # notified when a newer secret is installed
@@ -267,6 +268,12 @@ class Authenticator:
             return error.refused
         return self.mode == "basic" and sent.get("Authorization", "").startswith("Basic ")
 
+    def replaced_under(self, method: str, sent: dict[str, str], generation: int) -> bool:
+        """Whether a write sent with the secret of ``generation`` met its 401 after a renewed secret replaced
+        that one: sending it again would send a write twice (the challenge's own second send, of a request
+        that went without credentials, is not that)."""
+        return method not in ("GET", "HEAD") and bool(sent) and self.generation != generation
+
     def note_refused(self, generation: int) -> None:
         """The registry refused the secret of ``generation``: renew it once.  On the master the source is asked
         again now; on a node the refusal waits in :attr:`refusals` for the result stream to report it."""
@@ -295,7 +302,12 @@ class Authenticator:
         with self.renewed:
             if self.source is not None:
                 return self.generation > generation
-            return self.renewed.wait_for(lambda: self.generation > generation, timeout)
+            if generation in self.waited_out:  # no renewal came in time once: the next reads do not wait again
+                return self.generation > generation
+            if not self.renewed.wait_for(lambda: self.generation > generation, timeout):
+                self.waited_out.add(generation)
+                return False
+            return True
 
     def refusal(self, detail: str = "") -> str:
         """The error of a request whose last answer was a 401 to this registry's secret: the registry, where

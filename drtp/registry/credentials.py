@@ -41,6 +41,7 @@ from drtp.units import parse_duration
 
 log = logging.getLogger(__name__)
 
+RETRY_S = 5.0  # after a failed renewal, the next try (the secret in hand is kept meanwhile)
 COMMAND_TIMEOUT_S = 30.0  # a helper or command that has not answered by then is killed and reported
 STDERR_SHOWN = 300  # characters of a failing helper's stderr in its error line
 # credential_ttl when the entry gives none: ECR passwords live 12 h, GCR access tokens 1 h
@@ -108,6 +109,7 @@ class CredentialSource:
             self.ttl_s = DEFAULT_TTL_S.get(entry.credential_helper)
         self.lock = threading.Lock()
         self.renewals = 0  # answers after the first
+        self.retry_at = 0.0  # after a failed renewal for the TTL, not asked again before this (clock seconds)
         self.secret = self._ask(0, ConfigError)
         self.obtained_at = clock()
 
@@ -116,26 +118,35 @@ class CredentialSource:
         """Seconds until the secret is to be asked for again (None: it never expires)."""
         if not self.renewable or self.ttl_s is None:
             return None
-        return self.obtained_at + renew_after(self.ttl_s) - self.clock()
+        return max(self.obtained_at + renew_after(self.ttl_s), self.retry_at) - self.clock()
 
     def current(self) -> Secret:
         """The secret, asked for again first when its TTL is nearly over (a failed renewal keeps the old one)."""
         due = self.due_in
         if due is not None and due <= 0:
             try:
-                return self.renew()
+                return self.renew(due=True)
             except CredentialError as e:
                 log.warning("%s (the secret in hand is kept)", e)
         return self.secret
 
-    def renew(self, refused: int | None = None) -> Secret:
+    def renew(self, refused: int | None = None, due: bool = False) -> Secret:
         """Ask the helper or command again; with ``refused`` (the generation a registry refused), only when
-        no newer answer came since, so several refusals of one secret cost one renewal.  A source that
-        cannot be asked again (a literal password, a file) returns what it has.  Raises CredentialError."""
+        no newer answer came since, so several refusals of one secret cost one renewal; with ``due`` (the TTL
+        ran out), only when no other thread renewed it meanwhile, and not again before ``RETRY_S`` after a
+        failure.  A source that cannot be asked again (a literal password, a file) returns what it has.
+        Raises CredentialError."""
         with self.lock:
             if not self.renewable or (refused is not None and self.secret.generation > refused):
                 return self.secret
-            secret = self._ask(self.secret.generation + 1, CredentialError)
+            if due and (self.due_in or 0.0) > 0:
+                return self.secret
+            try:
+                secret = self._ask(self.secret.generation + 1, CredentialError)
+            except CredentialError:
+                if refused is None:
+                    self.retry_at = self.clock() + RETRY_S
+                raise
             self.secret, self.obtained_at = secret, self.clock()
             self.renewals += 1
             log.info("%s: secret renewed from %s (generation %d)", self.where, self.describe, secret.generation)

@@ -137,7 +137,7 @@ class Session:
         except AuthError as e:
             r.error = str(e)
             return r, auth.secret_refused(sent, r.status, e, generation), generation
-        if again:
+        if again and not auth.replaced_under(method, sent, generation):
             sent = auth.header(path)
             r = self._send(method, url, body, {**headers, **sent}, keep_body)
             auth.answered(sent, r.status)
