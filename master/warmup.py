@@ -135,7 +135,7 @@ def load_map(path: Path) -> Iterator[dict]:
                 entry = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(entry, dict) and {"repository", "kind", "reference", "digest"} <= entry.keys():
+            if isinstance(entry, dict) and {"registry", "repository", "kind", "reference", "digest"} <= entry.keys():
                 yield entry
 
 

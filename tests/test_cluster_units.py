@@ -254,6 +254,23 @@ def test_cluster_config_checked_like_drtp_experiment(tmp_path, env):
     path.write_text(yaml.safe_dump(spread))
     with pytest.raises(ConfigError, match=r"registries\[a\]\.repository: one run spread over 2 registries"):
         check_run_config(load_config(path))
+    # names mapped without a prefix are an entry's own names too: refused here, as the master would
+    for entry in spread["registries"]:
+        entry.pop("repository", None)
+    spread["registries"][1]["repository_map"] = "flatten"
+    path.write_text(yaml.safe_dump(spread))
+    with pytest.raises(ConfigError, match=r"registries\[b\]\.repository_map: one run spread over 2 registries"):
+        check_run_config(load_config(path))
+
+
+def test_status_of_a_folder_that_is_no_slurm_experiment_is_one_line(tmp_path, capsys):
+    """A drtp experiment's output folder holds an experiment.json too (the registries' statuses): it is not
+    taken for an experiment folder of older drtp versions, whose job bookkeeping had that name."""
+    (tmp_path / "experiment.json").write_text(json.dumps({"a": {"ok": True, "exit_code": 0}}))
+    for action in ("status", "wait", "cancel"):
+        assert main(["slurm", action, "--exp", str(tmp_path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "not an experiment folder" in err, err
 
 
 def test_submit_refuses_a_bad_registries_config_before_any_folder_or_job(tmp_path, env, monkeypatch, capsys):

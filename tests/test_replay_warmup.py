@@ -61,3 +61,15 @@ def test_warmup_pushes_what_is_read_and_resumes(tmp_path):
         resumed = run_warmup(cfg, quiet=True)
         assert resumed.blobs_pushed + resumed.blobs_mounted + resumed.manifests == len(lines) - keep
         assert len(list(load_map(map_path))) == len(lines)
+
+
+def test_a_map_line_without_its_registry_is_not_an_entry(tmp_path):
+    """Every reader of a warmup map (the run's planner, a resumed warmup, drtp clean) needs the registry an
+    object was pushed to: a line without it is left out like a torn one, never a KeyError later."""
+    from drtp.master.warmup import load_map
+
+    whole = {"registry": "127.0.0.1:5000", "repository": "a/b", "kind": "blob", "reference": "x", "digest": "d"}
+    path = tmp_path / "map.jsonl"
+    partial = {k: v for k, v in whole.items() if k != "registry"}
+    path.write_text(json.dumps(partial) + "\n" + json.dumps(whole) + "\n")
+    assert list(load_map(path)) == [whole]

@@ -143,11 +143,13 @@ def check_run_config(cfg: Config, raw: dict | None = None) -> str:
     run_cfg.require("registry")
     # every entry's credentials, those of addresses this run does not use too
     config_auth(config_from_dict(data, source=cfg.source, base_dir=cfg.base_dir))
-    prefixed = [e.id for e in run_cfg.registries if e.repository]
-    if len(run_cfg.registry) > 1 and prefixed:
+    named = next((e for e in run_cfg.registries if e.repository or e.repository_map != "prefix"), None)
+    if len(run_cfg.registry) > 1 and named is not None:
+        key = "repository" if named.repository else "repository_map"
         raise ConfigError(
-            f"{cfg.source}: registries[{prefixed[0]}].repository: one run spread over {len(run_cfg.registry)} "
-            "registries uses no prefix; give only 'registries:' (one run per entry) or set slurm.each_registry"
+            f"{cfg.source}: registries[{named.id}].{key}: one run spread over {len(run_cfg.registry)} "
+            "registries keeps no entry's names; give only 'registries:' (one run per entry) or set "
+            "slurm.each_registry"
         )
     return mode
 

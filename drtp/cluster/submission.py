@@ -81,6 +81,8 @@ class Experiment:
         if not self.state_path.exists() and (self.dir / LEGACY_STATE).exists():
             self.state_path = self.dir / LEGACY_STATE
         self.state: dict = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        if not isinstance(self.state, dict) or "jobs" not in self.state:
+            self.state = {}  # not a Slurm experiment's state (e.g. the registries' statuses of drtp experiment)
 
     # -- state --------------------------------------------------------------------------------
 

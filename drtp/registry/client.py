@@ -178,7 +178,9 @@ class RegistryClient:
         the registry does not know the repository."""
         url: str | None = f"{self.base}/v2/{repo}/tags/list?n={page}"
         tags: list[str] = []
-        while url:
+        asked: set[str] = set()
+        while url and url not in asked:  # a next-page link back to a page already read ends the list
+            asked.add(url)
             r = self.session.request("GET", url, keep_body=True)
             if r.status == 404:
                 return tags
