@@ -54,6 +54,9 @@ from drtp.registry.repo_names import RepositoryMap
 from drtp.trace.reader import TraceReader
 from drtp.trace.records import Mount
 
+# the map's kind of the minimal config blob a warmup wrote into a repository: a blob, but no layer of a warmed
+# manifest and no object of the trace (the run's planner learns only kind "blob"); drtp clean deletes it
+CONFIG_KIND = "config"
 DEFAULT_BLOB_SIZE = 1024  # a blob only ever HEADed: the trace has no size for it
 MANIFEST_LAYERS = 3
 
@@ -144,6 +147,7 @@ class WarmupStats:
     blobs_pushed: int = 0
     blobs_mounted: int = 0
     configs_pushed: int = 0  # the minimal config blob, into repositories that lacked it
+    configs_recorded: int = 0  # map lines of the minimal config blob (one per repository it is in; drtp clean)
     manifests: int = 0
     already: int = 0
     failed: int = 0
@@ -198,7 +202,7 @@ class Warmup:
             self.done[(e["registry"], e["repository"], e["kind"], e["reference"])] = e
 
     def _exists(self, e: dict) -> bool:
-        kind = "blob" if e["kind"] == "blob" else "manifest"
+        kind = "manifest" if e["kind"] == "manifest" else "blob"
         return self._client(e["registry"]).exists(kind, e["repository"], e["digest"])
 
     # -- work items ---------------------------------------------------------------------------
@@ -257,7 +261,7 @@ class Warmup:
         with self.writing.hold((registry, repo, CONFIG_DIGEST)):
             pushed = self._client(registry).push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)
         how = "config pushed" if pushed else "config found"
-        return [self._entry(registry, repo, "blob", CONFIG_DIGEST, CONFIG_DIGEST, len(CONFIG_BLOB), how)]
+        return [self._entry(registry, repo, CONFIG_KIND, CONFIG_DIGEST, CONFIG_DIGEST, len(CONFIG_BLOB), how)]
 
     def _manifest(self, registry: str, repo: str, tag: str, size: int, layers: list[tuple[str, int]]) -> list[dict]:
         """Push one warmed manifest; its config blob is in the repository already (:meth:`_config`)."""
@@ -359,9 +363,14 @@ class Warmup:
                 continue
             for e in entries:
                 how = e.pop("how", "")
-                if how.startswith("config"):  # bookkeeping of this warmup, not a line of the map
+                if how.startswith("config"):
                     self.configs.add((e["registry"], e["repository"]))
                     self.stats.configs_pushed += how == "config pushed"
+                    key = (e["registry"], e["repository"], CONFIG_KIND, e["reference"])
+                    if key not in self.done:  # one line per repository, for drtp clean
+                        out.write(json.dumps(e) + "\n")
+                        self.done[key] = e
+                        self.stats.configs_recorded += 1
                     continue
                 out.write(json.dumps(e) + "\n")
                 self.done[(e["registry"], e["repository"], e["kind"], e["reference"])] = e

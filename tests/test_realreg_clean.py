@@ -399,3 +399,17 @@ def test_rows_name_the_config_blob_a_node_pushed_and_the_one_a_manifest_names():
         ("manifest", "team/app", manifest, "v2"),
         ("blob", "team/app", CONFIG_DIGEST, ""),
     ]
+
+
+def test_the_config_blob_warmup_put_where_only_the_run_pushes_is_cleaned_from_the_map(tmp_path):
+    """A repository the trace only pushes to holds nothing of the warmup's but the minimal config blob its
+    manifest PUTs will name: the map records it, so a clean of the warmup alone (no run given) removes it."""
+    records = [traced(0, "PUT", "v2/team/solo/manifests/v1", 201, 600, client="c2")]
+    trace = write_json(tmp_path / "trace.json", records)
+    with LocalRegistry(tmp_path / "r") as reg:
+        cfg = write_config(tmp_path, trace, [reg.host], ["127.0.0.1:1"])
+        assert run_warmup(cfg, quiet=True).configs_recorded == 1
+        assert layer_links(reg) == {("team/solo", CONFIG_DIGEST)}
+        done = clean(tmp_path / "config.yaml", "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert layer_links(reg) == set()

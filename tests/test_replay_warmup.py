@@ -7,7 +7,7 @@ import json
 import pytest
 import requests
 
-from drtp.master.warmup import load_map, run_warmup
+from drtp.master.warmup import CONFIG_KIND, load_map, run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import ACCEPT, SCHEMA2
 from drtp.trace.reader import TraceReader
@@ -23,9 +23,14 @@ def test_warmup_pushes_what_is_read_and_resumes(tmp_path):
         cfg = write_config(tmp_path, trace, [reg.host], ["127.0.0.1:1"])
         first = run_warmup(cfg, quiet=True)
         map_path = cfg.path(cfg.warmup.output)
-        entries = list(load_map(map_path))
+        lines_of = list(load_map(map_path))
+        entries = [e for e in lines_of if e["kind"] != CONFIG_KIND]  # the trace's objects
         assert first.blobs_pushed > 0 and first.manifests > 0 and first.failed == 0
         assert len(entries) == first.blobs_pushed + first.blobs_mounted + first.manifests
+        # the minimal config blob: one line per repository it was written into (what drtp clean deletes)
+        configs = [e for e in lines_of if e["kind"] == CONFIG_KIND]
+        assert len(configs) == first.configs_recorded == first.configs_pushed > 0
+        assert len({(e["registry"], e["repository"]) for e in configs}) == len(configs)
 
         # every manifest the trace reads with success before any push of it is a real schema-2 manifest
         warmed = {(e["repository"], e["reference"]): e for e in entries if e["kind"] == "manifest"}
@@ -59,7 +64,8 @@ def test_warmup_pushes_what_is_read_and_resumes(tmp_path):
         keep = len(lines) // 2
         map_path.write_text("\n".join(lines[:keep]) + '\n{"registry": "127.0')
         resumed = run_warmup(cfg, quiet=True)
-        assert resumed.blobs_pushed + resumed.blobs_mounted + resumed.manifests == len(lines) - keep
+        redone = resumed.blobs_pushed + resumed.blobs_mounted + resumed.manifests + resumed.configs_recorded
+        assert redone == len(lines) - keep
         assert len(list(load_map(map_path))) == len(lines)
 
 
