@@ -35,7 +35,7 @@ from pathlib import Path
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
-from drtp.master.experiment import registry_config
+from drtp.master.experiment import registry_config, run_name
 from drtp.master.plan import registry_for
 from drtp.master.warmup import load_map
 from drtp.registry.auth import auth_for, config_auth
@@ -118,7 +118,15 @@ def warmup_maps(cfg: Config, chosen: Iterable[str]) -> dict[Path, set[str]]:
     """Each warmup map the config names → the registries (base URLs) that write into it."""
     maps: dict[Path, set[str]] = defaultdict(set)
     plain = {registry_base(r) for r in cfg.registry}
+    # slurm.each_registry: the master job replayed each address as an experiment entry of its own
+    each: dict[str, RegistryEntry] = {}
+    if cfg.slurm is not None and cfg.slurm.each_registry and len(cfg.registry) >= 2:
+        for i, r in enumerate(cfg.registry, 1):
+            each[registry_base(r)] = RegistryEntry(run_name(i, r), registry_base(r))
     for base in chosen:
+        if base in each:
+            maps[cfg.path(registry_config(cfg, each[base]).warmup.output)].add(base)
+            continue
         if base in plain:
             maps[cfg.path(cfg.warmup.output)].add(base)
         for e in cfg.registries:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import shutil
 import sys
 import time
@@ -34,6 +35,12 @@ from drtp.outputs import prepare_output_dir
 from drtp.registry.auth import config_auth
 from drtp.replay.failure_budget import FailureBudget
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
+
+
+def run_name(i: int, registry: str) -> str:
+    """The id of the ``i``-th address of a ``registry:`` list replayed as an entry of its own
+    (``slurm.each_registry``): ``<i>-<address>`` with everything but letters, digits and dots made ``_``."""
+    return f"{i}-" + re.sub(r"[^A-Za-z0-9.]+", "_", registry.split("//")[-1]).strip("_")
 
 
 def registry_config(cfg: Config, entry: RegistryEntry) -> Config:

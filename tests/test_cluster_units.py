@@ -359,3 +359,25 @@ def test_deploy_refuses_a_bad_registries_config_before_connecting(tmp_path, env,
     assert main(["deploy", "-c", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "registries[b].password_file: secrets/b.pw: no such file" in err
+
+
+def test_clean_finds_the_warmup_maps_of_each_registrys_runs(tmp_path):
+    """With slurm.each_registry the master replays each address as an entry of its own, whose warmup map is
+    named after it: drtp clean looks for exactly the maps those entries wrote."""
+    from drtp.config import config_from_dict
+    from drtp.master.clean import warmup_maps
+    from drtp.master.experiment import registry_config
+    from drtp.replay.messages import registry_base
+
+    data = {
+        "registry": ["127.0.0.1:5001", "127.0.0.1:5002"],
+        "warmup": {"output": str(tmp_path / "map.jsonl")},
+        "slurm": {"each_registry": True},
+    }
+    cfg = config_from_dict(data, base_dir=str(tmp_path))
+    replayed = config_from_dict(run_config_data(data, True), base_dir=str(tmp_path))
+    written = {
+        cfg.path(registry_config(replayed, e).warmup.output): {registry_base(e.url)} for e in replayed.registries
+    }
+    assert warmup_maps(cfg, [registry_base(r) for r in cfg.registry]) == written
+    assert sorted(p.name for p in written) == ["map-1-127.0.0.1_5001.jsonl", "map-2-127.0.0.1_5002.jsonl"]

@@ -18,7 +18,6 @@ those are made absolute or copied.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,11 +37,6 @@ SECRET_SOURCE_KEYS = ("credential_helper", "password_command")
 STAND_IN = "obtained-where-the-master-runs"
 
 
-def run_name(i: int, registry: str) -> str:
-    """``<i>-<address>`` with everything but letters, digits and dots made ``_``: a folder name."""
-    return f"{i}-" + re.sub(r"[^A-Za-z0-9.]+", "_", registry.split("//")[-1]).strip("_")
-
-
 def _entries_by_url(data: dict) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for entry in data.get("registries") or []:
@@ -60,6 +54,8 @@ def run_config_data(data: dict, each_registry: bool) -> dict:
         return data
     by_url = _entries_by_url(data)
     if each_registry and len(registry) >= 2:
+        from drtp.master.experiment import run_name
+
         entries = []
         for i, reg in enumerate(registry, 1):
             url = registry_base(reg)
