@@ -218,6 +218,18 @@ def test_entry_files_made_absolute_for_the_jobs(tmp_path, env):
     assert "pw-of-ann" not in yaml.safe_dump(data)
 
 
+def test_set_options_are_laid_over_before_paths_are_made_absolute(tmp_path, env):
+    """``--set`` keys reach the jobs' copy of the config, and a relative path among them is relative to the
+    config's folder there too (not to the experiment folder the jobs read the copy from)."""
+    from drtp.config_overrides import parse_set
+
+    path = _entries_config(tmp_path)
+    sets = [parse_set("trace.location=traces2"), parse_set("client_info.threads=3")]
+    data = raw_config(path, sets)
+    assert data["trace"]["location"] == str(tmp_path.resolve() / "traces2")
+    assert data["client_info"]["threads"] == 3
+
+
 def test_run_config_of_registries_each_registry_and_one_run():
     # registries: only → drtp experiment over them, unchanged
     data = {"registries": ENTRIES}

@@ -32,8 +32,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.name is not None and "/" in args.name:
             raise DrtpError(f"--name {args.name!r}: a name, not a path")
         cfg = effective_config_from_args(args).config
-        exp = Experiment.create(Path(args.config), cfg, args.name)
-        carry_set_options(exp.dir / "config.yaml", args.overrides)
+        exp = Experiment.create(Path(args.config), cfg, args.name, args.overrides)
     exp.submit(cfg, resume=bool(args.resume))
     jobs = exp.state["jobs"]
     print(f"experiment {exp.name} in {exp.dir}" + (" (resumed)" if args.resume else ""))

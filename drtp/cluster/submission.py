@@ -41,6 +41,7 @@ from drtp.cluster.runconfig import (
     run_config_data,
 )
 from drtp.config import Config, load_config
+from drtp.config_overrides import apply_overrides
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import worst
 from drtp.yamlfile import read_yaml_mapping
@@ -52,9 +53,11 @@ LEGACY_STATE = "experiment.json"  # the state file's name before drtp experiment
 PATH_KEYS = (("trace", "location"), ("warmup", "output"), ("results",), ("slurm", "workdir"))
 
 
-def raw_config(path: Path) -> dict:
-    """The config file as written (``${VAR}`` unexpanded, so secrets stay out), paths made absolute."""
+def raw_config(path: Path, overrides: list | tuple = ()) -> dict:
+    """The config file as written (``${VAR}`` unexpanded, so secrets stay out) with the ``--set`` keys laid over
+    it, paths made absolute (a relative one given by ``--set`` is relative to the config's folder too)."""
     data = read_yaml_mapping(path)
+    data = apply_overrides(data, list(overrides)) if overrides else data
     base = path.resolve().parent
     for keys in PATH_KEYS:
         holder = data
@@ -101,18 +104,21 @@ class Experiment:
     # -- submit ---------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, config_path: Path, cfg: Config, name: str | None = None) -> Experiment:
+    def create(
+        cls, config_path: Path, cfg: Config, name: str | None = None, overrides: list | tuple = ()
+    ) -> Experiment:
         s = cfg.require("slurm")
         if s.nodes < 1 or s.tasks_per_node < 1:
             raise ConfigError(f"{config_path}: slurm.nodes and slurm.tasks_per_node must be ≥ 1")
-        check_run_config(cfg, read_yaml_mapping(config_path))
+        raw = read_yaml_mapping(config_path)
+        check_run_config(cfg, apply_overrides(raw, list(overrides)) if overrides else raw)
         name = name or "exp-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         exp_dir = cfg.path(s.workdir).resolve() / name
         if exp_dir.exists():
             raise DrtpError(f"experiment folder {exp_dir} exists already (choose another --name)")
         (exp_dir / "logs").mkdir(parents=True)
         (exp_dir / "nodes").mkdir()
-        (exp_dir / "config.yaml").write_text(yaml.safe_dump(raw_config(config_path), sort_keys=False))
+        (exp_dir / "config.yaml").write_text(yaml.safe_dump(raw_config(config_path, overrides), sort_keys=False))
         exp = cls(exp_dir)
         exp.state = {
             "name": name,
