@@ -47,6 +47,7 @@ from drtp.registry.credentials import CredentialSource, describe
 from drtp.registry.transport import Connection, RequestError
 from drtp.replay.messages import RegistryAuth, registry_base
 
+IDEMPOTENT = frozenset(("GET", "HEAD"))  # the only methods that may be sent again (``retries``, a renewal)
 _PARAM = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 DEFAULT_TOKEN_LIFE_S = 60.0  # a token response without expires_in lives this long (the Docker token spec)
 RENEW_BEFORE_S = 30.0  # renew a token this long before it expires (at most half its life) ...
@@ -272,7 +273,7 @@ class Authenticator:
         """Whether a write sent with the secret of ``generation`` met its 401 after a renewed secret replaced
         that one: sending it again would send a write twice (the challenge's own second send, of a request
         that went without credentials, is not that)."""
-        return method not in ("GET", "HEAD") and bool(sent) and self.generation != generation
+        return method not in IDEMPOTENT and bool(sent) and self.generation != generation
 
     def note_refused(self, generation: int) -> None:
         """The registry refused the secret of ``generation``: renew it once.  On the master the source is asked

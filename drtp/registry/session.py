@@ -28,11 +28,10 @@ from __future__ import annotations
 import threading
 from urllib.parse import urljoin, urlsplit
 
-from drtp.registry.auth import Authenticator, AuthError
+from drtp.registry.auth import IDEMPOTENT, Authenticator, AuthError
 from drtp.registry.transport import Connection, RequestError, Response, send_again
 from drtp.replay.messages import RegistryAuth, registry_base
 
-IDEMPOTENT = frozenset(("GET", "HEAD"))  # the only methods that may be sent again (``retries``)
 REDIRECTS = frozenset((301, 302, 303, 307, 308))
 MAX_REDIRECTS = 3
 
