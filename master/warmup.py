@@ -20,8 +20,9 @@ once (drtp.registry.keyed_lock says why): a manifest PUT that checked a blob whi
 push rewrote it would be refused as naming an unknown blob.  Every object done
 is appended at once to the warmup map (``warmup.output``, JSON lines:
 registry, repository, kind, reference, digest, size), so an interrupted warmup resumes where it stopped
-and a finished one does nothing the second time.  The config blob is not in the map: each
-warmup checks it is in those repositories (a HEAD each) and pushes it where it is missing.
+and a finished one does nothing the second time.  Each warmup checks the config blob is in those
+repositories (a HEAD each) and pushes it where it is missing; the map has one line of kind
+``config`` per repository it is in (for ``drtp clean``; the run's planner learns only blobs).
 """
 
 from __future__ import annotations
