@@ -84,6 +84,19 @@ class ClientInfo(_Section):
     on_time_ms: Annotated[float, msgspec.Meta(ge=0, le=WEEK_S * 1000)] = 10.0
     # how nodes execute: "auto" = one event loop in stress mode, the thread pool as-is (finer timed waits)
     engine: Literal["auto", "loop", "threads"] = "auto"
+    # How many requests of one trace client run at once (drtp.replay.client_profiles): "trace" (None: the default)
+    # overlaps them as they overlapped in the trace and orders the rest; N runs up to N at once in trace
+    # order; "unlimited" lets any ``threads`` run at once (the original player's behaviour).
+    client_concurrency: Literal["trace", "unlimited"] | Threads | None = None
+    # how each trace client behaves: connections, idle timeout, parallel downloads/uploads, user agent
+    profile: Literal["drtp", "docker", "containerd", "skopeo", "crane"] = "drtp"
+    idle_timeout: Timeout | None = None  # seconds a kept connection may idle (None: the profile's)
+    user_agent: str | None = None  # "trace": each request's own from the trace; other text: sent as is
+    # open-loop: requests start at this many per second whatever the answers (None: closed loop or as is)
+    rate: Annotated[float, msgspec.Meta(gt=0, le=1e6)] | None = None
+    arrivals: Literal["constant", "poisson"] = "constant"  # how rate-mode starts are spaced
+    seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None  # poisson arrivals: reproducible
+    slo: str | None = None  # objectives a run must hold, e.g. "p99<200ms,failed<1%" (drtp.replay.slo)
 
 
 class Limit(_Section):

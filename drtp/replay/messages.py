@@ -71,6 +71,12 @@ class ReplayRequest(msgspec.Struct, gc=False, omit_defaults=True):
     mount: str | None = None
     mount_from: str | None = None
     config: Layer | None = None  # manifest-put: the image's config blob (None: the minimal config blob)
+    # the request's span in the trace, seconds after the trace's first request (its arrival, and arrival +
+    # duration): requests of one trace client that overlapped there may overlap in the replay
+    trace_start: float | None = None
+    trace_end: float | None = None
+    upload: str | None = None  # the trace's id of the upload this POST/PATCH/PUT belongs to, when it has one
+    user_agent: str | None = None  # the trace's user agent, sent when the run replays it (user_agent: trace)
 
 
 class RegistryAuth(msgspec.Struct, omit_defaults=True):
@@ -105,6 +111,22 @@ class SecretUpdate(msgspec.Struct):
         return f"SecretUpdate({self.registry!r}, generation={self.generation})"
 
 
+class ClientModel(msgspec.Struct, omit_defaults=True):
+    """How each trace client behaves on a node (drtp.replay.client_profiles makes it from the config)."""
+
+    # requests of one trace client at once: TRACE_ORDER (as they overlapped in the trace), UNLIMITED, or N
+    concurrency: int = 0
+    downloads: int = 0  # blob GETs of one trace client at once (0: no cap of their own)
+    uploads: int = 0  # blob uploads of one trace client at once (0: no cap of their own)
+    connections: int = 0  # keep-alive connections per registry host kept per trace client (0: one per slot)
+    idle_timeout_s: float = 0.0  # a kept connection idle this long is closed before reuse (0: never)
+    user_agent: str = ""  # sent with every request ("": drtp's own)
+
+
+TRACE_ORDER = 0  # ClientModel.concurrency: overlap as in the trace, order the rest
+UNLIMITED = -1  # ClientModel.concurrency: no per-client order (up to ``threads`` at once)
+
+
 class RunSpec(msgspec.Struct, omit_defaults=True):
     """Sent once per run to each node: how to execute the batches that follow."""
 
@@ -124,6 +146,7 @@ class RunSpec(msgspec.Struct, omit_defaults=True):
     timed: bool = False
     on_time_s: float = 0.0
     stats_interval_s: float = 1.0
+    client: ClientModel = msgspec.field(default_factory=ClientModel)  # per trace client: order, connections, agent
 
 
 class Batch(msgspec.Struct):
