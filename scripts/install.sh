@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 
-# the registry under test, a real client for captures, wrk for benchmarks, and a real Slurm + sshd for
+# the registry under test, real clients for captures (skopeo, containerd + ctr), wrk for benchmarks, and a real
+# Slurm + sshd for
 # the cluster tests (started on loopback by the tests themselves)
-APT_PACKAGES="docker-registry skopeo wrk slurmctld slurmd slurm-client munge openssh-server openssh-sftp-server"
+APT_PACKAGES="docker-registry skopeo containerd wrk slurmctld slurmd slurm-client munge openssh-server openssh-sftp-server"
 missing=""
 for pkg in $APT_PACKAGES; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
