@@ -7,8 +7,7 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 
 # the registry under test, real clients for captures (skopeo, containerd + ctr), wrk for benchmarks, and a real
-# Slurm + sshd for
-# the cluster tests (started on loopback by the tests themselves)
+# Slurm + sshd for the cluster tests (started on loopback by the tests themselves)
 APT_PACKAGES="docker-registry skopeo containerd wrk slurmctld slurmd slurm-client munge openssh-server openssh-sftp-server"
 missing=""
 for pkg in $APT_PACKAGES; do
