@@ -53,3 +53,23 @@ def refused_requests(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> 
         for entry in log_entries(log_path, offset, settle_s)
         if str(entry.get("msg", "")).startswith("error authorizing context")
     ]
+
+
+def connections(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> dict[str, int]:
+    """The client connections the registry served after byte ``offset``: remote ``host:port`` -> requests
+    answered on it (a client's connection keeps its port, a new connection gets a new one)."""
+    served: dict[str, int] = {}
+    for entry in log_entries(log_path, offset, settle_s):
+        if str(entry.get("msg", "")).startswith("response completed"):
+            remote = str(entry.get("http.request.remoteaddr", ""))
+            served[remote] = served.get(remote, 0) + 1
+    return served
+
+
+def user_agents(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> list[str]:
+    """The User-Agent of each request the registry answered after byte ``offset``, in log order."""
+    return [
+        str(entry.get("http.request.useragent", ""))
+        for entry in log_entries(log_path, offset, settle_s)
+        if str(entry.get("msg", "")).startswith("response completed")
+    ]
