@@ -23,8 +23,8 @@ from drtp.config_overrides import Override, apply_overrides, env_overrides, orig
 from drtp.errors import ConfigError
 from drtp.registry.names import base_url_error, host_port_error
 from drtp.replay.failure_budget import parse_max_failed
-from drtp.replay.slo import parse_slo
 from drtp.replay.signing import token_error
+from drtp.replay.slo import parse_slo
 from drtp.schema import convert
 from drtp.yamlfile import read_yaml
 

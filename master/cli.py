@@ -188,6 +188,42 @@ def cmd_experiment(args: argparse.Namespace, cfg=None) -> int:
     return worst(s["exit_code"] for s in status.values())
 
 
+def cmd_ramp(args: argparse.Namespace) -> int:
+    import datetime as _dt
+
+    from drtp.exit_codes import ExitCode
+    from drtp.master.ramp import RampPlan, run_ramp
+
+    apply_progress_options(args)
+    rate_overrides(args)
+    cfg = config_from_args(args)
+    if cfg.registries and not cfg.registry:
+        raise DrtpError(f"{args.config}: has a 'registries:' list: a ramp runs against one registry ('registry:')")
+    if cfg.client_info.engine == "loop":
+        raise DrtpError(f"{cfg.source}: key 'client_info.engine': a ramp runs in rate mode, which needs 'threads'")
+    if args.to is not None and args.to < args.start:
+        raise DrtpError(f"--to {args.to:g}: below --from {args.start:g}")
+    wanted = objectives(args, cfg)
+    if not wanted:
+        raise DrtpError("--slo: missing: a ramp needs the objectives a step must hold (or client_info.slo)")
+    apply_token_file(args, cfg)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else cfg.path(cfg.results) / f"ramp-{stamp}"
+    plan = RampPlan(args.start, args.step, args.to, args.step_duration)
+    slo_text = ",".join(o.text for o in wanted)
+    ramp = run_ramp(cfg, out, plan, wanted, slo_text, quiet=args.quiet, stats_interval_s=args.stats_interval)
+    knee = ramp["knee_rps"]
+    if not args.quiet:
+        print(
+            f"knee: {'none' if knee is None else f'{knee:g} requests/s'} ({slo_text}); results in {out}/ (ramp.json, "
+            "ramp.png, a run directory per step)"
+        )
+    if knee is None:
+        say(f"no step held the objectives {slo_text}: the first, at {args.start:g}/s, broke them")
+        return ExitCode.TOO_MANY_FAILED
+    return ExitCode.OK
+
+
 def add_stats_interval_option(p: argparse.ArgumentParser) -> None:
     """``--stats-interval`` of the commands that replay (run, experiment)."""
     p.add_argument(
@@ -308,6 +344,37 @@ def register(sub) -> None:
     add_stats_interval_option(p)
     add_progress_options(p)
     p.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser(
+        "ramp",
+        help="open-loop steps of rising rate until the registry breaks its objectives (the knee)",
+        description="Rate-mode runs at --from, --from + --step, ... requests per second, --step-duration seconds "
+        "each (the trace continues from step to step, from its start again at its end), until a step breaks the "
+        "--slo objectives or the step at --to; writes ramp.json (each step; knee_rps, the highest rate that held) "
+        "and ramp.png into --out, and each step's run directory. A ramp from a few nodes may find a per-source-"
+        "address limit of a hosted registry, not its capacity; a trace with pushes changes the registry between "
+        "steps. Run 'drtp warmup' first. Exit codes: 0 the ramp ran (knee_rps says where it broke); 1 not even "
+        "the first step held; 2 bad input; 3 a step could not run or finish; 130 interrupted.",
+    )
+    add_config_options(p)
+    p.add_argument("--out", help="ramp directory (default: <results>/ramp-<date>-<time>)")
+    p.add_argument("--from", dest="start", type=positive_float, required=True, metavar="R0",
+                   help="rate of the first step (requests/s)")  # fmt: skip
+    p.add_argument("--step", type=positive_float, required=True, metavar="DR", help="rate added at each step")
+    p.add_argument("--to", type=positive_float, metavar="RMAX", help="rate of the last step (default: until broken)")
+    p.add_argument("--step-duration", type=positive_duration, required=True, metavar="SECONDS",
+                   help="seconds of requests per step (rate × this many requests)")  # fmt: skip
+    p.add_argument("--slo", metavar="EXPR", help=SLO_HELP.replace("for exit 0", "at each step"))
+    p.add_argument(
+        "--arrivals",
+        choices=("constant", "poisson"),
+        help="starts 1/R apart (constant) or independent (poisson); default: client_info.arrivals",
+    )
+    p.add_argument("--seed", type=non_negative_int, help="poisson arrivals: the random seed")
+    p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
+    add_stats_interval_option(p)
+    add_progress_options(p)
+    p.set_defaults(func=cmd_ramp)
 
     p = sub.add_parser(
         "bench",
