@@ -35,6 +35,9 @@ STALL_S = 1.0
 SLACK_S = 0.02  # clocks of master, nodes and proxy: one machine, each mapped to wall time on its own
 BUCKET_RPS = 30.0  # the token bucket's rate: the ramp's knee must be at or just below it
 RAMP_STEP = 10.0
+# the ramp's objective: at 10 requests/s over the bucket's rate a quarter is throttled; at or under it only
+# a burst of requests started late together (a loaded test machine) beyond the bucket's 5 tokens is
+THROTTLED_SLO = 0.10
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +106,12 @@ def test_rate_run_carries_a_stall_in_the_latency_of_the_requests_meant_to_start_
 
 
 def test_ramp_against_a_token_bucket_finds_the_knee_at_or_just_below_its_rate(tmp_path, warmed, nodes):
-    bucket = TokenBucket(rate=BUCKET_RPS, burst=3)
+    bucket = TokenBucket(rate=BUCKET_RPS, burst=5)
     out = tmp_path / "ramp"
     with FaultProxy(warmed[0].host, bucket) as proxy:
         setup(tmp_path, warmed, nodes, proxy)
         args = ["--from", "10", "--step", f"{RAMP_STEP:g}", "--to", "60", "--step-duration", "2"]
-        proc = drtp(tmp_path, "ramp", "--out", str(out), *args, "--slo", "throttled<5%", "-q")
+        proc = drtp(tmp_path, "ramp", "--out", str(out), *args, "--slo", f"throttled<{THROTTLED_SLO:.0%}", "-q")
         assert proxy.errors == []
         replayed = [f for f in proxy.forwarded if is_replayed(f.method, f.path)]
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -120,9 +123,9 @@ def test_ramp_against_a_token_bucket_finds_the_knee_at_or_just_below_its_rate(tm
     # steps at 10, 20, … up to the first that broke, which is the one after the knee, throttled by the bucket
     assert [s["rate"] for s in steps] == [10.0 + RAMP_STEP * i for i in range(len(steps))]
     assert [s["held"] for s in steps] == [True] * (len(steps) - 1) + [False]
-    assert steps[-1]["rate"] == knee + RAMP_STEP and steps[-1]["throttled"] >= 0.05
+    assert steps[-1]["rate"] == knee + RAMP_STEP and steps[-1]["throttled"] >= THROTTLED_SLO
     assert steps[-1]["failed_statuses"]["429"] == round(steps[-1]["throttled"] * steps[-1]["requests"])
-    assert all(s["throttled"] < 0.05 for s in steps[:-1])
+    assert all(s["throttled"] < THROTTLED_SLO for s in steps[:-1])
     # each step's requests are its duration's worth at its rate, and every one reached the registry
     assert [s["requests"] for s in steps] == [round(2 * s["rate"]) for s in steps]
     assert len(replayed) == sum(s["requests"] for s in steps)
