@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from drtp.analysis.run_data import load_run
 from drtp.exit_codes import ExitCode
 from drtp.master.arrivals import intended_starts
 from drtp.master.statuses import with_failed_statuses
@@ -130,6 +131,11 @@ def test_offered_and_achieved_rates_of_real_runs(real_runs):
     late = asis["lateness_s"]["p99"] > asis["on_time_s"]
     slow = asis["achieved_rps"] < 0.95 * asis["offered_rps"]
     assert (asis["behind"] is not None) == (late or slow)
+    # the notebook frames have them too, on the whole run's row
+    frame = load_run(real_runs.as_is).summary
+    assert frame.loc[frame["slice"] == "all", ["offered_rps", "achieved_rps"]].values.tolist() == [
+        [asis["offered_rps"], asis["achieved_rps"]]
+    ]
     # a closed loop offers no rate of its own: only the achieved one
     assert "offered_rps" not in stress and "behind" not in stress and stress["achieved_rps"] > 0
 
