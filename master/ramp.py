@@ -35,7 +35,7 @@ import msgspec
 from drtp.config import Config
 from drtp.errors import DrtpError
 from drtp.master.plan import with_names
-from drtp.master.results_dir import write_failed
+from drtp.master.results_dir import remove_if_empty, write_failed
 from drtp.master.run import Replay
 from drtp.master.statuses import with_failed_statuses
 from drtp.master.verdict import judge
@@ -143,9 +143,14 @@ def run_ramp(
     stats_interval_s: float = DEFAULT_INTERVAL_S,
 ) -> dict:
     """Run the ramp's steps into ``out``; returns ramp.json's content."""
-    prepare_output_dir(out, "--out")
+    made = prepare_output_dir(out, "--out")
     trace = TraceLoop(cfg)
-    trace.check()
+    try:
+        trace.check()
+    except DrtpError:
+        if made:
+            remove_if_empty(out)  # no empty ramp directory for a ramp that never started
+        raise
     ramp: dict = {
         "slo": slo_text,
         "latency": "response_s",
@@ -182,7 +187,11 @@ def run_ramp(
                 break
         ramp["complete"] = True
     finally:
-        _write(out, ramp)
+        if not ramp["steps"] and not ramp["complete"]:
+            if made:
+                remove_if_empty(out)  # the first step never ran (its preflight failed…): nothing to keep
+        else:
+            _write(out, ramp)
         if ramp["steps"]:
             from drtp.analysis.plotting import save
             from drtp.analysis.ramp_figures import fig_ramp
