@@ -138,3 +138,17 @@ def test_ramp_against_a_token_bucket_finds_the_knee_at_or_just_below_its_rate(tm
         assert got == [ids[(position + i) % len(ids)] for i in range(s["requests"])]
         position += s["requests"]
     assert ramp["trace_laps"] == 1 + (position - 1) // len(ids)
+
+
+def test_ramp_whose_first_step_breaks_has_no_knee_and_exits_1(tmp_path, warmed, nodes):
+    out = tmp_path / "ramp"
+    with FaultProxy(warmed[0].host, TokenBucket(rate=BUCKET_RPS, burst=5)) as proxy:
+        setup(tmp_path, warmed, nodes, proxy)
+        args = ["--from", f"{2 * BUCKET_RPS:g}", "--step", "10", "--step-duration", "1"]
+        proc = drtp(tmp_path, "ramp", "--out", str(out), *args, "--slo", "throttled<10%", "-q")
+    ramp = json.loads((out / "ramp.json").read_text())
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert ramp["knee_rps"] is None and ramp["complete"] and len(ramp["steps"]) == 1
+    assert not ramp["steps"][0]["held"] and ramp["steps"][0]["throttled"] >= 0.10
+    lines = [x for x in proc.stderr.splitlines() if "no step held" in x]
+    assert len(lines) == 1 and "throttled<10%" in lines[0]
