@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from drtp.master.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
@@ -152,3 +153,22 @@ def test_ramp_whose_first_step_breaks_has_no_knee_and_exits_1(tmp_path, warmed, 
     assert not ramp["steps"][0]["held"] and ramp["steps"][0]["throttled"] >= 0.10
     lines = [x for x in proc.stderr.splitlines() if "no step held" in x]
     assert len(lines) == 1 and "throttled<10%" in lines[0]
+
+
+def test_experiment_judges_each_registrys_run_by_the_objectives(tmp_path, warmed, nodes):
+    reg, trace, _ = warmed
+    write_config(tmp_path, trace, [], [n.address for n in nodes], threads=32)
+    path = tmp_path / "config.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.pop("registry")
+    data["registries"] = [{"id": "local", "url": reg.url, "insecure": True}]
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "exp"
+    # a microsecond p50 no registry meets; no 429 from a registry that does not throttle
+    proc = drtp(tmp_path, "experiment", "--out", str(out), "--rate", "100", "--slo", "p50<0.001ms,throttled<1%", "-q")
+    status = json.loads((out / "experiment.json").read_text())["local"]
+    summary = json.loads((out / "local" / "summary.json").read_text())
+    assert summary["mode"] == "rate" and summary["offered_rps"] == pytest.approx(100, rel=0.01)
+    assert status["ok"] and status["exit_code"] == 1 and proc.returncode == 1, proc.stderr[-2000:]
+    assert status["objectives"] == {"p50<0.001ms": False, "throttled<1%": True}
+    assert "objective p50<0.001ms broken" in proc.stderr and "throttled<1%" not in proc.stderr
