@@ -52,7 +52,8 @@ MS_COLUMNS = {
 CATEGORIES = ("method", "kind", "outcome", "node")
 SLICES = {"all": None, "method": "per_method", "node": "per_node"}  # summary.json: where each slice's numbers are
 COUNT_KEYS = ("requests", "succeeded", "failed", "lost", "bytes")
-RATE_KEYS = ("duration_s", "throughput_rps", "status_matched", "on_time_ratio")
+# offered_rps and achieved_rps (requests started per second: intended, actual) are the whole run's: "all" only
+RATE_KEYS = ("duration_s", "throughput_rps", "status_matched", "on_time_ratio", "offered_rps", "achieved_rps")
 DISTRIBUTIONS = {"latency_s": "latency", "response_s": "response", "lateness_s": "lateness"}
 STATISTICS = ("p50", "p90", "p99", "max", "mean")
 

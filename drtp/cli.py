@@ -40,7 +40,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "drtp.analysis.cost",  # cost
     CONFIG_COMMAND,  # config
     "drtp.master.demo",  # demo
-    "drtp.master.cli",  # warmup, run, experiment, bench
+    "drtp.master.cli",  # warmup, run, experiment, ramp, bench
     "drtp.master.clean",  # clean
     "drtp.client.cli",  # client
     "drtp.cluster.cli",  # slurm, deploy
@@ -61,7 +61,7 @@ class CommandGroup(msgspec.Struct, frozen=True):
 COMMAND_GROUPS: tuple[CommandGroup, ...] = (
     CommandGroup(
         "replay against a registry",
-        ("demo", "config", "warmup", "run", "experiment", "client", "clean"),
+        ("demo", "config", "warmup", "run", "experiment", "ramp", "client", "clean"),
         "drtp warmup -c config.yaml && drtp run -c config.yaml --set client_info.threads=32",
     ),
     CommandGroup(

@@ -47,6 +47,11 @@ def positive_int(text: str) -> int:
     return _integer(text, 1)
 
 
+def non_negative_int(text: str) -> int:
+    """An integer ≥ 0 (random seeds)."""
+    return _integer(text, 0)
+
+
 def positive_float(text: str) -> float:
     """A finite number > 0 (months, seconds between polls…)."""
     try:

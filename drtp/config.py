@@ -24,6 +24,7 @@ from drtp.errors import ConfigError
 from drtp.registry.names import base_url_error, host_port_error
 from drtp.replay.failure_budget import parse_max_failed
 from drtp.replay.signing import token_error
+from drtp.replay.slo import parse_slo
 from drtp.schema import convert
 from drtp.yamlfile import read_yaml
 
@@ -348,10 +349,20 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
             f"{source}: key 'client_info.engine': loop replays as fast as possible; as-is (wait: true) "
             "needs 'threads' or 'auto'"
         )
+    if cfg.client_info.engine == "loop" and cfg.client_info.rate is not None:
+        raise ConfigError(
+            f"{source}: key 'client_info.engine': loop replays as fast as possible; rate mode (client_info.rate) "
+            "needs 'threads' or 'auto'"
+        )
     try:
         parse_max_failed(cfg.client_info.max_failed)
     except ValueError as e:
         raise ConfigError(f"{source}: key 'client_info.max_failed': {e}") from None
+    if cfg.client_info.slo is not None:
+        try:
+            parse_slo(cfg.client_info.slo)
+        except ValueError as e:
+            raise ConfigError(f"{source}: key 'client_info.slo': {e}") from None
     if cfg.client_info.token is not None and (why := token_error(cfg.client_info.token)):
         raise ConfigError(f"{source}: key 'client_info.token': {why}")
     _check_combinations(cfg, source)

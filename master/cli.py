@@ -16,7 +16,9 @@ from drtp.cli_options import (
     add_progress_options,
     apply_progress_options,
     config_from_args,
+    non_negative_int,
     positive_duration,
+    positive_float,
     positive_int,
     positive_size,
     sizes,
@@ -26,8 +28,9 @@ from drtp.outputs import check_output_file, prepare_output_dir
 from drtp.replay.failure_budget import FailureBudget, parse_max_failed
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 the run completed and its failed trace requests are within --max-failed; 1 completed with more "
-    "failed (requests lost with a dead client node count as failed); 2 bad input (config, option, trace); 3 could "
+    "Exit codes: 0 the run completed, its failed trace requests are within --max-failed and it held every --slo "
+    "objective; 1 completed with more failed (requests lost with a dead client node count as failed) or an "
+    "objective broken; 2 bad input (config, option, trace); 3 could "
     "not run or could not finish (preflight, client nodes, results directory); 130 interrupted."
 )
 MAX_FAILED_HELP = (
@@ -46,6 +49,54 @@ def failure_budget(args: argparse.Namespace, cfg) -> FailureBudget:
         return parse_max_failed(value)
     except ValueError as e:
         raise DrtpError(f"{where}: {e}") from None
+
+
+SLO_HELP = (
+    "objectives the run must hold for exit 0, e.g. 'p99<200ms,failed<1%%,GET blob:p50<50ms' (STAT<VALUE joined by "
+    "commas; STAT p50, p90, p99, mean in ms or s, failed or throttled (429s) in %%; optionally 'METHOD kind:' "
+    "first); latency from each request's intended start in rate mode; default: client_info.slo"
+)
+RATE_HELP = (
+    "open loop: start R requests per second whatever the registry answers (the trace's requests in order, its "
+    "timestamps ignored; latency counted from each intended start, response_s); default: client_info.rate"
+)
+
+
+def objectives(args: argparse.Namespace, cfg) -> list:
+    """--slo when given, else client_info.slo (None: no objectives); a bad one is a one-line error naming which."""
+    from drtp.replay.slo import parse_slo
+
+    if getattr(args, "slo", None) is not None:
+        text, where = args.slo, "--slo"
+    elif cfg.client_info.slo is not None:
+        text, where = cfg.client_info.slo, f"{cfg.source}: key 'client_info.slo'"
+    else:
+        return []
+    try:
+        return parse_slo(text)
+    except ValueError as e:
+        raise DrtpError(f"{where}: {e}") from None
+
+
+def rate_overrides(args: argparse.Namespace) -> None:
+    """--rate, --arrivals and --seed as config keys set on the command line (checked as the config's are)."""
+    from drtp.config_overrides import Override
+
+    for option, key in (("rate", "rate"), ("arrivals", "arrivals"), ("seed", "seed")):
+        value = getattr(args, option, None)
+        if value is not None:
+            args.overrides.append(Override(f"client_info.{key}", value, f"--{option}"))
+
+
+def add_rate_options(p: argparse.ArgumentParser) -> None:
+    """``--rate``, ``--arrivals``, ``--seed`` of the commands that replay."""
+    p.add_argument("--rate", type=positive_float, metavar="R", help=RATE_HELP)
+    p.add_argument(
+        "--arrivals",
+        choices=("constant", "poisson"),
+        help="rate mode: starts 1/R apart (constant) or independent (poisson); default: client_info.arrivals",
+    )
+    p.add_argument("--seed", type=non_negative_int, help="poisson arrivals: the random seed (a run offered again)")
 
 
 TOKEN_FILE_HELP = "file holding the shared secret of the client nodes (overrides client_info.token and $DRTP_TOKEN)"
@@ -96,37 +147,81 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from drtp.master.run import run_replay
+    from drtp.master.run import default_out, run_replay
+    from drtp.master.statuses import judged_summary
     from drtp.master.verdict import judge
 
     apply_progress_options(args)
+    rate_overrides(args)
     cfg = config_from_args(args)
     if args.resume and not args.out:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted run")
     if cfg.registries and not cfg.registry:  # a registry list: one experiment, warmup + run per registry
-        return cmd_experiment(args)
+        return cmd_experiment(args, cfg)
     apply_token_file(args, cfg)
     budget = failure_budget(args, cfg)
-    out = Path(args.out) if args.out else None
+    wanted = objectives(args, cfg)
+    out = Path(args.out) if args.out else default_out(cfg)
     summary = run_replay(cfg, out, resume=args.resume, stats_interval_s=args.stats_interval)
-    verdict = judge(summary, budget)
+    verdict = judge(judged_summary(summary, out, wanted), budget, wanted)
     say(verdict.message)
     return verdict.code
 
 
-def cmd_experiment(args: argparse.Namespace) -> int:
+def cmd_experiment(args: argparse.Namespace, cfg=None) -> int:
     from drtp.exit_codes import worst
     from drtp.master.experiment import run_experiment
 
     apply_progress_options(args)
-    cfg = config_from_args(args)
+    if cfg is None:
+        rate_overrides(args)
+        cfg = config_from_args(args)
     if args.resume and not args.out:
         raise DrtpError("--resume needs --out DIR: the directory of the interrupted experiment")
     apply_token_file(args, cfg)
     budget = failure_budget(args, cfg)
+    wanted = objectives(args, cfg)
     out = Path(args.out) if args.out else None
-    status = run_experiment(cfg, out, resume=args.resume, budget=budget, stats_interval_s=args.stats_interval)
+    status = run_experiment(
+        cfg, out, resume=args.resume, budget=budget, stats_interval_s=args.stats_interval, objectives=wanted
+    )
     return worst(s["exit_code"] for s in status.values())
+
+
+def cmd_ramp(args: argparse.Namespace) -> int:
+    import datetime as _dt
+
+    from drtp.exit_codes import ExitCode
+    from drtp.master.ramp import RampPlan, run_ramp
+
+    apply_progress_options(args)
+    rate_overrides(args)
+    cfg = config_from_args(args)
+    if cfg.registries and not cfg.registry:
+        raise DrtpError(f"{args.config}: has a 'registries:' list: a ramp runs against one registry ('registry:')")
+    if cfg.client_info.engine == "loop":
+        raise DrtpError(f"{cfg.source}: key 'client_info.engine': a ramp runs in rate mode, which needs 'threads'")
+    if args.to is not None and args.to < args.start:
+        raise DrtpError(f"--to {args.to:g}: below --from {args.start:g}")
+    wanted = objectives(args, cfg)
+    if not wanted:
+        raise DrtpError("--slo: missing: a ramp needs the objectives a step must hold (or client_info.slo)")
+    apply_token_file(args, cfg)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else cfg.path(cfg.results) / f"ramp-{stamp}"
+    plan = RampPlan(args.start, args.step, args.to, args.step_duration)
+    slo_text = ",".join(o.text for o in wanted)
+    ramp = run_ramp(cfg, out, plan, wanted, slo_text, quiet=args.quiet, stats_interval_s=args.stats_interval)
+    knee = ramp["knee_rps"]
+    if not args.quiet:
+        print(
+            f"knee: {'none' if knee is None else f'{knee:g} requests/s'} ({slo_text}); results in {out}/ (ramp.json, "
+            "ramp.png, a run directory per step)"
+        )
+    if knee is None:
+        say(f"no step held the objectives {slo_text}: the first, at {args.start:g}/s, broke them")
+        return ExitCode.TOO_MANY_FAILED
+    return ExitCode.OK
 
 
 def add_stats_interval_option(p: argparse.ArgumentParser) -> None:
@@ -225,6 +320,8 @@ def register(sub) -> None:
         "--resume", action="store_true", help="continue the interrupted run in --out DIR; completed requests are kept"
     )
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP)
+    p.add_argument("--slo", metavar="EXPR", help=SLO_HELP)
+    add_rate_options(p)
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     add_stats_interval_option(p)
     add_progress_options(p)
@@ -241,10 +338,43 @@ def register(sub) -> None:
     p.add_argument("--out", help="experiment directory (default: <results>/experiment-<date>-<time>)")
     p.add_argument("--resume", action="store_true", help="skip registries done in --out DIR, resume the others")
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP + ", for each registry's run")
+    p.add_argument("--slo", metavar="EXPR", help=SLO_HELP + "; for each registry's run")
+    add_rate_options(p)
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     add_stats_interval_option(p)
     add_progress_options(p)
     p.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser(
+        "ramp",
+        help="open-loop steps of rising rate until the registry breaks its objectives (the knee)",
+        description="Rate-mode runs at --from, --from + --step, ... requests per second, --step-duration seconds "
+        "each (the trace continues from step to step, from its start again at its end), until a step breaks the "
+        "--slo objectives or the step at --to; writes ramp.json (each step; knee_rps, the highest rate that held) "
+        "and ramp.png into --out, and each step's run directory. A ramp from a few nodes may find a per-source-"
+        "address limit of a hosted registry, not its capacity; a trace with pushes changes the registry between "
+        "steps. Run 'drtp warmup' first. Exit codes: 0 the ramp ran (knee_rps says where it broke); 1 not even "
+        "the first step held; 2 bad input; 3 a step could not run or finish; 130 interrupted.",
+    )
+    add_config_options(p)
+    p.add_argument("--out", help="ramp directory (default: <results>/ramp-<date>-<time>)")
+    p.add_argument("--from", dest="start", type=positive_float, required=True, metavar="R0",
+                   help="rate of the first step (requests/s)")  # fmt: skip
+    p.add_argument("--step", type=positive_float, required=True, metavar="DR", help="rate added at each step")
+    p.add_argument("--to", type=positive_float, metavar="RMAX", help="rate of the last step (default: until broken)")
+    p.add_argument("--step-duration", type=positive_duration, required=True, metavar="SECONDS",
+                   help="seconds of requests per step (rate × this many requests)")  # fmt: skip
+    p.add_argument("--slo", metavar="EXPR", help=SLO_HELP.replace("for exit 0", "at each step"))
+    p.add_argument(
+        "--arrivals",
+        choices=("constant", "poisson"),
+        help="starts 1/R apart (constant) or independent (poisson); default: client_info.arrivals",
+    )
+    p.add_argument("--seed", type=non_negative_int, help="poisson arrivals: the random seed")
+    p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
+    add_stats_interval_option(p)
+    add_progress_options(p)
+    p.set_defaults(func=cmd_ramp)
 
     p = sub.add_parser(
         "bench",

@@ -29,11 +29,13 @@ from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
 from drtp.master.results_dir import write_failed
 from drtp.master.run import run_replay
+from drtp.master.statuses import judged_summary
 from drtp.master.verdict import judge
 from drtp.master.warmup import run_warmup
 from drtp.outputs import prepare_output_dir
 from drtp.registry.auth import config_auth
 from drtp.replay.failure_budget import FailureBudget
+from drtp.replay.slo import Objective
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 
 
@@ -80,9 +82,14 @@ def run_experiment(
     resume: bool = False,
     budget: FailureBudget | None = None,
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
+    objectives: list[Objective] | None = None,
 ) -> dict:
-    """Each registry's warmup and run in turn; returns experiment.json's content (every entry has ``exit_code``)."""
+    """Each registry's warmup and run in turn; returns experiment.json's content (every entry has ``exit_code``).
+
+    ``objectives`` (``--slo``) are judged on each registry's run, as ``max_failed`` is.
+    """
     budget = budget or FailureBudget(count=0)
+    objectives = objectives or []
     check_experiment(cfg)
     out = out_dir or default_experiment_dir(cfg)
     made = prepare_output_dir(out)
@@ -107,7 +114,7 @@ def run_experiment(
             summary = run_replay(sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s)
             summary["registry_id"] = entry.id
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
-            verdict = judge(summary, budget)
+            verdict = judge(judged_summary(summary, run_dir, objectives), budget, objectives)
             status[entry.id] = {
                 "ok": True,
                 "exit_code": int(verdict.code),
@@ -116,6 +123,7 @@ def run_experiment(
                 "failed": summary["failed"],
                 "throughput_rps": summary["throughput_rps"],
                 "latency_p50_s": summary["latency_s"].get("p50"),
+                "objectives": {j.objective.text: j.held for j in verdict.objectives},
                 "wall_s": time.perf_counter() - t0,
             }
             if verdict.message and not quiet:

@@ -19,6 +19,7 @@ from drtp.replay.frames import ResultFrame, csv_text
 from drtp.replay.messages import ReplayRequest, ReplayResult
 from drtp.replay.outcome import LOST
 from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_of
+from drtp.replay.slo import judged_latency
 from drtp.replay.summary import PERCENTILES, LogHistogram, ResultsModel, bucket
 
 __all__ = ["COLUMNS", "PERCENTILES", "LogHistogram", "RunResults", "bucket", "format_table"]
@@ -204,16 +205,20 @@ def format_table(summary: dict) -> str:
     """The summary as a console table: all requests, per method+kind, per node; failures per outcome class.
 
     Helper (auxiliary) requests are a line of their own under the table, never among the trace's rows.
+    In rate mode the latency columns are from each request's intended start (``response_s``), the latency
+    its objectives are judged on; a line under the table gives the rates offered and achieved.
     """
     timed = "lateness_s" in summary
+    judged = judged_latency(summary)
     classes = list(summary.get("failures", {}))  # every class that occurred in any slice occurred in "all"
-    head = ["", "requests", "failed", *classes, "req/s", "MB", "p50 ms", "p90 ms", "p99 ms", "max ms"]
+    p = "resp " if judged == "response_s" else ""
+    head = ["", "requests", "failed", *classes, "req/s", "MB", f"{p}p50 ms", f"{p}p90 ms", f"{p}p99 ms", f"{p}max ms"]
     if timed:
         head += ["late p99 ms", "on time"]
     rows = []
 
     def row(name: str, s: dict) -> None:
-        lat = s["latency_s"]
+        lat = s.get(judged) or {}
         failures = s.get("failures", {})
         r = [name, f"{s['requests']:,}", f"{s['failed']:,}", *(f"{failures.get(c, 0):,}" for c in classes)]
         r += [f"{s['throughput_rps']:.1f}", f"{s['bytes'] / 1e6:.1f}"]
@@ -239,6 +244,11 @@ def format_table(summary: dict) -> str:
         lines.append(
             f"helper requests (not counted above): {helpers['requests']:,}, {helpers['failed']:,} failed"
             + (f" ({why})" if why else "")
+        )
+    if summary.get("offered_rps") is not None:
+        lines.append(
+            f"offered {summary['offered_rps']:.1f} req/s, achieved {summary['achieved_rps']:.1f} req/s "
+            f"(requests started per second: intended, actual)"
         )
     if summary.get("manifests_above_trace_size"):
         lines.append(f"manifests sent bigger than the trace's size: {summary['manifests_above_trace_size']:,}")

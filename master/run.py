@@ -8,6 +8,9 @@ they arrive.  At most ``client_info.inflight`` requests per node are out at a
 time, so memory stays bounded whatever the trace's length.  Before it blocks
 (on that bound, or on a layer push a request depends on) it sends every
 partial batch, so no node ever waits for requests the master holds.
+In rate mode (``client_info.rate``, ``drtp run --rate``) the requests' intended
+starts come from an arrival process (master.arrivals) instead of the trace's
+timestamps; the nodes keep them as they keep an as-is replay's.
 
 The run directory is proven writable before anything starts (master.results_dir).
 A write that fails mid-run cancels the run on the nodes: ``summary.json`` is still
@@ -22,14 +25,17 @@ import enum
 import json
 import logging
 import queue
+import sys
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
 
 from drtp.config import Config, redacted
 from drtp.errors import DrtpError, RunError
+from drtp.master.arrivals import intended_starts
 from drtp.master.nodes import NodeLink
 from drtp.master.original_output import write_original_results
 from drtp.master.plan import HeldRecords, Planner, with_names
@@ -84,12 +90,21 @@ class Replay:
         quiet: bool = False,
         resume: bool = False,
         stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
+        source: Callable[[], Iterable[list[TraceRecord]]] | None = None,
+        preflight: bool = True,
     ) -> None:
+        """``source``: the records to replay, in batches, instead of the config's trace (``drtp ramp`` gives
+        each step its share); ``preflight`` False when the registries were just checked (a ramp's later steps).
+        """
         self.cfg = cfg
+        self.source = source
+        self.preflight = preflight
         self.resume = resume  # continue an interrupted run in out_dir: skip the trace ids it completed
         self.skip: set[str] = set()
         self.offset = 0.0  # resume: new starts count on from the interrupted run's last end
         self.ci = cfg.client_info
+        self.rate = self.ci.rate  # open loop: requests start at this many per second (None: as is or stress)
+        self.timed = self.ci.wait or self.rate is not None  # requests have intended starts the nodes keep
         self.out_dir = out_dir
         self.quiet = quiet
         self.stats_interval_s = stats_interval_s  # the width of stats_history.csv's intervals
@@ -139,7 +154,13 @@ class Replay:
         return TraceReader(self.cfg.trace_paths(), **self.cfg.reader_options())
 
     def _batches(self):
+        if self.source is not None:
+            return self.source()
         return with_names(self._reader().batches(), self.names)
+
+    @property
+    def mode(self) -> str:
+        return "rate" if self.rate is not None else "as-is" if self.timed else "stress"
 
     # -- the run ------------------------------------------------------------------------------------
 
@@ -150,7 +171,8 @@ class Replay:
             # the whole trace is read (and checked) first: a bad record is refused before the registry sees anything
             total = sum(len(b) for b in self._batches())
             log.info("trace checked: %d requests; preflight of %s", total, ", ".join(self.registries))
-            preflight_all(self.registries, self.auths, registry_names(self.cfg), self.names.probe())
+            if self.preflight:
+                preflight_all(self.registries, self.auths, registry_names(self.cfg), self.names.probe())
             for link in self.links.values():
                 link.check()
             log.info("warmup map: %d objects; nodes up: %s", self._load_warmup(), ", ".join(self.links))
@@ -158,7 +180,7 @@ class Replay:
             if made:
                 remove_if_empty(self.out_dir)  # no empty run directory for a run that never started
             raise
-        timed = self.ci.wait
+        timed = self.timed
         run_id = uuid.uuid4().hex[:12]
         self._open_results(timed)
         if self.resume:
@@ -197,7 +219,7 @@ class Replay:
         log.info(
             "run %s started: %s mode, %s engine, results in %s",
             run_id,
-            "as-is" if timed else "stress",
+            self.mode,
             engine,
             self.out_dir,
         )
@@ -221,9 +243,10 @@ class Replay:
         not_sent = total - self.results.all.requests
         incomplete = self._incomplete_reason(stop, not_sent)
         extra = {
-            "mode": "as-is" if timed else "stress",
+            "mode": self.mode,
             "route": "hash" if self.ci.route else "round-robin",
             "speedup": self.ci.speedup,
+            **self._rate_settings(),
             "nodes": list(self.links),
             "registries": self.registries,
             "trace_requests": total,
@@ -246,11 +269,19 @@ class Replay:
             for name, d in self.dead.items():
                 print(f"client node {name} died ({d['reason']}); {d['lost']} requests lost")
             print(f"results in {self.out_dir}/ (requests.csv, summary.json, {STATS_FILE})")
+        if summary.get("behind"):  # on stderr even with -q: the registry saw less load than the run says it offered
+            print(f"drtp: the run {summary['behind']}", file=sys.stderr, flush=True)
         if stop is Stop.INTERRUPTED:
             raise KeyboardInterrupt
         if incomplete is not None:
             raise RunError(f"the run did not finish: {incomplete}; summary.json is marked incomplete")
         return summary
+
+    def _rate_settings(self) -> dict:
+        """Rate mode's settings for summary.json (empty otherwise): what the run was asked to offer."""
+        if self.rate is None:
+            return {}
+        return {"rate": self.rate, "arrivals": self.ci.arrivals, "seed": self.ci.seed}
 
     def _open_results(self, timed: bool) -> None:
         """config.json and requests.csv's header, before any node starts: a failure here costs nothing."""
@@ -328,6 +359,7 @@ class Replay:
     def _dispatch(self, timed: bool) -> None:
         cap = self.cap
         speedup = self.ci.speedup
+        arrivals = intended_starts(self.rate, self.ci.arrivals, self.ci.seed) if self.rate is not None else None
         first = None
         seq = 0
         for records in self._batches():
@@ -344,10 +376,13 @@ class Replay:
                     if self.bar is not None:
                         self.bar.update(1)
                     continue
-                t = rec.time
-                if first is None:
-                    first = t
-                at = self.offset + (t - first) / speedup if timed else None
+                if arrivals is not None:
+                    at = self.offset + next(arrivals)
+                else:
+                    t = rec.time
+                    if first is None:
+                        first = t
+                    at = self.offset + (t - first) / speedup if timed else None
                 uri = rec.parts  # split once: hold, route and plan all look at it
                 if self.held.hold(rec, seq, at, uri):  # it waits for a request in flight; other clients go on
                     seq += 1
@@ -438,11 +473,11 @@ class Replay:
         A node with four times its slots of requests out (or a whole batch, if that is less) has work for a
         while: its partial batch waits to be filled, so batches stay big (each costs a POST and a
         connection at both ends; at slow rates small batches were a large part of the master's cost).
-        A node with less gets its partial batch once it is a quarter full or has waited ``PARTIAL_BATCH_S``.  As is,
-        every partial batch goes at once: its requests have their times to keep.
+        A node with less gets its partial batch once it is a quarter full or has waited ``PARTIAL_BATCH_S``.  As is
+        and in rate mode, every partial batch goes at once: its requests have their times to keep.
         """
         wait = 1.0
-        send_all = final or self.ci.wait
+        send_all = final or self.timed
         now = time.monotonic()
         for node, buf in self.buffers.items():
             if not buf or node in self.dead:

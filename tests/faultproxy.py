@@ -20,6 +20,11 @@ Fault kinds (:data:`KINDS`):
 * ``delay`` — the answer is held for ``delay_s`` (longer than the client's
   timeout), then the connection is closed (outcome ``timeout``).
 
+Two plans model a registry under load rather than a broken one: :class:`TokenBucket`
+answers 429 beyond a rate (a hosted registry's throttle), and :class:`Stall` holds
+every answer for a while (kind ``stall``: the real answer, late; not a fault, so not
+in :attr:`FaultProxy.injected`).
+
 Loopback only, one thread per client connection with its own keep-alive
 connection to the registry, every loop bounded by the stop flag or a timeout.
 """
@@ -46,6 +51,7 @@ from drtp.replay.outcome import HTTP, RESET, TIMEOUT, TRUNCATED
 
 KINDS = ("503", "429", "500", "close", "reset", "delay")
 STATUS_KINDS = {"503": 503, "429": 429, "500": 500}
+STALL = "stall"  # the answer is held until the Stall plan's stall ends, then delivered as it is
 REASONS = {503: "Service Unavailable", 429: "Too Many Requests", 500: "Internal Server Error"}
 BODY_METHODS = frozenset(("POST", "PUT", "PATCH"))
 LOOPBACK = frozenset(("127.0.0.1", "localhost", "::1"))
@@ -197,6 +203,69 @@ class Mixed:
         if draw >= self.rate:
             return None
         return self.kinds[int.from_bytes(h[8:], "big") % len(self.kinds)]
+
+
+class TokenBucket:
+    """429 for the replayed requests beyond ``rate`` per second, ``burst`` of them at once: a throttling registry.
+
+    A token is added every 1/rate seconds up to ``burst``; a request arriving with no token left is
+    throttled.  Stateful: the proxy calls a plan under its lock, in arrival order.
+    """
+
+    def __init__(self, rate: float, burst: int = 1) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = float(burst)
+        self.last: float | None = None
+
+    def __call__(self, index: int, method: str, path: str) -> str | None:
+        if not is_replayed(method, path):
+            return None
+        now = time.monotonic()
+        if self.last is not None:
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return None
+        return "429"
+
+
+class Stall:
+    """The registry stalls for ``seconds`` from the arrival of the ``after``-th replayed request (0-based):
+    the answers to the replayed requests arriving meanwhile are held until the stall ends.
+
+    :attr:`started` and :attr:`ended` are its wall-clock times (``time.time()``), to line up with a run's
+    ``start_epoch``; :attr:`stalled` counts the answers held.
+    """
+
+    def __init__(self, after: int, seconds: float) -> None:
+        self.after = after
+        self.seconds = seconds
+        self.seen = 0
+        self.started: float | None = None
+        self.until = 0.0  # monotonic end of the stall
+        self.stalled = 0
+
+    @property
+    def ended(self) -> float | None:
+        return None if self.started is None else self.started + self.seconds
+
+    def __call__(self, index: int, method: str, path: str) -> str | None:
+        if not is_replayed(method, path):
+            return None
+        if self.seen == self.after:
+            self.started = time.time()
+            self.until = time.monotonic() + self.seconds
+        self.seen += 1
+        if time.monotonic() < self.until:
+            self.stalled += 1
+            return STALL
+        return None
+
+    def remaining(self) -> float:
+        """Seconds until the stall ends (0 once it has)."""
+        return max(0.0, self.until - time.monotonic())
 
 
 # -- HTTP/1.1 framing ------------------------------------------------------------------------------------
@@ -551,7 +620,7 @@ class FaultProxy:
             return False
         with self._lock:
             self._forwarded.append(Forwarded(index, method, path, answer.status, kind))
-            if kind is not None:
+            if kind is not None and kind != STALL:
                 outcome, status = expected_outcome(kind, answer.body_bytes)
                 self._injected.append(Injected(index, method, path, kind, outcome, status, answer.status))
         try:
@@ -561,6 +630,9 @@ class FaultProxy:
             return False
 
     def _deliver(self, conn: socket.socket, request: Request, answer: Answer, kind: str | None) -> bool:
+        if kind == STALL:
+            self._stop.wait(self.plan.remaining())
+            kind = None
         if kind is None:
             conn.sendall(answer.raw)
             keep = answer.keep_alive and request.keep_alive

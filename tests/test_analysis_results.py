@@ -28,11 +28,12 @@ MODEL_KEYS = (
     "bytes",
     "latency_s",
     "status_matched",
+    "achieved_rps",
     "auxiliary",
     "per_method",
     "per_node",
 )
-TIMED_KEYS = ("response_s", "lateness_s", "on_time_ratio", "on_time_s")
+TIMED_KEYS = ("response_s", "lateness_s", "on_time_ratio", "on_time_s", "offered_rps", "behind")
 
 
 def copy_run(src, dst):
@@ -136,6 +137,10 @@ def test_analyze_results_with_trace_row(real_runs, tmp_path):
     # people read milliseconds: the table's ms are the summary's seconds × 1000
     assert table.loc["as-is", "latency_p99_ms"] == pytest.approx(summary["latency_s"]["p99"] * 1000, rel=1e-12)
     assert table.loc["as-is", "lateness_p99_ms"] == pytest.approx(summary["lateness_s"]["p99"] * 1000, rel=1e-12)
+    assert table.loc["as-is", "response_p99_ms"] == pytest.approx(summary["response_s"]["p99"] * 1000, rel=1e-12)
+    assert table.loc["as-is", "offered_rps"] == pytest.approx(summary["offered_rps"], rel=1e-12)
+    assert table.loc["as-is", "achieved_rps"] == pytest.approx(summary["achieved_rps"], rel=1e-12)
+    assert pd.isna(table.loc["stress", "offered_rps"]) and table.loc["stress", "achieved_rps"] > 0
     failures = pd.read_csv(out / "failures.csv", index_col=0)
     assert failures.loc["http", "stress"] == failures.loc["http", "as-is"] == real_runs.missing_tags
     latency = pd.read_csv(out / "latency.csv")

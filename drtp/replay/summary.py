@@ -23,7 +23,11 @@ see drtp.replay.outcome):
   start lateness is over every request that was sent;
 * ``duration_s`` runs from the first start to the last end of the requests
   that were sent, and ``throughput_rps`` is succeeded requests per second of
-  it — failed answers, however fast, are not throughput.
+  it — failed answers, however fast, are not throughput;
+* ``achieved_rps`` is the rate requests started at (sent requests less one over the span
+  of their starts) and ``offered_rps`` the rate the run meant them to start at, by
+  the same count over their intended starts (as is: the trace's rate × speedup; rate
+  mode: ``--rate``); ``behind`` says in one line when the run fell behind them.
 """
 
 from __future__ import annotations
@@ -152,6 +156,10 @@ class Group:
         "failures",
         "first",
         "last",
+        "last_start",
+        "intended",
+        "first_intended",
+        "last_intended",
         "latency",
         "response",
         "lateness",
@@ -162,6 +170,10 @@ class Group:
         self.failures: dict[str, int] = {}
         self.first = math.inf
         self.last = -math.inf
+        self.last_start = -math.inf  # with ``first`` and ``sent``: the rate requests actually started at
+        self.intended = 0  # requests with an intended start, and its span: the rate the run offered
+        self.first_intended = math.inf
+        self.last_intended = -math.inf
         self.latency = LogHistogram()
         self.response = LogHistogram()
         self.lateness = LogHistogram()
@@ -179,6 +191,12 @@ class Group:
         else:
             self.failures[row.outcome] = self.failures.get(row.outcome, 0) + 1
             self.lost += row.outcome == LOST
+        if row.intended_s is not None:
+            self.intended += 1
+            if row.intended_s < self.first_intended:
+                self.first_intended = row.intended_s
+            if row.intended_s > self.last_intended:
+                self.last_intended = row.intended_s
         if row.start_s is None:
             return  # never sent, or its result never came back: no times
         self.sent += 1
@@ -186,11 +204,13 @@ class Group:
             self.first = row.start_s
         if m.end > self.last:
             self.last = m.end
+        if row.start_s > self.last_start:
+            self.last_start = row.start_s
         if m.late is not None:
             self.lateness.add(m.late, m.late_idx)
             self.on_time += m.late <= on_time_s
 
-    _COUNTS = ("requests", "succeeded", "lost", "sent", "bytes", "matched", "on_time")
+    _COUNTS = ("requests", "succeeded", "lost", "sent", "bytes", "matched", "on_time", "intended")
     _HISTOGRAMS = ("latency", "response", "lateness")
 
     def state(self) -> dict:
@@ -198,6 +218,8 @@ class Group:
         out = {k: getattr(self, k) for k in self._COUNTS}
         out["failures"] = self.failures
         out["first"], out["last"] = (self.first, self.last) if self.sent else (None, None)
+        out["last_start"] = self.last_start if self.sent else None
+        out["intended_span"] = [self.first_intended, self.last_intended] if self.intended else None
         for k in self._HISTOGRAMS:
             out[k] = getattr(self, k).state()
         return out
@@ -211,8 +233,22 @@ class Group:
         if state["first"] is not None:
             self.first = min(self.first, state["first"])
             self.last = max(self.last, state["last"])
+            self.last_start = max(self.last_start, state["last_start"])
+        if state["intended_span"] is not None:
+            self.first_intended = min(self.first_intended, state["intended_span"][0])
+            self.last_intended = max(self.last_intended, state["intended_span"][1])
         for k in self._HISTOGRAMS:
             getattr(self, k).merge(LogHistogram.from_state(state[k]))
+
+    def start_rates(self) -> tuple[float | None, float]:
+        """(offered, achieved): requests per second by intended start (None without intended starts: closed
+        loop), and by actual start; n requests spaced 1/R apart span (n-1)/R seconds, so both count n-1."""
+        offered = None
+        if self.intended:
+            span = self.last_intended - self.first_intended
+            offered = (self.intended - 1) / span if span > 0 else 0.0
+        span = self.last_start - self.first if self.sent else 0.0
+        return offered, (self.sent - 1) / span if span > 0 else 0.0
 
     def summary(self, timed: bool) -> dict:
         duration = self.last - self.first if self.sent else 0.0
@@ -319,12 +355,33 @@ class ResultsModel:
         out = self.all.summary(self.timed)
         if self.timed:
             out["on_time_s"] = self.on_time_s
+        offered, out["achieved_rps"] = self.all.start_rates()
+        if offered is not None:
+            out["offered_rps"] = offered
+            out["behind"] = behind(offered, out["achieved_rps"], out.get("lateness_s", {}).get("p99"), self.on_time_s)
         out["auxiliary"] = self.helpers.summary()
         out["manifests_above_trace_size"] = self.manifests_above_trace_size
         out.update(extra)
         out["per_method"] = {k: g.summary(self.timed) for k, g in sorted(self.by_method.items())}
         out["per_node"] = {k: g.summary(self.timed) for k, g in sorted(self.by_node.items())}
         return out
+
+
+BEHIND_SHARE = 0.95  # a run whose requests started at less than this share of the offered rate fell behind
+
+
+def behind(offered: float, achieved: float, late_p99: float | None, on_time_s: float) -> str | None:
+    """One line saying how a run with intended starts fell behind them, None when it kept up.
+
+    Behind is when requests started at less than 95 % of the rate the run offered, or the p99 of start
+    lateness is over ``on_time_s``: the registry's numbers were then measured under less load than intended.
+    """
+    why = []
+    if offered > 0 and achieved < BEHIND_SHARE * offered:
+        why.append(f"requests started at {achieved:.1f}/s, under {BEHIND_SHARE:.0%} of the {offered:.1f}/s offered")
+    if late_p99 is not None and late_p99 > on_time_s:
+        why.append(f"start lateness p99 {late_p99 * 1000:.1f} ms > on_time_ms {on_time_s * 1000:g}")
+    return "fell behind: " + "; ".join(why) if why else None
 
 
 def _group(groups: dict[str, Group], key: str) -> Group:
