@@ -54,6 +54,8 @@ POLL_S = 0.2  # how often idle loops look at the stop flag
 DRAIN_S = 2.0  # longest wait for the client to take the bytes sent before a reset
 
 FaultPlan = Callable[[int, str, str], "str | None"]
+Latency = Callable[[str, str], float]
+"""Added latency per request: ``(method, path) -> seconds`` the answer is held before it is sent (0: none)."""
 """Decides per request: ``(index, method, path) -> kind or None``; ``index`` counts requests in arrival order."""
 
 
@@ -79,6 +81,8 @@ class Forwarded:
     path: str
     upstream_status: int
     fault: str | None
+    received: float = 0.0  # time.monotonic() when the request had arrived ...
+    answered: float = 0.0  # ... and when its answer was sent (after any added latency)
 
 
 def expected_outcome(kind: str, body_bytes: int) -> tuple[str, int]:
@@ -396,6 +400,7 @@ class FaultProxy:
         delay_s: float = 2.0,
         upstream_timeout: float = 60.0,
         max_connections: int = 512,
+        latency: Latency | None = None,
     ) -> None:
         host, _, port = upstream.rpartition(":")
         if host.strip("[]") not in LOOPBACK:
@@ -405,6 +410,7 @@ class FaultProxy:
         self.delay_s = delay_s
         self.upstream_timeout = upstream_timeout
         self.max_connections = max_connections
+        self.latency = latency  # e.g. a slow network to the blob store: the answer waits, the request does not
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._index = 0
@@ -539,6 +545,7 @@ class FaultProxy:
     def _handle(self, conn: socket.socket, upstream: Upstream, request: Request) -> bool:
         """Forward ``request`` once, deliver its answer or its fault; False once ``conn`` is closed."""
         method, path = request.method, request.path
+        received = time.monotonic()
         with self._lock:
             index = self._index
             self._index += 1
@@ -549,8 +556,10 @@ class FaultProxy:
             self._error(f"#{index} {method} {path}: the registry did not answer: {e}")
             conn.close()
             return False
+        if self.latency is not None and (wait := self.latency(method, path)) > 0:
+            self._stop.wait(wait)
         with self._lock:
-            self._forwarded.append(Forwarded(index, method, path, answer.status, kind))
+            self._forwarded.append(Forwarded(index, method, path, answer.status, kind, received, time.monotonic()))
             if kind is not None:
                 outcome, status = expected_outcome(kind, answer.body_bytes)
                 self._injected.append(Injected(index, method, path, kind, outcome, status, answer.status))
