@@ -46,9 +46,10 @@ def pull_trace(path, clients: tuple[str, ...] = ("10.0.0.1",)):
 
 @pytest.fixture(scope="module")
 def warmed(tmp_path_factory, nodes):
-    """A real registry warmed up for the pull trace of two clients: (registry, trace, warmup map)."""
+    """A real registry warmed up for the pull trace of three clients (round-robin over two nodes would send
+    the requests of each to both): (registry, trace, warmup map)."""
     workdir = tmp_path_factory.mktemp("order")
-    trace = pull_trace(workdir / "pull.json", clients=("10.0.0.1", "10.0.0.2"))
+    trace = pull_trace(workdir / "pull.json", clients=("10.0.0.1", "10.0.0.2", "10.0.0.3"))
     with LocalRegistry(workdir / "registry") as reg:
         cfg = write_config(workdir, trace, [reg.host], [n.address for n in nodes])
         run_warmup(cfg, quiet=True)
@@ -69,12 +70,12 @@ def replay_blob_gets(tmp_path, warmed, nodes, **client_info) -> dict[str, list[F
         summary = run_replay(cfg, tmp_path / "run", quiet=True)
         assert proxy.errors == []
         forwarded = proxy.forwarded
-    assert summary["requests"] == summary["trace_requests"] == 10 and summary["failed"] == 0
+    assert summary["requests"] == summary["trace_requests"] == 15 and summary["failed"] == 0
     by_repo: dict[str, list[Forwarded]] = {}
     for f in sorted(forwarded, key=lambda f: f.received):
         if f.method == "GET" and "/blobs/" in f.path and "/app" in f.path:
             by_repo.setdefault(f.path.split("/")[3], []).append(f)
-    assert sorted(by_repo) == ["app0", "app1"] and all(len(gets) == 4 for gets in by_repo.values())
+    assert sorted(by_repo) == ["app0", "app1", "app2"] and all(len(gets) == 4 for gets in by_repo.values())
     return by_repo
 
 
