@@ -14,6 +14,12 @@ the per-client gate costs the nodes.
    time whatever the spec says, driven with per-request round-robin as before), and this code with
    ``client_concurrency`` unlimited, trace and 1.  The spread of each variant's rounds is the noise to judge
    the differences against.
+3. The same in one process, without the master, the HTTP control plane and the other nodes (less noise on a
+   shared machine): a ``LoopRun`` (the event-loop engine) of the code before and after, each in a fresh
+   process importing its own tree, answering ``--gate-requests`` manifest GETs of 200 trace clients (404s
+   from the real registry: the cheapest answer, so the scheduling is a larger part of the cost); CPU µs per
+   request, variants alternated round by round.  ``trace``: each request overlapped the client's previous
+   one in the trace and started after the one before that had ended (the gate's heap is used).
 
 Usage: python bench/bench_client_order.py [--rounds 3] [--json]   (from a source checkout; needs docker-registry)
 """
@@ -177,6 +183,76 @@ def lateness(work: Path, reg: LocalRegistry, nodes: list[str], latency_s: float,
     return out
 
 
+# -- 3. the event-loop engine alone, in a process of its own per variant ------------------------------------
+
+LOOP_RUN = r"""
+import json, resource, sys, time
+tree, root, registry, n, clients, mode = sys.argv[1:7]
+n, clients = int(n), int(clients)
+import __editable___drtp_0_1_0_finder as finder
+for name, path in list(finder.MAPPING.items()):
+    if path.startswith(root):
+        finder.MAPPING[name] = tree + path[len(root):]
+import drtp
+from drtp.client.loop_engine import LoopRun
+from drtp.replay.messages import ReplayRequest, RunSpec
+assert drtp.__file__.startswith(tree), drtp.__file__
+extra = {}
+if mode != "before":
+    from drtp.replay.messages import ClientModel
+    extra["client"] = ClientModel(concurrency={"trace": 0, "unlimited": -1, "1": 1}[mode])
+reqs = []
+for i in range(n):
+    k = i // clients  # the client's k-th request: overlaps its previous one, not the one before that
+    span = {} if mode == "before" else {"trace_start": k * 1.0, "trace_end": k * 1.0 + 1.5}
+    reqs.append(ReplayRequest(i, f"t{i}", f"c{i % clients}", "GET", "manifest", "get", registry, "team/app", "v1",
+                              0, 404, **span))
+run = LoopRun(RunSpec(run="g", start_epoch=time.time(), threads=16, timeout=10.0, engine="loop",
+                      registries=[registry], **extra))
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+w0 = time.perf_counter()
+run.submit(reqs)
+run.end()
+done = 0
+while (item := run.results.get(timeout=120)) is not None:
+    done += len(item) if isinstance(item, list) else 1
+wall = time.perf_counter() - w0
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+print(json.dumps({"cpu_s": cpu, "wall_s": wall, "done": done}))
+"""
+
+
+def loop_engine_cpu(work: Path, reg: LocalRegistry, before_src: Path | None, n: int, rounds: int) -> list[dict]:
+    variants = [("after: trace", ROOT, "trace"), ("after: 1", ROOT, "1"), ("after: unlimited", ROOT, "unlimited")]
+    if before_src is not None:
+        variants.insert(0, (f"before ({BEFORE_COMMIT})", before_src, "before"))
+    runs: dict[str, list[dict]] = {name: [] for name, _, _ in variants}
+    for _ in range(rounds):
+        for name, tree, mode in variants:
+            args = [sys.executable, "-c", LOOP_RUN, str(tree), str(ROOT), reg.url, str(n), "200", mode]
+            out = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=work)
+            if out.returncode != 0:
+                raise RuntimeError(f"{name}: {out.stderr[-2000:]}")
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+            if res["done"] != n:
+                raise RuntimeError(f"{name}: {res['done']} of {n} requests done")
+            runs[name].append(res)
+    rows = []
+    for name, rs in runs.items():
+        us = [r["cpu_s"] / n * 1e6 for r in rs]
+        rows.append(
+            {
+                "variant": name,
+                "cpu_us_per_req_median": statistics.median(us),
+                "min": min(us),
+                "max": max(us),
+                "rps_median": statistics.median(n / r["wall_s"] for r in rs),
+            }
+        )
+    return rows
+
+
 # -- 2. node CPU per request in stress mode -----------------------------------------------------------------
 
 
@@ -229,7 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--late-requests", type=int, default=800)
     ap.add_argument("--late-span", type=float, default=20.0, help="seconds the lateness trace spans")
     ap.add_argument("--before", default=BEFORE_COMMIT, help="commit of the nodes before ('' : none)")
-    ap.add_argument("--only", choices=("lateness", "cpu"), default=None)
+    ap.add_argument("--gate-requests", type=int, default=20000, help="requests per in-process loop-engine round")
+    ap.add_argument("--only", choices=("lateness", "cpu", "loop"), default=None)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     os.environ["DRTP_TOKEN"] = TOKEN
@@ -237,7 +314,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="drtp-order-") as tmp, LocalRegistry(Path(tmp) / "registry") as reg:
         work = Path(tmp)
         after = start(2, work)
-        before = start(2, work, before_tree(work, args.before)) if args.before and args.only != "lateness" else []
+        before_pkg = before_tree(work, args.before) if args.before and args.only != "lateness" else None
+        before = start(2, work, before_pkg) if before_pkg is not None and args.only in (None, "cpu") else []
         try:
             addrs = [a for _, a in after]
             if args.only in (None, "lateness"):
@@ -246,6 +324,9 @@ def main(argv: list[str] | None = None) -> None:
                 t0 = time.monotonic()
                 res["node_cpu"] = node_cpu(work, reg, after, before, args.requests, args.rounds)
                 res["node_cpu_wall_s"] = time.monotonic() - t0
+            if args.only in (None, "loop"):
+                src = work / "before-src" if before_pkg is not None else None
+                res["loop_engine_cpu"] = loop_engine_cpu(work, reg, src, args.gate_requests, args.rounds)
         finally:
             stop_nodes(after + before)
     if args.json:
@@ -258,6 +339,14 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{r['client_concurrency']:<20}{r['requests']:>9}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}"
                 f"{r['max_ms']:>9.1f}{r['violations']:>12}{r['failed']:>8}"
+            )
+    if "loop_engine_cpu" in res:
+        print(f"event-loop engine alone, CPU per request ({args.rounds} alternated rounds), µs")
+        print(f"{'variant':<24}{'median':>9}{'min':>9}{'max':>9}{'req/s':>9}")
+        for r in res["loop_engine_cpu"]:
+            print(
+                f"{r['variant']:<24}{r['cpu_us_per_req_median']:>9.1f}{r['min']:>9.1f}{r['max']:>9.1f}"
+                f"{r['rps_median']:>9.0f}"
             )
     if "node_cpu" in res:
         print(f"node CPU per request, stress mode, loop engine ({args.rounds} alternated rounds), µs")

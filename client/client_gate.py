@@ -22,13 +22,13 @@ session: they cannot be told apart.
 The queue of requests that may start is the engine's (a heap of due times on the thread engine, a
 deque on the event loop): it holds *lanes* — a client's queue — whose head may start, each at most once.
 A lane whose head may not start yet is listed again by the request whose end opens it (:meth:`done`),
-so nothing is polled; every step costs O(1) (the lowest ``trace_end`` of a client's running requests
-is a heap with lazy deletion: O(log running)).
+so nothing is polled and no step looks at a client's waiting requests beyond its head.  The lowest
+``trace_end`` of a client's running requests is the ``min`` of a short list (at most ``threads`` long,
+most often one to three: a C loop that beats a heap's Python-level bookkeeping at these sizes).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 
 from drtp.replay.messages import TRACE_ORDER, UNLIMITED, ClientModel, ReplayRequest
@@ -45,15 +45,14 @@ def session_of(req: ReplayRequest) -> tuple[str, str | None] | None:
 class Lane:
     """The waiting requests of one trace client (or, with ``UNLIMITED``, of one upload session), in order."""
 
-    __slots__ = ("downloads", "ends", "gone", "key", "listed", "queue", "running", "sessions", "uploads")
+    __slots__ = ("downloads", "ends", "key", "listed", "queue", "running", "sessions", "uploads")
 
     def __init__(self, key) -> None:
         self.key = key
         self.queue: deque[ReplayRequest] = deque()
         self.running = 0
         self.listed = False  # in the engine's queue of lanes whose head may start
-        self.ends: list[float] = []  # trace_end of the running requests (a heap: the lowest first)
-        self.gone: dict[float, int] = {}  # ends of finished requests still in the heap (lazy deletion)
+        self.ends: list[float] = []  # trace_end of the running requests (TRACE_ORDER)
         self.sessions: set = set()  # upload sessions with a request running
         self.downloads = 0  # blob GETs running
         self.uploads = 0  # blob upload requests running
@@ -103,7 +102,7 @@ class ClientGate:
             return False
         if self.trace_order:
             start = req.trace_start
-            if start is None or self._lowest_end(lane) <= start:
+            if start is None or min(lane.ends) <= start:
                 return False  # a running request ended before this one started in the trace
         op = req.op
         if op in UPLOAD_OPS:
@@ -115,25 +114,17 @@ class ClientGate:
             return lane.downloads < self.max_downloads
         return True
 
-    @staticmethod
-    def _lowest_end(lane: Lane) -> float:
-        ends, gone = lane.ends, lane.gone
-        while True:
-            top = ends[0]
-            n = gone.get(top)
-            if not n:
-                return top
-            heapq.heappop(ends)
-            if n == 1:
-                del gone[top]
-            else:
-                gone[top] = n - 1
-
     def add(self, req: ReplayRequest) -> Lane | None:
         """Queue ``req`` behind its client's earlier requests; the lane when the engine must list it now."""
-        lane = self._lane(req, True)
-        lane.queue.append(req)
-        if not lane.listed and len(lane.queue) == 1 and self.may_start(lane, req):
+        if self.ordered:  # the common case inline: a lane per trace client
+            lane = self.lanes.get(req.client)
+            if lane is None:
+                lane = self.lanes[req.client] = Lane(req.client)
+        else:
+            lane = self._lane(req, True)
+        queue = lane.queue
+        queue.append(req)
+        if len(queue) == 1 and not lane.listed and (not lane.running or self.may_start(lane, req)):
             lane.listed = True
             return lane
         return None
@@ -145,34 +136,27 @@ class ClientGate:
         if self.ordered:
             if self.trace_order:
                 end = req.trace_end
-                heapq.heappush(lane.ends, _NO_END if end is None else end)
+                lane.ends.append(_NO_END if end is None else end)
             op = req.op
             if op in UPLOAD_OPS:
                 lane.sessions.add((req.repository, req.upload))
                 lane.uploads += 1
             elif op == "get" and req.kind == "blob" and req.method == "GET":
                 lane.downloads += 1
-        again = bool(lane.queue) and self.may_start(lane, lane.queue[0])
+        again = bool(lane.queue) and self.may_start(lane, lane.queue[0])  # running: this one at least
         lane.listed = again
         return req, again
 
     def done(self, req: ReplayRequest) -> Lane | None:
         """A started request finished; its lane when the engine must list it now (its head may start)."""
-        lane = self._lane(req, False)
+        lane = self.lanes.get(req.client) if self.ordered else self._lane(req, False)
         if lane is None:  # the run was cancelled and its lanes dropped
             return None
         lane.running -= 1
         if self.ordered:
             if self.trace_order:
                 end = req.trace_end
-                end = _NO_END if end is None else end
-                if lane.running == 0:
-                    lane.ends.clear()
-                    lane.gone.clear()
-                elif lane.ends[0] == end:
-                    heapq.heappop(lane.ends)
-                else:
-                    lane.gone[end] = lane.gone.get(end, 0) + 1
+                lane.ends.remove(_NO_END if end is None else end)
             op = req.op
             if op in UPLOAD_OPS:
                 lane.sessions.discard((req.repository, req.upload))
@@ -180,7 +164,7 @@ class ClientGate:
             elif op == "get" and req.kind == "blob" and req.method == "GET":
                 lane.downloads -= 1
         if lane.queue:
-            if not lane.listed and self.may_start(lane, lane.queue[0]):
+            if not lane.listed and (not lane.running or self.may_start(lane, lane.queue[0])):
                 lane.listed = True
                 return lane
         elif lane.running == 0 and lane is not self.free:
