@@ -388,7 +388,9 @@ class FaultProxy:
 
     Use as a context manager.  ``plan`` decides each request's fault;
     ``delay_s`` is how long a ``delay`` fault holds the answer (make it longer
-    than the client's timeout).  :attr:`injected`, :attr:`forwarded` and
+    than the client's timeout); ``latency`` holds each answer for ``latency(method, path)`` seconds
+    before sending it (a slower registry; :attr:`forwarded` records when each request came and its
+    answer left).  :attr:`injected`, :attr:`forwarded` and
     :attr:`methods` say what happened; :attr:`errors` lists what went wrong in
     the proxy itself (a test should expect it empty).
     """

@@ -1,5 +1,6 @@
-"""The per-client gate of the client nodes (client/client_gate.py) and the upload keys the master gives
-(master/plan.py ``Planner.upload_of``): which request of a trace client may start while others run."""
+"""The per-client gate of the client nodes (client/client_gate.py), the upload keys the master gives
+(master/plan.py ``Planner.upload_of``) and its round-robin of trace clients (master/routing.py): which
+request of a trace client may start while others run, and on which node."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import msgspec
 
 from drtp.client.client_gate import ClientGate
 from drtp.master.plan import Planner
+from drtp.master.routing import Router
 from drtp.replay.messages import TRACE_ORDER, UNLIMITED, ClientModel
 from drtp.trace.records import TraceRecord
 from tests.conftest import ibm_record
@@ -245,3 +247,13 @@ def test_trace_spans_count_from_the_first_request_and_a_registry_log_subtracts_t
     planner = Planner(["127.0.0.1:5000"], completion_stamped=True)
     reqs = [planner.plan(r, i, None) for i, r in enumerate(recs)]
     assert (reqs[1].trace_start, reqs[1].trace_end) == (1.75, 2.0)
+
+
+def test_round_robin_gives_each_trace_client_a_node_it_keeps() -> None:
+    router = Router(["n1", "n2"], hashed=False, per_client=True)
+    assert [router.pick(c) for c in ("x", "y", "x", "z", "y", "x")] == ["n1", "n2", "n1", "n1", "n2", "n1"]
+    router.remove("n1")  # a client whose node died gets the next live one, and keeps it
+    assert [router.pick(c) for c in ("x", "y", "x")] == ["n2", "n2", "n2"]
+    # no per-client order (client_concurrency: unlimited): every request gets the next node
+    router = Router(["n1", "n2"], hashed=False, per_client=False)
+    assert [router.pick("x") for _ in range(3)] == ["n1", "n2", "n1"]
