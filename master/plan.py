@@ -180,6 +180,11 @@ class Planner:
             return key
         if trace_id is None:
             key = self.last_upload.get(where)
+            waiting = self.unpaired.get(where)
+            if key is not None and waiting and key in waiting:  # that open is taken: no PATCH/PUT pairs with it
+                waiting.remove(key)
+                if not waiting:
+                    del self.unpaired[where]
         else:
             named = (rec.client, uri.repository, trace_id)
             key = self.upload_keys.get(named)

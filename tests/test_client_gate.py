@@ -232,8 +232,12 @@ def test_upload_keys_of_a_generated_trace_continue_the_last_session() -> None:
         record(2, "PUT", "v2/u/r/blobs/layer1", status=201),
         record(3, "POST", "v2/u/r/blobs/uploads/"),
         record(4, "PUT", "v2/u/r/blobs/layer2", status=201),
+        # an upload closed by a PUT that names nothing leaves no open for a later session to pair with
+        record(5, "POST", "v2/u/r/blobs/uploads/"),
+        record(6, "PATCH", "v2/u/r/blobs/uploads/up2"),
+        record(7, "PUT", "v2/u/r/blobs/layer3", status=201),
     ]
-    assert keys(recs) == ["#0", "#0", "#0", "#3", "#3"]
+    assert keys(recs) == ["#0", "#0", "#0", "#3", "#3", "#5", "#5", "#5"]
 
 
 def test_trace_spans_count_from_the_first_request_and_a_registry_log_subtracts_the_duration() -> None:
