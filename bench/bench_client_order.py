@@ -9,7 +9,7 @@ the per-client gate costs the nodes.
    ``client_concurrency`` trace (the default), 1 (a client's requests one at a time, what the nodes did
    before), unlimited (no per-client order, per-request round-robin).
 2. Node CPU per request in stress mode (event-loop engine, 2 nodes × 16 slots): the successful GETs of a
-   generated trace; variants alternated round by round (A B C D, A B C D…): the nodes of the code before
+   generated trace; variants alternated round by round (A B C D, D C B A…): the nodes of the code before
    the gate (``--before`` checkout, default: ``git archive a69f2b7``; its nodes keep each client one at a
    time whatever the spec says, driven with per-request round-robin as before), and this code with
    ``client_concurrency`` unlimited, trace and 1.  The spread of each variant's rounds is the noise to judge
@@ -223,13 +223,17 @@ print(json.dumps({"cpu_s": cpu, "wall_s": wall, "done": done}))
 """
 
 
-def loop_engine_cpu(work: Path, reg: LocalRegistry, before_src: Path | None, n: int, rounds: int) -> list[dict]:
+def loop_engine_cpu(
+    work: Path, reg: LocalRegistry, before_src: Path | None, n: int, rounds: int, modes: tuple[str, ...]
+) -> list[dict]:
     variants = [("after: trace", ROOT, "trace"), ("after: 1", ROOT, "1"), ("after: unlimited", ROOT, "unlimited")]
+    variants = [v for v in variants if v[2] in modes]
     if before_src is not None:
         variants.insert(0, (f"before ({BEFORE_COMMIT})", before_src, "before"))
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in variants}
-    for _ in range(rounds):
-        for name, tree, mode in variants:
+    for r in range(rounds):
+        # A B C, C B A, …: no variant always runs first or last in a round
+        for name, tree, mode in variants if r % 2 == 0 else variants[::-1]:
             args = [sys.executable, "-c", LOOP_RUN, str(tree), str(ROOT), reg.url, str(n), "200", mode]
             out = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=work)
             if out.returncode != 0:
@@ -274,7 +278,7 @@ def node_cpu(work: Path, reg: LocalRegistry, after, before, n: int, rounds: int)
     # one unmeasured run first: a fresh registry is slower for its first thousands of answers
     run_replay(load_config(config(work, trace, reg.host, after_addr, "cpu-first")), work / "cpu-first", quiet=True)
     for r in range(rounds):
-        for name, procs, mode in variants:
+        for name, procs, mode in variants if r % 2 == 0 else variants[::-1]:  # no variant always first
             addrs, pids = [a for _, a in procs], [p.pid for p, _ in procs]
             cfg = load_config(config(work, trace, reg.host, addrs, f"cpu-{r}", client_concurrency=mode))
             cpu0 = cpu_s(pids)
@@ -306,6 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--late-span", type=float, default=20.0, help="seconds the lateness trace spans")
     ap.add_argument("--before", default=BEFORE_COMMIT, help="commit of the nodes before ('' : none)")
     ap.add_argument("--gate-requests", type=int, default=20000, help="requests per in-process loop-engine round")
+    ap.add_argument("--loop-modes", default="trace,1,unlimited", help="client_concurrency values of the loop part")
     ap.add_argument("--only", choices=("lateness", "cpu", "loop"), default=None)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -326,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
                 res["node_cpu_wall_s"] = time.monotonic() - t0
             if args.only in (None, "loop"):
                 src = work / "before-src" if before_pkg is not None else None
-                res["loop_engine_cpu"] = loop_engine_cpu(work, reg, src, args.gate_requests, args.rounds)
+                modes = tuple(args.loop_modes.split(","))
+                res["loop_engine_cpu"] = loop_engine_cpu(work, reg, src, args.gate_requests, args.rounds, modes)
         finally:
             stop_nodes(after + before)
     if args.json:
