@@ -1,12 +1,15 @@
 """A trace client's requests overlap in the replay as they overlapped in the trace, and wait where the trace
 ordered them, whatever the routing and the engine: seen at a proxy in front of the real registry that
-adds latency to blob GETs, so the replay's requests last longer than the trace's."""
+adds latency to blob GETs (or PATCHes), so the replay's requests last longer than the trace's.  One
+client's uploads overlap too, each in its own upload session, when the trace tells them apart."""
 
 from __future__ import annotations
 
 import itertools
 import shutil
+import urllib.request
 
+import pandas as pd
 import pytest
 
 from drtp.master.run import run_replay
@@ -112,3 +115,62 @@ def test_unlimited_keeps_no_order(tmp_path, warmed, nodes):
     """The original player's behaviour: the fourth layer GET goes when it is due, into the three."""
     for client, gets in replay_blob_gets(tmp_path, warmed, nodes, client_concurrency="unlimited", wait=True).items():
         assert any(overlap(gets[3], f) for f in gets[:3]), (client, gets)
+
+
+def upload_trace(path, named: bool):
+    """One client pushing two layers at once into one repository: two upload sessions that overlapped in the
+    trace.  ``named``: a capture's upload ids (``?upload=`` on POST and PUT); else an IBM trace's (the
+    registry's session on PATCH and PUT only)."""
+    steps = [
+        (0.0, 0.01, "POST", "blobs/uploads/?upload=A" if named else "blobs/uploads/", 202, 0),
+        (0.005, 0.01, "POST", "blobs/uploads/?upload=B" if named else "blobs/uploads/", 202, 0),
+        (0.02, 0.5, "PATCH", "blobs/uploads/A", 202, 50_000),
+        (0.03, 0.5, "PATCH", "blobs/uploads/B", 202, 60_000),
+        (0.6, 0.01, "PUT", "blobs/layerA?upload=A" if named else "blobs/uploads/A", 201, 0),
+        (0.61, 0.01, "PUT", "blobs/layerB?upload=B" if named else "blobs/uploads/B", 201, 0),
+    ]
+    records = [
+        ibm_record(
+            i,
+            **{
+                "http.request.remoteaddr": "10.0.0.9",
+                "http.request.method": method,
+                "http.request.uri": f"v2/team/push/{obj}",
+                "http.request.duration": duration,
+                "http.response.status": status,
+                "http.response.written": size,
+                "timestamp": f"2024-01-01T00:00:00.{int(start * 1000):03d}Z",
+                "id": f"up-{i}",
+            },
+        )
+        for i, (start, duration, method, obj, status, size) in enumerate(steps)
+    ]
+    return write_json(path, records)
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["capture-ids", "ibm-ids"])
+def test_one_clients_uploads_overlap_when_the_trace_tells_them_apart(tmp_path, nodes, named):
+    trace = upload_trace(tmp_path / "push.json", named)
+    with LocalRegistry(tmp_path / "registry") as reg:
+
+        def slow_patches(method: str, path: str) -> float:
+            return BLOB_LATENCY_S if method == "PATCH" else 0.0
+
+        with FaultProxy(reg.host, latency=slow_patches) as proxy:
+            cfg = write_config(tmp_path, trace, [proxy.address], [n.address for n in nodes], wait=True)
+            (tmp_path / "warmup-map.jsonl").write_text("")  # the trace reads nothing: nothing to warm up
+            summary = run_replay(cfg, tmp_path / "run", quiet=True)
+            assert proxy.errors == []
+            forwarded = proxy.forwarded
+        rows = pd.read_csv(tmp_path / "run" / "requests.csv", keep_default_na=False, na_values=[""])
+        # the layers each PUT completed, as the registry holds them: each upload got its own PATCH's bytes
+        sizes = []
+        for digest in rows[rows.method == "PUT"].digest:
+            head = urllib.request.Request(f"{reg.url}/v2/team/push/blobs/{digest}", method="HEAD")
+            with urllib.request.urlopen(head, timeout=10) as answer:
+                sizes.append(int(answer.headers["Content-Length"]))
+    # each PATCH and PUT found the session its own POST opened: no helper POST, no cancelled session
+    assert summary["failed"] == 0 and not rows.auxiliary.any(), rows[["method", "reference", "error"]].to_string()
+    assert sorted(sizes) == [50_000, 60_000]
+    patches = [f for f in forwarded if f.method == "PATCH"]
+    assert len(patches) == 2 and overlap(*patches)  # the two uploads overlapped, as in the trace
