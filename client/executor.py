@@ -12,9 +12,13 @@ when the run asks for it (``retries``); every attempt is counted.
 Blob uploads follow the Registry V2 protocol: the trace's POST
 opens an upload, a PATCH sends the layer's bytes, the PUT closes it with the
 digest (or sends the whole layer at once).  The open upload is remembered per
-(trace client, repository); a trace PATCH or PUT that finds none opens one
-with an auxiliary POST.  Pushed bytes are random (or zeros), so a pushed
-layer gets a new digest that the result carries back to the master.
+(trace client, repository, upload key): the master gives the requests of one
+trace upload one key (its upload id, see master/plan.py), so one client's
+uploads into a repository may overlap; where the trace has no upload ids the
+key is None and that client's uploads into the repository follow each other
+(the node's gate, client/client_gate.py, keeps a session's requests in order).
+A trace PATCH or PUT that finds no open upload opens one with an auxiliary POST.
+Pushed bytes are random (or zeros), so a pushed layer gets a new digest that the result carries back to the master.
 
 A cross-repository mount is sent as one (``?mount=<digest>&from=<repository>``).  201:
 mounted.  202: the registry refused to mount and opened an upload instead; when the trace's
@@ -29,8 +33,8 @@ that repository wait; once there, the repository is remembered and no PUT checks
 pushes of it at once would rewrite its link while a manifest PUT reads it
 (drtp.registry.keyed_lock), and the registry refuses that PUT.
 
-No upload session outlives the run: one that a later upload open of the same trace client and
-repository replaces is cancelled (DELETE, a helper row), as is one a failed fallback leaves;
+No upload session outlives the run: one that a later upload open of the same trace client,
+repository and upload key replaces is cancelled (DELETE, a helper row), as is one a failed fallback leaves;
 those still open when the run ends — a trace upload never completed — are cancelled then.
 """
 
@@ -80,7 +84,8 @@ class Executor:
     def __init__(self, spec: RunSpec, clock) -> None:
         self.spec = spec
         self.clock = clock  # seconds since the run's common start
-        self.uploads: dict[tuple[str, str], Upload] = {}  # (trace client, repository) -> open upload
+        # (trace client, repository, upload key) -> open upload
+        self.uploads: dict[tuple[str, str, str | None], Upload] = {}
         self.local = threading.local()
         # keep-alive connections per thread, credentials and TLS trust per registry (spec.auth), redirects
         # and the retry rule: drtp.registry.session
@@ -115,7 +120,7 @@ class Executor:
             return self._object(req, base)
         if op == "manifest-put":
             return self._manifest_put(req, base, aux)
-        key = (req.client, req.repository)
+        key = (req.client, req.repository, req.upload)
         if op == "upload-open":
             if req.mount is not None:
                 return self._mount(req, base, aux)
@@ -184,7 +189,7 @@ class Executor:
             return self._result(req, r, start, latency, None, aux)
         upload = Upload(urljoin(base + "/", r.header("location")))
         if req.expected_status == 202:  # refused in the trace too: the trace's own PATCH/PUT use the upload
-            self._keep((req.client, req.repository), upload, aux)
+            self._keep((req.client, req.repository, req.upload), upload, aux)
             return self._result(req, r, start, latency, None, aux)
         digest, size = self._upload_whole(upload, req.object_size or FALLBACK_SIZE, aux)
         result = self._result(req, r, start, latency, digest, aux)
@@ -209,8 +214,8 @@ class Executor:
         self._cancel(upload, aux)
         return None, size
 
-    def _keep(self, key: tuple[str, str], upload: Upload, aux: list[AuxResult]) -> None:
-        """Remember the open upload of (trace client, repository); one it replaces is cancelled."""
+    def _keep(self, key: tuple[str, str, str | None], upload: Upload, aux: list[AuxResult]) -> None:
+        """Remember the open upload of (trace client, repository, upload key); one it replaces is cancelled."""
         replaced = self.uploads.get(key)
         self.uploads[key] = upload
         if replaced is not None:

@@ -12,12 +12,12 @@ a blocking call, runs on the thread pool), and blob reads redirected to a
 storage server (followed on the loop, never with the registry's credentials).
 Pushes, uploads, manifest PUTs, mounts and DELETEs run on the thread Executor
 through ``run_in_executor``, so they behave exactly as in the thread engine.
-Per trace client the order is kept: its next request starts when the
-previous one has finished.  A request that has run for more than ``STALL_S``
-stops counting toward ``threads`` (a fresh worker takes its place, at most
-``threads`` such at once), so a registry request stuck until its timeout holds
-back only its own trace client.  As-is runs keep the thread scheduler, whose
-timed waits are finer than the loop's millisecond timers.
+Per trace client the concurrency and order of the run's client model are kept
+(client/client_gate.py; by default as the trace overlapped and ordered them).
+A request that has run for more than ``STALL_S`` stops counting toward
+``threads`` (a fresh worker takes its place, at most ``threads`` such at
+once), so a registry request stuck until its timeout holds back only its own
+trace client.  As-is runs keep the thread scheduler, whose timed waits are finer than the loop's millisecond timers.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
+from drtp.client.client_gate import Lane
 from drtp.client.loop_requests import Connections, LoopRequests
 from drtp.client.scheduler import STALL_S, RunBook, node_error
 from drtp.replay.frames import FRAME_GAP_S, Finished
@@ -64,7 +65,7 @@ class LoopRun(RunBook):
         self.live = 0  # worker tasks alive
         self.next_worker = 0
         self.all_done: asyncio.Future | None = None
-        self.ready: deque[str] = deque()  # idle trace clients with work, in arrival order
+        self.ready: deque[Lane] = deque()  # lanes of the gate whose next request may start, in turn
         self.idle: deque[asyncio.Future] = deque()  # workers waiting for work
         self.outbox: list[Finished] = []
         self.closing = False  # set at once by end()/cancel(): no more batches (``ended`` is set on the loop)
@@ -123,12 +124,11 @@ class LoopRun(RunBook):
     def _submit(self, requests: list[ReplayRequest]) -> None:
         if self.cancelled:
             return
+        add, listed = self.gate.add, self.ready.append
         for req in requests:
-            q = self.pending.get(req.client)
-            if q is None:
-                q = self.pending[req.client] = deque()
-                self.ready.append(req.client)
-            q.append(req)
+            lane = add(req)
+            if lane is not None:
+                listed(lane)
         self.queued += len(requests)
         self._wake(len(requests))
 
@@ -157,8 +157,11 @@ class LoopRun(RunBook):
                 self._wake(len(self.idle))
                 return None
             if self.ready:
-                client = self.ready.popleft()
-                req = self.pending[client].popleft()  # the client stays in pending while busy
+                lane = self.ready.popleft()
+                req, again = self.gate.take(lane)
+                if again:  # its next request may start too (it overlapped this one in the trace)
+                    self.ready.append(lane)
+                    self._wake(1)
                 self.queued -= 1
                 self.running += 1
                 return req
@@ -202,12 +205,10 @@ class LoopRun(RunBook):
             self.loop.call_later(FLUSH_S, self._flush)
         self.running -= 1
         self.done += 1
-        q = self.pending.get(req.client)
-        if q:
-            self.ready.append(req.client)
+        lane = self.gate.done(req)
+        if lane is not None:  # its end lets the client's next request start
+            self.ready.append(lane)
             self._wake(1)
-        elif q is not None:
-            del self.pending[req.client]
         self._maybe_finish()
 
     def _flush(self) -> None:

@@ -1,8 +1,10 @@
-"""A client node's run: a pool of worker threads that keeps each trace client in order.
+"""A client node's run: a pool of worker threads that keeps each trace client's concurrency and order.
 
-Requests of one trace client are executed one at a time, in the order they
-arrived (a Docker client does one push or pull step after the other); requests
-of different trace clients run in parallel on ``threads`` workers.  In as-is
+Requests of one trace client start in the order they arrived and overlap only
+as the run's client model allows (client/client_gate.py: by default as they
+overlapped in the trace, so a layer GET that followed a manifest GET waits for
+it while three layer GETs that overlapped run at once); requests of different
+trace clients run in parallel on ``threads`` workers.  In as-is
 mode a request is not started before its intended time (``at`` seconds after
 the run's common start); the actual start is recorded by the executor, after
 any wait, so lateness shows.  A request that has run for more than
@@ -21,6 +23,7 @@ import queue
 import threading
 from collections import deque
 
+from drtp.client.client_gate import ClientGate, Lane
 from drtp.client.executor import Executor, monotonic_clock
 from drtp.replay.frames import Finished, FrameBuilder
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec
@@ -36,7 +39,7 @@ def node_error(req: ReplayRequest, now: float, e: Exception) -> ReplayResult:
 
 
 class RunBook:
-    """What both engines keep about a run: per-client queues, counters, the result queue, end and cancel flags."""
+    """What both engines keep about a run: the per-client gate, counters, the result queue, end and cancel flags."""
 
     def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
@@ -45,8 +48,8 @@ class RunBook:
         # Finished requests (or lists of them), then None at the end; the result stream turns them into frames
         self.results: queue.Queue = queue.Queue()
         self.frames = FrameBuilder(spec)
-        self.pending: dict[str, deque[ReplayRequest]] = {}  # trace client -> its waiting requests
-        self.ready: list | deque = []  # idle trace clients with work (how depends on the engine)
+        self.gate = ClientGate(spec.client)  # each trace client's waiting requests, and which may start
+        self.ready: list | deque = []  # lanes of the gate whose next request may start (how depends on the engine)
         self.queued = 0
         self.running = 0
         self.done = 0
@@ -92,7 +95,7 @@ class RunBook:
         """Cancel: forget what has not started; what runs finishes and is reported."""
         self.cancelled = True
         dropped = self.queued
-        self.pending.clear()
+        self.gate.clear()
         self.ready.clear()
         self.queued = 0
         self.ended = True
@@ -105,7 +108,7 @@ class NodeRun(RunBook):
     def __init__(self, spec: RunSpec) -> None:
         super().__init__(spec)
         self.cv = threading.Condition()
-        self.ready: list[tuple[float, int, str]] = []  # (due, tie, trace client) of idle clients with work
+        self.ready: list[tuple[float, int, Lane]] = []  # (due, tie, lane) of the lanes whose head may start
         self.tie = itertools.count()
         self.slots = max(1, spec.threads)
         self.busy: dict[int, float] = {}  # worker id -> clock time its request started
@@ -138,12 +141,11 @@ class NodeRun(RunBook):
         with self.cv:
             if self.ended or self.cancelled:
                 raise RuntimeError("the run is closed")
+            add, ready, tie = self.gate.add, self.ready, self.tie
             for req in requests:
-                q = self.pending.get(req.client)
-                if q is None:
-                    q = self.pending[req.client] = deque()
-                    heapq.heappush(self.ready, (req.at or 0.0, next(self.tie), req.client))
-                q.append(req)
+                lane = add(req)
+                if lane is not None:
+                    heapq.heappush(ready, (req.at or 0.0, next(tie), lane))
             self.queued += len(requests)
             self.cv.notify_all()
 
@@ -170,8 +172,11 @@ class NodeRun(RunBook):
                     due = self.ready[0][0]
                     wait = due - self.clock()
                     if wait <= 0:
-                        _, _, client = heapq.heappop(self.ready)
-                        req = self.pending[client].popleft()  # the client stays in pending while busy
+                        _, _, lane = heapq.heappop(self.ready)
+                        req, again = self.gate.take(lane)
+                        if again:  # its next request may start too (it overlapped this one in the trace)
+                            heapq.heappush(self.ready, (lane.queue[0].at or 0.0, next(self.tie), lane))
+                            self.cv.notify()
                         self.queued -= 1
                         self.running += 1
                         return req
@@ -198,12 +203,10 @@ class NodeRun(RunBook):
                 self.stalled.discard(wid)
                 self.running -= 1
                 self.done += 1
-                q = self.pending.get(req.client)
-                if q:
-                    heapq.heappush(self.ready, (q[0].at or 0.0, next(self.tie), req.client))
+                lane = self.gate.done(req)
+                if lane is not None:  # its end lets the client's next request start
+                    heapq.heappush(self.ready, (lane.queue[0].at or 0.0, next(self.tie), lane))
                     self.cv.notify()
-                elif q is not None:
-                    del self.pending[req.client]
                 self._maybe_finish()
             if stood_in:  # its stand-in has the slot now
                 return

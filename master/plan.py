@@ -32,12 +32,18 @@ operation there (:meth:`Planner.image_of`), collected in one place
 skopeo push (or find) the config blob after every layer and just before the
 manifest.  An image of one blob or none has no config of its own: the node
 uses the minimal config blob.
+
+Each request carries its span in the trace (``trace_start``, ``trace_end``: arrival and arrival +
+duration, seconds after the trace's first request; a registry log's timestamp is the completion, so
+its duration is subtracted) and, for the requests of a blob upload, the key of its upload session
+(:meth:`Planner.upload_of`): the node overlaps a client's requests only as the trace did and never
+two requests of one upload session (client/client_gate.py).
 """
 
 from __future__ import annotations
 
 import zlib
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 
 import msgspec
@@ -48,6 +54,21 @@ from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for
 from drtp.trace.records import TraceRecord, Uri
 
 MAX_IMAGE_BLOBS = 128  # blobs kept per image: Docker allows 127 layers, plus the config
+MAX_UNPAIRED = 64  # upload opens without an id kept per (client, repository) for the PATCH/PUT that follow
+UPLOAD_METHODS = ("POST", "PATCH", "PUT")
+
+
+def upload_id(uri_text: str, uri: Uri) -> str | None:
+    """The trace's id of the upload a blob POST/PATCH/PUT belongs to: ``?upload=T`` (captures) or the
+    session of an upload URL (``uploads/T``: IBM traces' PATCH and PUT); None when it names none."""
+    query = uri_text.partition("?")[2]
+    if "upload=" in query:
+        for param in query.split("&"):
+            key, _, value = param.partition("=")
+            if key == "upload" and value:
+                return value
+    ref = uri.reference
+    return ref[8:] if ref.startswith("uploads/") and len(ref) > 8 else None
 
 
 def registry_for(repository: str, registries: list[str]) -> str:
@@ -76,8 +97,17 @@ def op_of(rec: TraceRecord, uri: Uri | None = None) -> str:
 
 
 class Planner:
-    def __init__(self, registries: list[str]) -> None:
+    def __init__(self, registries: list[str], completion_stamped: bool = False) -> None:
         self.registries = registries
+        # the trace's timestamps are completions (a registry log): a request arrived its duration earlier
+        self.completion_stamped = completion_stamped
+        self.origin: float | None = None  # the trace's first timestamp: trace_start counts from it
+        # upload sessions (upload_of): the session key of a trace upload id, per (client, repository, id);
+        # the opens without an id waiting for the PATCH/PUT that names theirs, and each (client,
+        # repository)'s last session, for the PATCH/PUT that name none
+        self.upload_keys: dict[tuple[str, str, str], str] = {}
+        self.unpaired: dict[tuple[str, str], deque[str]] = {}
+        self.last_upload: dict[tuple[str, str], str] = {}
         self.blobs: dict[tuple[str, str], Layer] = {}  # (repository, trace ref) -> real layer
         self.blob_any: dict[str, Layer] = {}  # trace ref -> the latest real layer in any repository
         # pushes in flight: ("blob", ref) or ("manifest", repository, tag) -> how many
@@ -123,8 +153,62 @@ class Planner:
     def resolve(self, repository: str, ref: str) -> Layer | None:
         return self.blobs.get((repository, ref)) or self.blob_any.get(ref)
 
-    def plan(self, rec: TraceRecord, seq: int, at: float | None, uri: Uri | None = None) -> ReplayRequest:
-        """The request a node sends for ``rec`` (``uri``: its URI parts, if split already)."""
+    def upload_of(self, rec: TraceRecord, uri: Uri, seq: int) -> str | None:
+        """The key of the upload session a blob POST, PATCH or PUT belongs to (None for any other request);
+        call once per record, in trace order.
+
+        A capture names the upload on all three (``?upload=T``, ``uploads/T``): T is the key.  An IBM
+        trace names the registry's session on PATCH and PUT but not on the POST that opened it: the POST
+        gets a key of its own (``#<seq>``), which the first PATCH/PUT of that client and repository with
+        an id not seen before takes over.  A PATCH or PUT that names no session (a generated trace's
+        closing PUT) continues the client's last session in that repository: uploads that name nothing
+        cannot be told apart, so they follow each other.
+        """
+        if uri.kind != "blob" or rec.method not in UPLOAD_METHODS:
+            return None
+        where = (rec.client, uri.repository)
+        trace_id = upload_id(rec.uri, uri)
+        if rec.method == "POST":
+            key = trace_id if trace_id is not None else f"#{seq}"
+            if rec.status == 202:  # it opened a session (a mount that the registry refused, too)
+                if trace_id is None:
+                    waiting = self.unpaired.get(where)
+                    if waiting is None:
+                        waiting = self.unpaired[where] = deque(maxlen=MAX_UNPAIRED)
+                    waiting.append(key)
+                self.last_upload[where] = key
+            return key
+        if trace_id is None:
+            key = self.last_upload.get(where)
+            waiting = self.unpaired.get(where)
+            if key is not None and waiting and key in waiting:  # that open is taken: no PATCH/PUT pairs with it
+                waiting.remove(key)
+                if not waiting:
+                    del self.unpaired[where]
+        else:
+            named = (rec.client, uri.repository, trace_id)
+            key = self.upload_keys.get(named)
+            if key is None:
+                waiting = self.unpaired.get(where)
+                key = waiting.popleft() if waiting else trace_id
+                if waiting is not None and not waiting:
+                    del self.unpaired[where]
+                if rec.method == "PATCH":
+                    self.upload_keys[named] = key
+            elif rec.method == "PUT":
+                del self.upload_keys[named]
+        if rec.method == "PUT":  # the session ends
+            if key is not None and self.last_upload.get(where) == key:
+                del self.last_upload[where]
+        elif key is not None:
+            self.last_upload[where] = key
+        return key
+
+    def plan(
+        self, rec: TraceRecord, seq: int, at: float | None, uri: Uri | None = None, upload: str | None = None
+    ) -> ReplayRequest:
+        """The request a node sends for ``rec`` (``uri``: its URI parts, if split already; ``upload``: its
+        upload session's key, :meth:`upload_of`)."""
         uri = uri or rec.parts
         kind = uri.kind
         op = op_for(rec.method, kind)
@@ -164,6 +248,11 @@ class Planner:
         elif op == "manifest-put":
             self.pending[("manifest", repo, ref)] += 1
             layers, config = self.image_of(key)
+        start = rec.time
+        if self.origin is None:
+            self.origin = start
+        duration = rec.duration
+        start -= self.origin + (duration if self.completion_stamped else 0.0)
         return ReplayRequest(
             seq=seq,
             trace_id=rec.id,
@@ -183,6 +272,9 @@ class Planner:
             mount=mount,
             mount_from=mount_from,
             config=config,
+            trace_start=start,
+            trace_end=start + duration,
+            upload=upload,
         )
 
     def replayed(self, rec: TraceRecord, uri: Uri | None = None, assume_found: bool = False) -> None:

@@ -51,12 +51,13 @@ from drtp.progress import progress
 from drtp.registry.auth import config_auth, registry_names
 from drtp.registry.credentials import config_sources
 from drtp.registry.repo_names import RepositoryMap
+from drtp.replay.client_profiles import client_model
 from drtp.replay.frames import ResultFrame
-from drtp.replay.messages import ReplayRequest, RunSpec, registry_base
+from drtp.replay.messages import UNLIMITED, ReplayRequest, RunSpec, registry_base
 from drtp.replay.signing import resolve_token
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 from drtp.replay.stats_file import STATS_FILE
-from drtp.trace.reader import TraceReader
+from drtp.trace.reader import TraceReader, completion_stamped
 from drtp.trace.records import TraceRecord, Uri
 
 log = logging.getLogger(__name__)  # -v / verbose: true shows the run's steps
@@ -117,7 +118,9 @@ class Replay:
         self.token = resolve_token(self.ci.token, "client_info.token")
         self.events: queue.Queue = queue.Queue()
         self.links = {a: NodeLink(a, self.token, self.events) for a in node_addresses(cfg)}
-        self.router = Router(list(self.links), hashed=self.ci.route)
+        self.client = client_model(self.ci)  # how each trace client behaves on the nodes
+        # a per-client order is kept on one node: round-robin then spreads trace clients, not requests
+        self.router = Router(list(self.links), hashed=self.ci.route, per_client=self.client.concurrency != UNLIMITED)
         self.planner = Planner(self.registries)
         self.cap = max(1, self.ci.inflight)  # requests out at one node at most
         self.batch = max(1, self.ci.batch)
@@ -131,7 +134,7 @@ class Replay:
         self.per_node: dict[str, int] = {a: 0 for a in self.links}
         self.buffers: dict[str, list[ReplayRequest]] = {a: [] for a in self.links}
         self.buffered_at: dict[str, float] = {a: 0.0 for a in self.links}  # when a node's partial batch began
-        self.upload_node: dict[tuple[str, str], str] = {}
+        self.upload_node: dict[tuple[str, str, str | None], str] = {}  # (client, repository, upload key) -> node
         self.dead: dict[str, dict] = {}
         self.done = 0
         self.results: RunResults | None = None
@@ -170,6 +173,9 @@ class Replay:
         try:
             # the whole trace is read (and checked) first: a bad record is refused before the registry sees anything
             total = sum(len(b) for b in self._batches())
+            # a registry log's timestamps are completions: the planner's trace spans subtract the duration
+            fmt = self.cfg.require("trace").format
+            self.planner.completion_stamped = completion_stamped(self.cfg.trace_paths(), fmt)
             log.info("trace checked: %d requests; preflight of %s", total, ", ".join(self.registries))
             if self.preflight:
                 preflight_all(self.registries, self.auths, registry_names(self.cfg), self.names.probe())
@@ -209,6 +215,7 @@ class Replay:
             timed=timed,
             on_time_s=ci.on_time_ms / 1000,
             stats_interval_s=self.stats_interval_s,
+            client=self.client,
         )
         try:
             for name, link in self.links.items():
@@ -397,7 +404,8 @@ class Replay:
     def _send(self, rec: TraceRecord, uri: Uri, seq: int, at: float | None) -> bool:
         """Plan ``rec`` (``uri``: its URI parts) and put it in its node's next batch; False when every node
         is dead."""
-        node = self._route(rec, uri)
+        upload = self.planner.upload_of(rec, uri, seq)
+        node = self._route(rec, uri, upload)
         if node is None:  # every node is dead: what was measured is kept, the summary still written
             return False
         if self.per_node[node] >= self.cap and node not in self.dead:
@@ -406,10 +414,10 @@ class Replay:
             while self.per_node[node] > self.refill_at and node not in self.dead:
                 self._drain(timeout=self._flush_all())
         if node in self.dead:
-            node = self._route(rec, uri)
+            node = self._route(rec, uri, upload)
             if node is None:
                 return False
-        req = self.planner.plan(rec, seq, at, uri)
+        req = self.planner.plan(rec, seq, at, uri, upload)
         self.inflight[seq] = (node, req)
         self.per_node[node] += 1
         buf = self.buffers[node]
@@ -443,8 +451,8 @@ class Replay:
                 return False
         return self.router.alive
 
-    def _route(self, rec: TraceRecord, uri: Uri) -> str | None:
-        op_key = (rec.client, uri.repository)
+    def _route(self, rec: TraceRecord, uri: Uri, upload: str | None) -> str | None:
+        op_key = (rec.client, uri.repository, upload)
         pinned = None
         blob = uri.kind == "blob"
         if blob and rec.method in ("POST", "PATCH", "PUT"):

@@ -60,6 +60,8 @@ POLL_S = 0.2  # how often idle loops look at the stop flag
 DRAIN_S = 2.0  # longest wait for the client to take the bytes sent before a reset
 
 FaultPlan = Callable[[int, str, str], "str | None"]
+Latency = Callable[[str, str], float]
+"""Added latency per request: ``(method, path) -> seconds`` the answer is held before it is sent (0: none)."""
 """Decides per request: ``(index, method, path) -> kind or None``; ``index`` counts requests in arrival order."""
 
 
@@ -85,6 +87,8 @@ class Forwarded:
     path: str
     upstream_status: int
     fault: str | None
+    received: float = 0.0  # time.monotonic() when the request had arrived ...
+    answered: float = 0.0  # ... and when its answer was sent (after any added latency)
 
 
 def expected_outcome(kind: str, body_bytes: int) -> tuple[str, int]:
@@ -453,7 +457,9 @@ class FaultProxy:
 
     Use as a context manager.  ``plan`` decides each request's fault;
     ``delay_s`` is how long a ``delay`` fault holds the answer (make it longer
-    than the client's timeout).  :attr:`injected`, :attr:`forwarded` and
+    than the client's timeout); ``latency`` holds each answer for ``latency(method, path)`` seconds
+    before sending it (a slower registry; :attr:`forwarded` records when each request came and its
+    answer left).  :attr:`injected`, :attr:`forwarded` and
     :attr:`methods` say what happened; :attr:`errors` lists what went wrong in
     the proxy itself (a test should expect it empty).
     """
@@ -465,6 +471,7 @@ class FaultProxy:
         delay_s: float = 2.0,
         upstream_timeout: float = 60.0,
         max_connections: int = 512,
+        latency: Latency | None = None,
     ) -> None:
         host, _, port = upstream.rpartition(":")
         if host.strip("[]") not in LOOPBACK:
@@ -474,6 +481,7 @@ class FaultProxy:
         self.delay_s = delay_s
         self.upstream_timeout = upstream_timeout
         self.max_connections = max_connections
+        self.latency = latency  # e.g. a slow network to the blob store: the answer waits, the request does not
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._index = 0
@@ -608,6 +616,7 @@ class FaultProxy:
     def _handle(self, conn: socket.socket, upstream: Upstream, request: Request) -> bool:
         """Forward ``request`` once, deliver its answer or its fault; False once ``conn`` is closed."""
         method, path = request.method, request.path
+        received = time.monotonic()
         with self._lock:
             index = self._index
             self._index += 1
@@ -618,8 +627,10 @@ class FaultProxy:
             self._error(f"#{index} {method} {path}: the registry did not answer: {e}")
             conn.close()
             return False
+        if self.latency is not None and (wait := self.latency(method, path)) > 0:
+            self._stop.wait(wait)
         with self._lock:
-            self._forwarded.append(Forwarded(index, method, path, answer.status, kind))
+            self._forwarded.append(Forwarded(index, method, path, answer.status, kind, received, time.monotonic()))
             if kind is not None and kind != STALL:
                 outcome, status = expected_outcome(kind, answer.body_bytes)
                 self._injected.append(Injected(index, method, path, kind, outcome, status, answer.status))

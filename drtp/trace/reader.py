@@ -180,6 +180,11 @@ def detect_format(path: Path) -> str:
     raise DrtpError(f"{path}: not a trace (expected a JSON array or JSON lines)")
 
 
+def completion_stamped(paths: Iterable[str | Path], fmt: str = "auto") -> bool:
+    """Whether the timestamps of a trace's records are completion times (a registry's log), not arrivals."""
+    return all((fmt if fmt != "auto" else detect_format(Path(p))) == "registry-log" for p in paths)
+
+
 def _nonempty(path: Path, fmt: str, chunks, stats: ReadStats):
     """The file's chunks; a file that yields no record at all is an error, not an empty trace."""
     skipped, ignored = stats.skipped, stats.ignored

@@ -1,0 +1,89 @@
+"""A real containerd's pulls (``ctr content fetch``), captured with ``drtp capture``, replay with containerd's
+parallelism: the layer downloads it overlapped overlap in the replay behind a slow registry, never more of
+them at once than it ran, and with ``client_concurrency: 1`` none."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from drtp.master.run import run_replay
+from drtp.master.warmup import run_warmup
+from drtp.trace.reader import read_trace
+from tests.containerd_support import available, capture_pulls
+from tests.faultproxy import FaultProxy
+from tests.replay_support import write_config
+
+pytestmark = pytest.mark.skipif(not available(), reason="containerd/ctr not installed (scripts/install.sh)")
+
+LATENCY_S = 0.1  # added to every blob GET: a registry farther away than loopback
+
+
+def blob_latency(method: str, path: str) -> float:
+    return LATENCY_S if method == "GET" and "/blobs/" in path else 0.0
+
+
+def overlapping_pairs(spans: list[tuple[float, float]]) -> int:
+    return sum(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in itertools.combinations(spans, 2))
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    """containerd's pulls of 4 images (4 layers each) as a trace, and that trace's blob GET spans."""
+    pulls = capture_pulls(tmp_path_factory.mktemp("ctrd"), count=4, layers=4, layer_size=1_000_000)
+    records = read_trace([pulls.trace])
+    spans = [(r.time, r.time + r.duration) for r in records if r.method == "GET" and r.kind == "blob"]
+    assert len({r.client for r in records}) == 1 and len(spans) == 4 * 5
+    return pulls.trace, spans
+
+
+def by_tag(trace: Path, out: Path) -> Path:
+    """The trace with its manifest GETs by digest made GETs of the tag (``v1``): warmup can push a manifest
+    under a tag, not under a digest of content it does not have."""
+    records = json.loads(trace.read_text())
+    for r in records:
+        r["http.request.uri"] = re.sub(r"/manifests/sha256:[0-9a-f]{64}$", "/manifests/v1", r["http.request.uri"])
+    out.write_text(json.dumps(records))
+    return out
+
+
+def replay_spans(tmp_path: Path, registry, nodes, trace: Path, **client_info) -> list[tuple[float, float]]:
+    """Replay the capture as is behind the latency proxy: the blob GETs' spans at the proxy."""
+    local = by_tag(trace, tmp_path / trace.name)
+    run_warmup(write_config(tmp_path, local, [registry.host], [n.address for n in nodes]), quiet=True)
+    with FaultProxy(registry.host, latency=blob_latency) as proxy:
+        cfg = write_config(tmp_path, local, [proxy.address], [n.address for n in nodes], wait=True, **client_info)
+        summary = run_replay(cfg, tmp_path / "run", quiet=True)
+        assert proxy.errors == [] and summary["failed"] == 0
+        forwarded = proxy.forwarded
+    return [(f.received, f.answered) for f in forwarded if f.method == "GET" and "/blobs/" in f.path]
+
+
+def test_a_containerd_pull_replays_with_its_parallelism(tmp_path, registry, nodes, captured):
+    trace, traced = captured
+    in_trace = overlapping_pairs(traced)
+    assert in_trace >= 2 and most_at_once(traced) >= 2  # containerd fetched layers in parallel
+    replayed = replay_spans(tmp_path, registry, nodes, trace)
+    assert len(replayed) == len(traced)
+    # behind the slow registry the downloads it overlapped still overlap; none beyond what containerd ran at once
+    assert overlapping_pairs(replayed) >= 0.75 * in_trace, (overlapping_pairs(replayed), in_trace)
+    assert 2 <= most_at_once(replayed) <= most_at_once(traced)
+
+
+def test_client_concurrency_one_replays_it_one_download_at_a_time(tmp_path, registry, nodes, captured):
+    trace, traced = captured
+    replayed = replay_spans(tmp_path, registry, nodes, trace, client_concurrency=1)
+    assert len(replayed) == len(traced) and most_at_once(replayed) == 1
