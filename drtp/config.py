@@ -22,6 +22,7 @@ import msgspec
 from drtp.config_overrides import Override, apply_overrides, env_overrides, origin_of, with_origin
 from drtp.errors import ConfigError
 from drtp.registry.names import base_url_error, host_port_error
+from drtp.replay.client_profiles import agent_problem
 from drtp.replay.failure_budget import parse_max_failed
 from drtp.replay.signing import token_error
 from drtp.schema import convert
@@ -362,6 +363,9 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
 
 def _check_combinations(cfg: Config, source: str) -> None:
     """Rules that span keys or depend on another key's value (each key's own range is in its type)."""
+    agent = cfg.client_info.user_agent
+    if agent is not None and agent != "trace" and (why := agent_problem(agent)):
+        raise ConfigError(f"{source}: key 'client_info.user_agent': {why}")
     limit = cfg.trace.limit if cfg.trace else None
     if limit is not None and limit.type == "requests" and limit.amount != int(limit.amount):
         raise ConfigError(
