@@ -252,6 +252,8 @@ class Config(_Section):
         }
         if t.limit is not None:
             opts.update(limit_type=t.limit.type, amount=t.limit.amount)
+        if self.client_info.user_agent == "trace":  # decoded only when a run sends it
+            opts["user_agent"] = True
         return opts
 
 

@@ -44,6 +44,7 @@ import msgspec
 
 from drtp.registry.manifest import placeholder_digest
 from drtp.registry.repo_names import RepositoryMap
+from drtp.replay.client_profiles import header_safe
 from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for
 from drtp.trace.records import TraceRecord, Uri
 
@@ -183,6 +184,7 @@ class Planner:
             mount=mount,
             mount_from=mount_from,
             config=config,
+            user_agent=header_safe(rec.useragent) if rec.useragent else None,  # an AgentRecord's (user_agent: trace)
         )
 
     def replayed(self, rec: TraceRecord, uri: Uri | None = None, assume_found: bool = False) -> None:
