@@ -365,6 +365,11 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
 
 def _check_combinations(cfg: Config, source: str) -> None:
     """Rules that span keys or depend on another key's value (each key's own range is in its type)."""
+    if cfg.client_info.idle_timeout is not None and cfg.client_info.profile == "drtp":
+        raise ConfigError(
+            f"{source}: key 'client_info.idle_timeout': profile drtp keeps a connection per slot for the whole run; "
+            "idle timeouts apply to a client profile's connections (profile: docker, containerd, skopeo or crane)"
+        )
     agent = cfg.client_info.user_agent
     if agent is not None and agent != "trace" and (why := agent_problem(agent)):
         raise ConfigError(f"{source}: key 'client_info.user_agent': {why}")

@@ -213,6 +213,8 @@ def test_config_maps_to_the_client_model_and_refuses_a_bad_agent(tmp_path: Path)
     assert client_model(ci).user_agent == "my-ci/1.0" and client_model(ci).connections == 50
     with pytest.raises(ConfigError, match="client_info.user_agent.*visible ASCII"):
         load_config(_config(tmp_path, user_agent="x\r\nX-Injected: 1"))
+    with pytest.raises(ConfigError, match="client_info.idle_timeout.*profile drtp"):
+        load_config(_config(tmp_path, idle_timeout=5))
 
 
 def test_a_traces_user_agent_is_made_safe_for_a_header():
