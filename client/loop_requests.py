@@ -71,6 +71,10 @@ class LoopRequests:
         self.pools: ClientPools[AsyncConnection] | None = (
             ClientPools(model.connections, model.idle_timeout_s, self.new_connection) if model.connections > 0 else None
         )
+        # get(req, conns): a trace GET/HEAD of a manifest or blob, redirects followed, latency over every hop; on
+        # the loop worker's connections ``conns``, or with connections per trace client on the client's (chosen
+        # once here: the per-slot path has no per-request check)
+        self.get = self._get if self.pools is None else self._pooled_get
 
     def server_of(self, registry: str) -> Server:
         server = self.servers.get(registry)
@@ -109,13 +113,8 @@ class LoopRequests:
         if self.pools is not None:
             self.pools.close()
 
-    async def get(self, req: ReplayRequest, conns: Connections) -> ReplayResult:
-        """A trace GET/HEAD of a manifest or blob, redirects followed; latency covers every hop.
-
-        ``conns``: the loop worker's connections; a run with connections per trace client uses the
-        request's client's instead."""
-        if self.pools is None:
-            return await self._get(req, conns)
+    async def _pooled_get(self, req: ReplayRequest, conns: Connections) -> ReplayResult:
+        """:meth:`get` on connections of the request's trace client (taken for it, given back after it)."""
         borrowed = Borrowed(req.client)
         try:
             return await self._get(req, borrowed)
@@ -124,6 +123,7 @@ class LoopRequests:
                 self.pools.give(req.client, server, conn)
 
     async def _get(self, req: ReplayRequest, conns: Connections) -> ReplayResult:
+        """A trace GET/HEAD of a manifest or blob on ``conns``, redirects followed; latency covers every hop."""
         server = self.server_of(req.registry)
         target, headers = object_path(req), object_headers(req)
         agent = req.user_agent
