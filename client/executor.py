@@ -123,7 +123,7 @@ class Executor:
         """A registry request for the trace request this thread executes: on its trace client's connections
         (when the run keeps them per client) and with its own User-Agent (when the trace gave one)."""
         req = getattr(self.local, "req", None)
-        if req is None:  # the run's end: cancelling what nobody completed
+        if req is None:  # not for a trace request: preflight, drtp bench, the run's end cancelling uploads
             return self.session.request(method, url, **kw)
         client = req.client if self.per_client else None
         return self.session.request(method, url, client=client, agent=req.user_agent, **kw)
