@@ -78,6 +78,11 @@ def drtp_reader(path: Path) -> int:
     return sum(len(batch) for batch in TraceReader([path]).batches())
 
 
+def drtp_reader_agents(path: Path) -> int:
+    """The same with each record's user agent decoded too (AgentRecord: only for ``user_agent: trace``)."""
+    return sum(len(batch) for batch in TraceReader([path], user_agent=True).batches())
+
+
 def drtp_parquet(path: Path) -> int:
     """The same records from the trace's Parquet cache (``drtp convert``, done once, not timed)."""
     cache = path.with_name(path.name + ".parquet")
@@ -101,6 +106,7 @@ METHODS = (
     ("json.load + strptime every record", strptime_every_record),
     *((("orjson + fromisoformat", orjson_method),) if importlib.util.find_spec("orjson") else ()),
     ("drtp TraceReader over its Parquet cache", drtp_parquet),
+    ("drtp TraceReader with user agents", drtp_reader_agents),
     ("drtp TraceReader (msgspec, streaming)", drtp_reader),  # last: the row the suite reports
 )
 

@@ -16,6 +16,7 @@ import math
 import re
 
 from drtp.registry.names import base_url_error, digest_error, name_error, reference_error, shown
+from drtp.replay.client_profiles import agent_problem
 from drtp.replay.messages import KINDS, ReplayRequest, RunSpec, SecretUpdate, op_for, registry_base
 from drtp.trace.records import METHODS
 
@@ -24,6 +25,9 @@ MAX_THREADS = 1024
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # (method, kind) -> the only op the master derives for it
 _OPS = {(m, k): op_for(m, k) for m in METHODS for k in KINDS}
+
+
+MAX_KEPT = 1000  # idle connections a trace client may keep per registry (crane's is 50)
 
 
 def _positive(value: float) -> bool:
@@ -46,6 +50,12 @@ def spec_error(spec: RunSpec) -> str | None:
         return "stats_interval_s must be finite and positive, on_time_s finite and 0 or more"
     if len(spec.node) > 300 or any(c in spec.node for c in "\r\n"):
         return "node (the master's name for this node) must be one line of at most 300 characters"
+    client = spec.client
+    if client.user_agent and (why := agent_problem(client.user_agent)) is not None:
+        return f"client.user_agent {why}"
+    idle = client.idle_timeout_s
+    if not 0 <= client.connections <= MAX_KEPT or not (math.isfinite(idle) and idle >= 0):
+        return f"client.connections must be 0..{MAX_KEPT}, client.idle_timeout_s finite and 0 or more"
     if not spec.registries:
         return "the run names no registries (registries: the registries it may send to)"
     for entry in spec.registries:
@@ -85,6 +95,8 @@ def request_error(req: ReplayRequest, targets: frozenset[str]) -> str | None:
         return "negative size"
     if req.at is not None and not (math.isfinite(req.at) and req.at >= 0):
         return f"start time {req.at!r} is not a finite offset"
+    if req.user_agent is not None and (why := agent_problem(req.user_agent)) is not None:
+        return f"user_agent {why}"
     return None
 
 

@@ -2,7 +2,10 @@
 
 Each worker thread keeps its own keep-alive connection per registry
 (drtp/registry/transport.py: on a 2-core machine the replayer's CPU is taken from the
-registry, so the transport is lean), so no lock is shared.  The exact trace
+registry, so the transport is lean), so no lock is shared; a run whose client profile keeps
+connections per trace client (``ClientModel.connections``) sends each request on a connection
+of its trace client's instead (drtp/registry/client_pools.py), with the profile's User-Agent
+or the trace's own.  The exact trace
 verb is sent — GET, HEAD, PUT, PATCH, POST, DELETE — and every error (HTTP
 status, timeout, refused connection, a cut answer) becomes a failed result
 classified by drtp.replay.outcome, never an exception.  A request is sent once: only
@@ -51,7 +54,7 @@ from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.keyed_lock import KeyedLock
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.registry.session import Session
-from drtp.registry.transport import Response
+from drtp.registry.transport import USER_AGENT, Response
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import HTTP, NOT_SENT, OK, PROTOCOL, TRUNCATED, status_outcome
 
@@ -87,10 +90,19 @@ class Executor:
         # (trace client, repository, upload key) -> open upload
         self.uploads: dict[tuple[str, str, str | None], Upload] = {}
         self.local = threading.local()
-        # keep-alive connections per thread, credentials and TLS trust per registry (spec.auth), redirects
-        # and the retry rule: drtp.registry.session
-        self.session = Session(spec.auth, spec.timeout, spec.connect_timeout, spec.retries)
-        self.http = self.session.request
+        # keep-alive connections per thread (or per trace client), credentials and TLS trust per registry
+        # (spec.auth), redirects and the retry rule: drtp.registry.session
+        model = spec.client
+        self.session = Session(
+            spec.auth,
+            spec.timeout,
+            spec.connect_timeout,
+            spec.retries,
+            agent=model.user_agent or USER_AGENT,
+            keep=model.connections,
+            idle_timeout=model.idle_timeout_s,
+        )
+        self.per_client = model.connections > 0
         self.config_writing = KeyedLock()  # (registry base, repository) whose minimal config blob is being checked
         self.config_present: set[tuple[str, str]] = set()  # (registry base, repository) known to hold it
 
@@ -112,7 +124,23 @@ class Executor:
 
     # -- requests --------------------------------------------------------------------
 
+    def http(self, method: str, url: str, **kw) -> Response:
+        """A registry request for the trace request this thread executes: on its trace client's connections
+        (when the run keeps them per client) and with its own User-Agent (when the trace gave one)."""
+        req = getattr(self.local, "req", None)
+        if req is None:  # not for a trace request: preflight, drtp bench, the run's end cancelling uploads
+            return self.session.request(method, url, **kw)
+        client = req.client if self.per_client else None
+        return self.session.request(method, url, client=client, agent=req.user_agent, **kw)
+
     def execute(self, req: ReplayRequest) -> ReplayResult:
+        self.local.req = req
+        try:
+            return self._execute(req)
+        finally:
+            self.local.req = None
+
+    def _execute(self, req: ReplayRequest) -> ReplayResult:
         base = registry_base(req.registry)
         aux: list[AuxResult] = []
         op = req.op
@@ -224,6 +252,11 @@ class Executor:
     def _cancel(self, upload: Upload, aux: list[AuxResult]) -> None:
         """End an upload session nothing will complete (404: the registry has already dropped it)."""
         self._aux(aux, "DELETE", "upload cancel", upload.location, (204, 404))
+
+    def close_pools(self) -> None:
+        """Close the trace clients' idle connections (a client profile's), at the run's end."""
+        if self.session.pools is not None:
+            self.session.pools.close()
 
     def cancel_uploads(self) -> tuple[int, int]:
         """At the end of a run: cancel the upload sessions still open (a trace upload never completed);

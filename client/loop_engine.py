@@ -98,6 +98,7 @@ class LoopRun(RunBook):
         watch = self.loop.call_later(STALL_S / 2, self._watch)
         self.loop.run_until_complete(self.all_done)
         watch.cancel()
+        self.reads.close()  # the trace clients' idle connections (a client profile's)
         self._flush()
         log.info(
             "run %s: %d requests on the event loop, %d on the thread pool (%d auth challenges answered there)",

@@ -78,6 +78,7 @@ class RunBook:
     def _end_stream(self) -> None:
         """End the result stream; first cancel the upload sessions the trace opened and never completed,
         so none outlives the run (off the lock: nothing of the trace is measured any more)."""
+        self.executor.close_pools()  # no trace request comes any more: the trace clients' idle connections go
 
         def cancel_then_end() -> None:
             try:

@@ -22,6 +22,7 @@ import msgspec
 from drtp.config_overrides import Override, apply_overrides, env_overrides, origin_of, with_origin
 from drtp.errors import ConfigError
 from drtp.registry.names import base_url_error, host_port_error
+from drtp.replay.client_profiles import agent_problem
 from drtp.replay.failure_budget import parse_max_failed
 from drtp.replay.signing import token_error
 from drtp.replay.slo import parse_slo
@@ -252,6 +253,8 @@ class Config(_Section):
         }
         if t.limit is not None:
             opts.update(limit_type=t.limit.type, amount=t.limit.amount)
+        if self.client_info.user_agent == "trace":  # decoded only when a run sends it
+            opts["user_agent"] = True
         return opts
 
 
@@ -373,6 +376,14 @@ def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -
 
 def _check_combinations(cfg: Config, source: str) -> None:
     """Rules that span keys or depend on another key's value (each key's own range is in its type)."""
+    if cfg.client_info.idle_timeout is not None and cfg.client_info.profile == "drtp":
+        raise ConfigError(
+            f"{source}: key 'client_info.idle_timeout': profile drtp keeps a connection per slot for the whole run; "
+            "idle timeouts apply to a client profile's connections (profile: docker, containerd, skopeo or crane)"
+        )
+    agent = cfg.client_info.user_agent
+    if agent is not None and agent != "trace" and (why := agent_problem(agent)):
+        raise ConfigError(f"{source}: key 'client_info.user_agent': {why}")
     limit = cfg.trace.limit if cfg.trace else None
     if limit is not None and limit.type == "requests" and limit.amount != int(limit.amount):
         raise ConfigError(

@@ -50,6 +50,7 @@ import msgspec
 
 from drtp.registry.manifest import placeholder_digest
 from drtp.registry.repo_names import RepositoryMap
+from drtp.replay.client_profiles import header_safe
 from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for
 from drtp.trace.records import TraceRecord, Uri
 
@@ -275,6 +276,7 @@ class Planner:
             trace_start=start,
             trace_end=start + duration,
             upload=upload,
+            user_agent=header_safe(rec.useragent) if rec.useragent else None,  # an AgentRecord's (user_agent: trace)
         )
 
     def replayed(self, rec: TraceRecord, uri: Uri | None = None, assume_found: bool = False) -> None:

@@ -15,6 +15,7 @@ import httptools
 
 from drtp.registry.transport import (
     RECV_SIZE,
+    USER_AGENT,
     AnswerState,
     RequestError,
     Response,
@@ -96,8 +97,10 @@ class AsyncConnection:
         *,
         scheme: str = "http",
         context: ssl.SSLContext | None = None,
+        agent: str = USER_AGENT,
     ) -> None:
         self.netloc = netloc
+        self.agent = agent  # the User-Agent of requests that name none of their own
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
         self.tls = scheme == "https"
@@ -152,7 +155,9 @@ class AsyncConnection:
         except OSError as e:  # TimeoutError included
             raise connect_failed(e, what, self.connect_timeout) from None
 
-    async def request(self, method: str, target: str, headers: dict[str, str] | None = None) -> Response:
+    async def request(
+        self, method: str, target: str, headers: dict[str, str] | None = None, agent: str | None = None
+    ) -> Response:
         """Send one request, await its whole answer; raises RequestError like Connection.request."""
         loop = asyncio.get_running_loop()
         if self.transport is None:
@@ -166,7 +171,7 @@ class AsyncConnection:
         self.deadline = loop.time() + self.timeout
         if self.timer is None:
             self.timer = loop.call_at(self.deadline, self._check_deadline)
-        self.transport.write(request_head(method, target, self.netloc, None, headers))
+        self.transport.write(request_head(method, target, self.netloc, None, headers, agent or self.agent))
         try:
             await waiter
         except BaseException:

@@ -15,6 +15,10 @@ rules every engine keeps:
   again only if ``retries`` allows (:func:`~drtp.registry.transport.send_again`),
   and every attempt is counted in ``Response.attempts``.
 
+With ``pools`` (a run whose client profile keeps connections per trace client), a request that names its
+trace ``client`` takes a connection of that client's
+(:class:`~drtp.registry.client_pools.ClientPools`) for its duration instead of the thread's own.
+
 Failures are answers, not exceptions: a request that got no complete answer
 returns a :class:`~drtp.registry.transport.Response` with ``status`` 0 and its
 classified ``outcome``.  The client node's thread engine (``drtp.client.executor``)
@@ -29,13 +33,15 @@ import threading
 from urllib.parse import urljoin, urlsplit
 
 from drtp.registry.auth import IDEMPOTENT, Authenticator, AuthError
-from drtp.registry.transport import Connection, RequestError, Response, send_again
+from drtp.registry.client_pools import ClientPools
+from drtp.registry.transport import USER_AGENT, Connection, RequestError, Response, send_again
 from drtp.replay.messages import RegistryAuth, registry_base
 
 REDIRECTS = frozenset((301, 302, 303, 307, 308))
 MAX_REDIRECTS = 3
 
 Server = tuple[str, str]  # (scheme, netloc)
+As = tuple[str | None, str | None] | None  # a request's (trace client, User-Agent); None: the session's own
 
 
 def authenticators(auths: list[RegistryAuth], timeout: float) -> dict[Server, Authenticator]:
@@ -56,12 +62,21 @@ class Session:
         timeout: float,
         connect_timeout: float | None = None,
         retries: int = 0,
+        agent: str = USER_AGENT,
+        keep: int = 0,
+        idle_timeout: float = 0.0,
     ) -> None:
+        """``agent``: the User-Agent of requests that name none; ``keep`` > 0: connections per trace client,
+        at most ``keep`` idle per server, closed after ``idle_timeout`` seconds idle (0: never)."""
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
+        self.agent = agent
         self.auth = authenticators(auths, timeout)  # registries not listed are anonymous
         self.local = threading.local()
+        self.pools: ClientPools[Connection] | None = (
+            ClientPools(keep, idle_timeout, lambda server: self.new_connection(*server)) if keep > 0 else None
+        )
 
     def connection(self, scheme: str, netloc: str) -> Connection:
         """This thread's keep-alive connection to a server (made on first use)."""
@@ -71,36 +86,53 @@ class Session:
         key = (scheme, netloc)
         conn = conns.get(key)
         if conn is None:
-            auth = self.auth.get(key) if scheme == "https" else None
-            context = auth.ssl if auth is not None else None
-            conn = conns[key] = Connection(scheme, netloc, self.timeout, context, self.connect_timeout)
+            conn = conns[key] = self.new_connection(scheme, netloc)
         return conn
 
+    def new_connection(self, scheme: str, netloc: str) -> Connection:
+        """A connection to a server (not yet open), with the registry's TLS trust."""
+        auth = self.auth.get((scheme, netloc)) if scheme == "https" else None
+        context = auth.ssl if auth is not None else None
+        return Connection(scheme, netloc, self.timeout, context, self.connect_timeout, self.agent)
+
     def close(self) -> None:
-        """Close this thread's connections."""
+        """Close this thread's connections (and the trace clients' idle ones)."""
         for conn in getattr(self.local, "conns", {}).values():
             conn.close()
         self.local.conns = {}
+        if self.pools is not None:
+            self.pools.close()
 
     def request(
-        self, method: str, url: str, body=None, headers: dict | None = None, keep_body: bool = False
+        self,
+        method: str,
+        url: str,
+        body=None,
+        headers: dict | None = None,
+        keep_body: bool = False,
+        client: str | None = None,
+        agent: str | None = None,
     ) -> Response:
-        """One request (an absolute URL); redirects of reads followed, latency of every hop in the caller's clock."""
+        """One request (an absolute URL); redirects of reads followed, latency of every hop in the caller's clock.
+
+        ``client``: the trace client it is sent for (its connections, when the session keeps them per
+        client); ``agent``: its User-Agent, if not the session's."""
         headers = headers or {}
+        sent = (client, agent) if client is not None or agent is not None else None
         for _ in range(MAX_REDIRECTS + 1):
-            r = self._send_authenticated(method, url, body, headers, keep_body)
+            r = self._send_authenticated(method, url, body, headers, keep_body, sent)
             if r.status in REDIRECTS and method in IDEMPOTENT and r.header("location"):
                 url = urljoin(url, r.header("location"))
                 continue
             return r
         return r
 
-    def _send_authenticated(self, method: str, url: str, body, headers: dict, keep_body: bool) -> Response:
+    def _send_authenticated(self, method: str, url: str, body, headers: dict, keep_body: bool, sent: As) -> Response:
         u = urlsplit(url)
         auth = self.auth.get((u.scheme, u.netloc))
         if auth is None:  # a registry without credentials, or a redirect target: nothing secret goes there
-            return self._send(method, url, body, headers, keep_body)
-        r, refused, generation = self._challenged(auth, method, url, body, headers, keep_body)
+            return self._send(method, url, body, headers, keep_body, sent)
+        r, refused, generation = self._challenged(auth, method, url, body, headers, keep_body, sent)
         if not refused:
             if r.status == 401 and auth.reported:  # the secret was refused during this run, renewed or not
                 r.error = auth.refusal(r.error)
@@ -113,21 +145,21 @@ class Session:
         if not auth.auth.renewable or not auth.wait_renewed(generation, self.timeout):
             r.error = auth.refusal(f"no renewed secret (waited up to {self.timeout:g} s)")
             return r
-        again, _, _ = self._challenged(auth, method, url, body, headers, keep_body)
+        again, _, _ = self._challenged(auth, method, url, body, headers, keep_body, sent)
         again.attempts += r.attempts  # both sends are the trace request's
         if again.status == 401:
             again.error = auth.refusal("sent again with the renewed secret: refused too")
         return again
 
     def _challenged(
-        self, auth: Authenticator, method: str, url: str, body, headers: dict, keep_body: bool
+        self, auth: Authenticator, method: str, url: str, body, headers: dict, keep_body: bool, sent_as: As
     ) -> tuple[Response, bool, int]:
         """One request with the registry's credentials, once more after a 401 whose challenge gave new ones;
         whether its last 401 refused the secret itself, and the secret's generation it was sent with."""
         path = urlsplit(url).path
         sent = auth.header(path)
         generation = auth.generation
-        r = self._send(method, url, body, {**headers, **sent}, keep_body)
+        r = self._send(method, url, body, {**headers, **sent}, keep_body, sent_as)
         if r.status != 401:
             auth.answered(sent, r.status)
             return r, False, generation
@@ -138,24 +170,31 @@ class Session:
             return r, auth.secret_refused(sent, r.status, e, generation), generation
         if again and not auth.replaced_under(method, sent, generation):
             sent = auth.header(path)
-            r = self._send(method, url, body, {**headers, **sent}, keep_body)
+            r = self._send(method, url, body, {**headers, **sent}, keep_body, sent_as)
             auth.answered(sent, r.status)
         return r, auth.secret_refused(sent, r.status, None, generation), generation
 
-    def _send(self, method: str, url: str, body, headers: dict, keep_body: bool) -> Response:
+    def _send(self, method: str, url: str, body, headers: dict, keep_body: bool, sent_as: As) -> Response:
         """One request, sent once; a GET/HEAD that got no byte of an answer again if ``retries`` allows."""
         u = urlsplit(url)
         target = u.path + ("?" + u.query if u.query else "")
-        conn = self.connection(u.scheme, u.netloc)
+        client, agent = sent_as if sent_as is not None else (None, None)
+        pools = self.pools if client is not None else None
+        server = (u.scheme, u.netloc)
+        conn = self.connection(*server) if pools is None else pools.take(client, server)
         retries = self.retries if method in IDEMPOTENT else 0
         attempts = 0
-        while True:
-            attempts += 1
-            try:
-                r = conn.request(method, target, body, headers, keep_body)
-            except RequestError as e:
-                if not send_again(e, attempts, retries):
-                    return Response.failed(e, attempts)
-                continue
-            r.attempts = attempts
-            return r
+        try:
+            while True:
+                attempts += 1
+                try:
+                    r = conn.request(method, target, body, headers, keep_body, agent=agent)
+                except RequestError as e:
+                    if not send_again(e, attempts, retries):
+                        return Response.failed(e, attempts)
+                    continue
+                r.attempts = attempts
+                return r
+        finally:
+            if pools is not None:
+                pools.give(client, server, conn)

@@ -166,9 +166,14 @@ class _StreamedAnswer(_Answer):
             self.sink(data)
 
 
-def request_head(method: str, target: str, netloc: str, body, headers: dict[str, str] | None) -> bytes:
-    """The request line and headers; Content-Length from a bytes body unless the caller gave one."""
-    head = [f"{method} {target} HTTP/1.1\r\nHost: {netloc}\r\nUser-Agent: {USER_AGENT}\r\n"]
+def request_head(
+    method: str, target: str, netloc: str, body, headers: dict[str, str] | None, agent: str = USER_AGENT
+) -> bytes:
+    """The request line and headers; Content-Length from a bytes body unless the caller gave one.
+
+    ``agent`` is the User-Agent: drtp's own, or the one of the client a run plays (a client profile, or
+    the trace's own); it must be one line of visible text (checked where the run spec is admitted)."""
+    head = [f"{method} {target} HTTP/1.1\r\nHost: {netloc}\r\nUser-Agent: {agent}\r\n"]
     has_length = False
     if headers:
         for k, v in headers.items():
@@ -222,8 +227,10 @@ class Connection:
         timeout: float,
         context: ssl.SSLContext | None = None,
         connect_timeout: float | None = None,
+        agent: str = USER_AGENT,
     ) -> None:
         self.scheme = scheme
+        self.agent = agent  # the User-Agent of requests that name none of their own
         self.netloc = netloc
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else timeout
@@ -283,6 +290,7 @@ class Connection:
         headers: dict[str, str] | None = None,
         keep_body: bool = False,
         stream: Callable[[bytes], None] | None = None,
+        agent: str | None = None,
     ) -> Response:
         """Send one request and read its whole answer (its body in ``Response.body`` if ``keep_body``; given
         to ``stream`` piece by piece as it arrives, if the status is 200 and ``stream`` is given).
@@ -296,7 +304,7 @@ class Connection:
         if self.sock is None:
             self.connect()
         sock = self.sock
-        data = request_head(method, target, self.netloc, body, headers)
+        data = request_head(method, target, self.netloc, body, headers, agent or self.agent)
         try:
             try:
                 if body is None:

@@ -32,13 +32,51 @@ class Profile:
 
 DRTP_AGENT = f"drtp/{__version__}"
 
+# Each value and the source line it comes from: docs/client-profiles.md.  Go's net/http keeps
+# DefaultMaxIdleConnsPerHost (2) idle connections per host unless the client sets MaxIdleConnsPerHost;
+# containerd, Docker and containers/image (skopeo) do not, go-containerregistry (crane) sets 50.
 PROFILES: dict[str, Profile] = {
     "drtp": Profile(downloads=0, uploads=0, connections=0, idle_timeout_s=0.0, user_agent=DRTP_AGENT),
-    "docker": Profile(downloads=3, uploads=5, connections=2, idle_timeout_s=30.0, user_agent="docker/24.0.7"),
+    "docker": Profile(
+        downloads=3,
+        uploads=5,
+        connections=2,
+        idle_timeout_s=30.0,
+        user_agent="docker/27.5.1 go/go1.22.11 git-commit/4c9b3b0 kernel/6.1.0 os/linux arch/amd64",
+    ),
     "containerd": Profile(downloads=3, uploads=3, connections=2, idle_timeout_s=30.0, user_agent="containerd/1.6.20"),
-    "skopeo": Profile(downloads=6, uploads=6, connections=100, idle_timeout_s=90.0, user_agent="skopeo/1.13.3"),
-    "crane": Profile(downloads=4, uploads=4, connections=50, idle_timeout_s=90.0, user_agent="go-containerregistry"),
+    "skopeo": Profile(downloads=6, uploads=6, connections=2, idle_timeout_s=90.0, user_agent="skopeo/1.13.3"),
+    "crane": Profile(
+        downloads=4,
+        uploads=4,
+        connections=50,
+        idle_timeout_s=90.0,
+        user_agent="crane/v0.21.9 go-containerregistry/v0.21.9",
+    ),
 }
+
+# A User-Agent goes into a request's header block as is: one line of visible ASCII, bounded.
+MAX_AGENT = 512
+
+
+def agent_problem(agent: str) -> str | None:
+    """None when ``agent`` can be sent as a User-Agent header; else what is wrong with it."""
+    if len(agent) > MAX_AGENT:
+        return f"longer than {MAX_AGENT} characters"
+    if not all(" " <= ch <= "~" for ch in agent):
+        return "holds characters other than visible ASCII and spaces (a line break, a control character)"
+    return None
+
+
+def header_safe(agent: str) -> str | None:
+    """A trace's user agent as a header value: its visible ASCII (others become '?'), bounded; None if empty.
+
+    A trace is input: a user agent with a line break must not add a header to the replayed request."""
+    if not agent:
+        return None
+    if agent_problem(agent) is None:
+        return agent
+    return "".join(ch if " " <= ch <= "~" else "?" for ch in agent[:MAX_AGENT])
 
 
 def client_model(ci) -> ClientModel:

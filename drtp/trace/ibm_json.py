@@ -16,12 +16,14 @@ import msgspec
 from drtp.errors import TraceError
 from drtp.trace.bad_records import TOO_DEEP, ReadStats, decode_record, reject
 from drtp.trace.input_files import MAX_RECORD_BYTES, line_chunks, read_blocks
-from drtp.trace.records import TraceRecord, uris_valid
+from drtp.trace.records import AgentRecord, TraceRecord, uris_valid
 
 _RECORD_GAP = re.compile(rb"\}\s*,\s*\{")
 
 _chunk_decoder = msgspec.json.Decoder(list[TraceRecord])
 _one_decoder = msgspec.json.Decoder(TraceRecord)
+# with the user agents (``agent=True``): only for a run that replays them, the rest skip the field
+_agent_decoders = (msgspec.json.Decoder(list[AgentRecord]), msgspec.json.Decoder(AgentRecord))
 
 
 def _check_uris(records: list[TraceRecord]) -> bool:
@@ -32,13 +34,14 @@ def _check_uris(records: list[TraceRecord]) -> bool:
 _LEAD = re.compile(rb"[\s,]*")
 
 
-def read_array(path, chunk_bytes, skip_bad, stats):
-    """Chunks of an IBM trace file (one JSON array of records).
+def read_array(path, chunk_bytes, skip_bad, stats, agent: bool = False):
+    """Chunks of an IBM trace file (one JSON array of records); ``agent``: AgentRecords, with user agents.
 
     Each chunk is cut after its last ``}`` and decoded in one call; copies of
     the chunk are kept to one (the bracketed decode input), which matters at
     a million records a second.
     """
+    chunk_decoder, one_decoder = _agent_decoders if agent else (_chunk_decoder, _one_decoder)
     index = 0
     leftover = b""
     started = False
@@ -72,16 +75,16 @@ def read_array(path, chunk_bytes, skip_bad, stats):
         body = memoryview(buf)[lead:cut].toreadonly()
         if body:
             try:
-                records = _chunk_decoder.decode(b"".join((b"[", body, b"]")))
+                records = chunk_decoder.decode(b"".join((b"[", body, b"]")))
                 if not _check_uris(records):
                     raise ValueError
                 next_index = index + len(records)
             except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
-                records, rest, next_index = _array_slow(path, bytes(body), index, eof, skip_bad, stats)
+                records, rest, next_index = _array_slow(path, bytes(body), index, eof, skip_bad, stats, one_decoder)
                 leftover = rest + leftover
                 if len(leftover) > limit:
                     # no record is this long: the JSON is broken here, not cut by the chunk
-                    more, _, next_index = _array_slow(path, leftover, next_index, True, skip_bad, stats)
+                    more, _, next_index = _array_slow(path, leftover, next_index, True, skip_bad, stats, one_decoder)
                     records += more
                     leftover = b""
             if records:
@@ -91,7 +94,7 @@ def read_array(path, chunk_bytes, skip_bad, stats):
             return
 
 
-def _array_slow(path, body: bytes, index: int, final: bool, skip_bad: bool, stats: ReadStats):
+def _array_slow(path, body: bytes, index: int, final: bool, skip_bad: bool, stats: ReadStats, decoder=_one_decoder):
     """Decode record by record; returns (records, bytes not yet complete, next record index).
 
     The text keeps undecodable bytes as surrogates, so each record is checked
@@ -125,25 +128,26 @@ def _array_slow(path, body: bytes, index: int, final: bool, skip_bad: bool, stat
             anchor = (pos, nxt.start() + 1)
             continue
         raw = text[pos:end].encode("utf-8", errors="surrogateescape")
-        record = decode_record(path, index, raw, _one_decoder, skip_bad, stats)
+        record = decode_record(path, index, raw, decoder, skip_bad, stats)
         if record is not None:
             records.append(record)
         index += 1
         pos = end
 
 
-def read_lines(path, chunk_bytes, skip_bad, stats):
+def read_lines(path, chunk_bytes, skip_bad, stats, agent: bool = False):
     """Chunks of IBM records written one JSON object per line; index = line number - 1."""
+    one_decoder = _agent_decoders[1] if agent else _one_decoder
     for first_line, body in line_chunks(path, chunk_bytes):
         try:
-            records = _one_decoder.decode_lines(body)
+            records = one_decoder.decode_lines(body)
             if len(records) != body.count(b"\n") + (not body.endswith(b"\n")) or not _check_uris(records):
                 raise ValueError  # blank lines shift indices: take the exact path
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
             records = []
             for i, raw in enumerate(body.split(b"\n")):
                 if raw.strip():
-                    rec = decode_record(path, first_line + i, raw, _one_decoder, skip_bad, stats)
+                    rec = decode_record(path, first_line + i, raw, one_decoder, skip_bad, stats)
                     if rec is not None:
                         records.append(rec)
         if records:

@@ -3,8 +3,9 @@
 A converted trace holds the record fields plus the URI's parts as
 :func:`~drtp.trace.records.parse_uri` splits it (``repository``, ``kind``,
 ``reference``), sorted by time, in row groups of 64 k records, so it is written
-and read as a stream.  ``useragent`` is not kept (drtp's records do not carry
-it).  It is read back as records (:func:`read_parquet`, for TraceReader) or
+and read as a stream.  ``useragent`` is not kept (only a run replaying the
+trace's user agents reads it; from a Parquet trace it sends its profile's).
+It is read back as records (:func:`read_parquet`, for TraceReader) or
 straight into the trace's columns (:func:`add_parquet`, no records built).
 
 A Parquet file is input like any trace: its types and every row are checked

@@ -52,7 +52,9 @@ class TraceReader:
 
     ``limit_type`` is ``"requests"`` or ``"seconds"`` (the original config's
     ``trace.limit``); ``amount`` caps the number of records or the time span
-    from the first record.
+    from the first record.  ``user_agent``: records keep the trace's user agent
+    (:class:`~drtp.trace.records.AgentRecord`; IBM JSON, JSON lines and registry
+    logs have one), for a replay that sends it; otherwise it is not decoded.
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class TraceReader:
         reorder_window: float = 60.0,
         sort_files: bool = False,
         chunk_bytes: int = CHUNK_BYTES,
+        user_agent: bool = False,
     ) -> None:
         self.paths = [Path(p) for p in paths]
         if not self.paths:
@@ -92,6 +95,7 @@ class TraceReader:
         self.window = _dt.timedelta(seconds=reorder_window)
         self.sort_files = sort_files
         self.chunk_bytes = chunk_bytes
+        self.user_agent = user_agent  # records with the trace's user agent (AgentRecord), where the format has it
         self.stats = ReadStats()
 
     def __iter__(self) -> Iterator[TraceRecord]:
@@ -135,7 +139,10 @@ class TraceReader:
             "registry-log": read_registry_log,
             "parquet": _read_parquet,
         }[fmt]
-        chunks = _nonempty(path, fmt, reader(path, self.chunk_bytes, self.skip_bad, self.stats), self.stats)
+        args = (path, self.chunk_bytes, self.skip_bad, self.stats)
+        # Parquet traces hold no user agent (drtp.trace.parquet): their records have none
+        chunks = reader(*args, agent=True) if self.user_agent and fmt != "parquet" else reader(*args)
+        chunks = _nonempty(path, fmt, chunks, self.stats)
         if not self.sort_files:
             yield from chunks
             return

@@ -15,7 +15,7 @@ import msgspec
 
 from drtp.trace.bad_records import TOO_DEEP, decode_record, reject
 from drtp.trace.input_files import line_chunks
-from drtp.trace.records import TraceRecord, is_object_uri
+from drtp.trace.records import AgentRecord, TraceRecord, is_object_uri
 
 
 class RegistryLogLine(msgspec.Struct, gc=False):
@@ -57,9 +57,10 @@ def decode_log_line(raw: bytes) -> RegistryLogLine | str:
         return f"invalid log line ({TOO_DEEP})"
 
 
-def read_registry_log(path, chunk_bytes, skip_bad, stats):
-    """Chunks of requests from a registry's JSON log; index = line number - 1."""
-    convert = msgspec.json.Decoder(TraceRecord)
+def read_registry_log(path, chunk_bytes, skip_bad, stats, agent: bool = False):
+    """Chunks of requests from a registry's JSON log; index = line number - 1; ``agent``: AgentRecords,
+    with the client's ``User-Agent``."""
+    convert = msgspec.json.Decoder(AgentRecord if agent else TraceRecord)
     for first_line, body in line_chunks(path, chunk_bytes):
         records = []
         for i, raw in enumerate(body.split(b"\n")):
@@ -92,6 +93,7 @@ def read_registry_log(path, chunk_bytes, skip_bad, stats):
                     "id": line.request_id,
                     "timestamp": line.time,
                 }
+                | ({"http.request.useragent": line.useragent} if agent else {})
             )
             rec = decode_record(path, index, raw_record, convert, skip_bad, stats)
             if rec is not None:

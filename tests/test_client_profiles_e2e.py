@@ -1,0 +1,136 @@
+"""Client profiles end to end: ``drtp run`` through client nodes against a real registry, judged by its log.
+
+A real containerd's pulls (``ctr content fetch``) are captured as a trace and replayed with ``profile:
+containerd``: the registry must see the pulls on as many connections as containerd used, with containerd's
+User-Agent.  A generated trace replayed with ``user_agent: trace`` must reach the registry with the trace's
+own user agents.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from drtp.master.run import run_replay
+from drtp.master.warmup import run_warmup
+from drtp.registry.local import LocalRegistry
+from drtp.replay.client_profiles import PROFILES
+from drtp.trace.reader import TraceReader
+from tests.containerd_support import available, capture_pulls
+from tests.registry_log import log_entries, user_agents
+from tests.replay_support import make_trace, write_config
+
+pytestmark = pytest.mark.registry
+
+
+def _replay(tmp_path: Path, trace: Path, nodes, name: str, **client_info) -> tuple[LocalRegistry, int]:
+    """Warm up a fresh registry and replay ``trace`` in stress mode; the registry and its log offset after warmup
+    (kept open by the caller's ``with``)."""
+    work = tmp_path / name
+    work.mkdir()
+    reg = LocalRegistry(work / "registry").start()
+    cfg = write_config(work, trace, [reg.host], [n.address for n in nodes], **client_info)
+    run_warmup(cfg, quiet=True)
+    offset = reg.log_path.stat().st_size
+    summary = run_replay(cfg, work / "run", quiet=True)
+    assert summary["failed"] == 0, json.dumps(summary)[:2000]
+    return reg, offset
+
+
+def _request_agents(log_path: Path, offset: int) -> set[str]:
+    """The User-Agents of the requests after ``offset`` other than ``/v2/`` pings (the run's preflight is drtp's)."""
+    return {
+        e["http.request.useragent"]
+        for e in log_entries(log_path, offset)
+        if str(e.get("msg", "")).startswith("response completed") and e["http.request.uri"] != "/v2/"
+    }
+
+
+def test_a_replay_sends_the_traces_own_user_agents(tmp_path: Path, nodes) -> None:
+    trace = make_trace(tmp_path / "trace.json", requests=150)
+    wanted = {r.useragent for r in TraceReader([trace], user_agent=True)}
+    assert len(wanted) > 1  # the generator gives clients different Docker versions
+    reg, offset = _replay(tmp_path, trace, nodes, "trace-agents", user_agent="trace")
+    with reg:
+        assert _request_agents(reg.log_path, offset) == wanted
+    reg, offset = _replay(tmp_path, trace, nodes, "own-agent")
+    with reg:
+        (own,) = _request_agents(reg.log_path, offset)
+        assert own.startswith("drtp")
+
+
+def _connections_per_image(log_path: Path, offset: int = 0) -> dict[str, set[str]]:
+    """Repository (one per image) -> the client connections (remote host:port) its pull's requests came on."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for e in log_entries(log_path, offset, settle_s=0.3):
+        if str(e.get("msg", "")).startswith("response completed") and "/v2/team/" in e["http.request.uri"]:
+            out[e["http.request.uri"].split("/")[3]].add(e["http.request.remoteaddr"])
+    return dict(out)
+
+
+def _most_at_once(spans: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def _by_tag(trace: Path, out: Path) -> Path:
+    """The capture with its manifest GETs by digest made GETs of the tag: warmup pushes a manifest under a tag."""
+    records = json.loads(trace.read_text())
+    for r in records:
+        r["http.request.uri"] = re.sub(r"/manifests/sha256:[0-9a-f]{64}$", "/manifests/v1", r["http.request.uri"])
+    out.write_text(json.dumps(records))
+    return out
+
+
+SLOW_BLOB_S = 0.1  # added to blob GETs by the proxy: a registry farther away than loopback, so overlaps show
+
+
+@pytest.mark.skipif(not available(), reason="containerd/ctr not installed (scripts/install.sh)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("drtp.client.client_gate") is None,
+    reason="needs the per-client gate (client/client_gate.py) that lets one client's requests overlap",
+)
+@pytest.mark.parametrize("wait", [False, True], ids=["stress-loop", "as-is-threads"])
+def test_containerds_pulls_replay_on_containerds_connections(tmp_path: Path, registry, nodes, wait: bool) -> None:
+    """ctr fetches an image's layers up to 3 at once, each at once on a connection of its own, and (a new
+    process per pull) opens new ones for every image.  The replay of its captured pulls with profile
+    containerd, behind a proxy that slows blob GETs (one registry connection per client connection): per
+    image, as many connections as requests ran at once and no more than ctr used; between images the two
+    idle ones are kept, so the replay opens fewer in all; every request carries containerd's agent (the
+    profile's, or with ``user_agent: trace`` the one ctr sent)."""
+    from tests.faultproxy import FaultProxy
+
+    pulls = capture_pulls(tmp_path / "capture", count=3, layers=4, layer_size=1_000_000)
+    theirs = _connections_per_image(pulls.log)
+    (agent,) = set(user_agents(pulls.log, settle_s=0))
+    assert sorted(theirs) == ["app0", "app1", "app2"] and all(len(c) >= 2 for c in theirs.values()), theirs
+
+    trace = _by_tag(pulls.trace, tmp_path / "pulls.json")
+    nodes_at = [n.address for n in nodes]
+    run_warmup(write_config(tmp_path, trace, [registry.host], nodes_at), quiet=True)
+    offset = registry.log_path.stat().st_size
+    slow = lambda method, path: SLOW_BLOB_S if method == "GET" and "/blobs/" in path else 0.0  # noqa: E731
+    with FaultProxy(registry.host, latency=slow) as proxy:
+        # stress: the trace's own user agent (ctr's), as is: the profile's
+        agents = {} if wait else {"user_agent": "trace"}
+        cfg = write_config(tmp_path, trace, [proxy.address], nodes_at, wait=wait, profile="containerd", **agents)
+        summary = run_replay(cfg, tmp_path / "run", quiet=True)
+        assert proxy.errors == [] and summary["failed"] == 0
+        forwarded = proxy.forwarded
+    ours = _connections_per_image(registry.log_path, offset)
+    at_once = {}
+    for image, conns in ours.items():
+        at_once[image] = _most_at_once([(f.received, f.answered) for f in forwarded if f"/v2/team/{image}/" in f.path])
+        assert len(conns) == at_once[image] <= len(theirs[image]), (image, conns, at_once, theirs)
+    assert max(at_once.values()) >= 2, at_once  # containerd's parallel downloads, replayed
+    assert len(set().union(*ours.values())) < len(set().union(*theirs.values()))
+    assert _request_agents(registry.log_path, offset) == {PROFILES["containerd"].user_agent if wait else agent}
