@@ -13,7 +13,7 @@ import json
 import math
 from pathlib import Path
 
-from drtp.errors import DrtpError
+from drtp.outputs import other_columns
 from drtp.master.stats_history import StatsHistory
 from drtp.replay.frames import ResultFrame, csv_text
 from drtp.replay.messages import ReplayRequest, ReplayResult
@@ -189,10 +189,7 @@ def _check_columns(path: Path) -> None:
     with open(path, newline="") as f:
         header = next(csv.reader(f), None)
     if header is not None and tuple(header) != COLUMNS:
-        raise DrtpError(
-            f"{path}: its columns are not this drtp version's ({', '.join(COLUMNS)}); "
-            "it cannot be resumed — start the run in a new results directory"
-        )
+        raise other_columns(path, header, COLUMNS)
 
 
 def _ms(d: dict, key: str) -> str:
@@ -201,13 +198,16 @@ def _ms(d: dict, key: str) -> str:
 
 
 def format_table(summary: dict) -> str:
-    """The summary as a console table: all requests, per method+kind, per node; failures per outcome class.
+    """The summary as a console table: all requests, per method+kind, per node; failures per outcome class,
+    and the failed requests per HTTP status they got (``HTTP 429``, ``HTTP 503``: throttling apart from errors).
 
     Helper (auxiliary) requests are a line of their own under the table, never among the trace's rows.
     """
     timed = "lateness_s" in summary
     classes = list(summary.get("failures", {}))  # every class that occurred in any slice occurred in "all"
-    head = ["", "requests", "failed", *classes, "req/s", "MB", "p50 ms", "p90 ms", "p99 ms", "max ms"]
+    statuses = list(summary.get("failed_statuses", {}))  # the same holds for the statuses
+    head = ["", "requests", "failed", *classes, *(f"HTTP {c}" for c in statuses)]
+    head += ["req/s", "MB", "p50 ms", "p90 ms", "p99 ms", "max ms"]
     if timed:
         head += ["late p99 ms", "on time"]
     rows = []
@@ -215,7 +215,9 @@ def format_table(summary: dict) -> str:
     def row(name: str, s: dict) -> None:
         lat = s["latency_s"]
         failures = s.get("failures", {})
+        by_status = s.get("failed_statuses", {})
         r = [name, f"{s['requests']:,}", f"{s['failed']:,}", *(f"{failures.get(c, 0):,}" for c in classes)]
+        r += [f"{by_status.get(c, 0):,}" for c in statuses]
         r += [f"{s['throughput_rps']:.1f}", f"{s['bytes'] / 1e6:.1f}"]
         r += [_ms(lat, "p50"), _ms(lat, "p90"), _ms(lat, "p99"), _ms(lat, "max")]
         if timed:
@@ -233,9 +235,13 @@ def format_table(summary: dict) -> str:
         for r in [head, *rows]
     ]
     lines.insert(1, "-" * len(lines[0]))
+    if statuses:
+        lines.append("HTTP <status>: failed requests by the status of their answer (also in their outcome column)")
     helpers = summary.get("auxiliary")
     if isinstance(helpers, dict) and helpers.get("requests"):
         why = ", ".join(f"{c} {n:,}" for c, n in helpers["failures"].items())
+        codes = ", ".join(f"HTTP {c} {n:,}" for c, n in helpers.get("failed_statuses", {}).items())
+        why = ", ".join(x for x in (why, codes) if x)
         lines.append(
             f"helper requests (not counted above): {helpers['requests']:,}, {helpers['failed']:,} failed"
             + (f" ({why})" if why else "")

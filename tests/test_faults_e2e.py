@@ -71,13 +71,22 @@ def warmed(tmp_path_factory, nodes):
         yield reg, trace, workdir / "warmup-map.jsonl"
 
 
-def replay(tmp_path: Path, warmed, nodes, plan: FaultPlan, max_failed: str | None = None, **client_info) -> Replayed:
-    """``drtp run`` (a subprocess: its exit code counts) with the registry behind a FaultProxy running ``plan``."""
+def replay(
+    tmp_path: Path,
+    warmed,
+    nodes,
+    plan: FaultPlan,
+    max_failed: str | None = None,
+    retry_after: str | None = "1",
+    **client_info,
+) -> Replayed:
+    """``drtp run`` (a subprocess: its exit code counts) with the registry behind a FaultProxy running ``plan``
+    (its injected 429 and 503 answers carry ``Retry-After: retry_after``)."""
     reg, trace, warm_map = warmed
     shutil.copy(warm_map, tmp_path / "warmup-map.jsonl")
     offset = reg.log_path.stat().st_size
     run_dir = tmp_path / "run"
-    with FaultProxy(reg.host, plan, delay_s=DELAY_S) as proxy:
+    with FaultProxy(reg.host, plan, delay_s=DELAY_S, retry_after=retry_after) as proxy:
         write_config(tmp_path, trace, [proxy.address], [n.address for n in nodes], timeout=TIMEOUT_S, **client_info)
         cmd = [sys.executable, "-m", "drtp.cli", "run", "-c", str(tmp_path / "config.yaml"), "--out", str(run_dir)]
         if max_failed is not None:
@@ -142,6 +151,36 @@ def check_honest(run: Replayed, trace: Path, retried: frozenset[str] = frozenset
     helpers = rows[rows.auxiliary]
     assert run.summary["auxiliary"]["requests"] == len(helpers)
     assert run.summary["auxiliary"]["failures"] == dict(Counter(helpers.outcome[helpers.outcome != "ok"]))
+    check_statuses(run)
+
+
+def failed_statuses(rows: pd.DataFrame) -> dict[str, int]:
+    """Failed rows per status of their answer, as summary.json keeps them (no answer, no status: not counted)."""
+    answered = rows[(rows.outcome != "ok") & (rows.status > 0)]
+    return {str(k): int(v) for k, v in sorted(Counter(answered.status).items())}
+
+
+def check_statuses(run: Replayed, retry_after_s: float | None = 1.0) -> None:
+    """Throttling in plain sight: failed requests per HTTP status in summary.json (overall, per method+kind, per
+    node, helpers apart) and per interval in stats_history.csv, as the rows say; the Retry-After of each injected
+    429/503 in its row, and in no other."""
+    rows = run.rows
+    main = rows[~rows.auxiliary]
+    assert run.summary["failed_statuses"] == failed_statuses(main)
+    for key, part in main.groupby(main.method + " " + main.kind):
+        assert run.summary["per_method"][key]["failed_statuses"] == failed_statuses(part), key
+    for node, part in main.groupby("node"):
+        assert run.summary["per_node"][node]["failed_statuses"] == failed_statuses(part), node
+    assert run.summary["auxiliary"]["failed_statuses"] == failed_statuses(rows[rows.auxiliary])
+    told = rows.status.isin((429, 503)) & (rows.outcome == "http")  # only the proxy answers these
+    if retry_after_s is None:
+        assert rows.retry_after_s.isna().all()
+    else:
+        assert (rows.retry_after_s[told] == retry_after_s).all(), rows[told][["method", "status", "retry_after_s"]]
+    assert rows.retry_after_s[~told].isna().all()
+    history = pd.read_csv(run.run_dir / "stats_history.csv")
+    assert history.throttled.sum() == run.summary["failed_statuses"].get("429", 0)
+    assert history.failures.sum() == run.summary["failed"]
 
 
 def check_analysis_agrees(run: Replayed, out: Path) -> None:
@@ -155,7 +194,8 @@ def check_analysis_agrees(run: Replayed, out: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved = json.loads((out / "results.json").read_text())
     analysis = saved[run.run_dir.name]
-    for key in ("requests", "succeeded", "failed", "failures", "lost", "bytes", "auxiliary", "duration_s"):
+    keys = ("requests", "succeeded", "failed", "failures", "failed_statuses", "lost", "bytes", "auxiliary")
+    for key in (*keys, "duration_s"):
         assert analysis[key] == run.summary[key], key
     for q in ("p50", "p99", "max"):
         assert analysis["latency_s"][q] == run.summary["latency_s"][q], q
