@@ -13,8 +13,8 @@ import json
 import math
 from pathlib import Path
 
-from drtp.outputs import other_columns
 from drtp.master.stats_history import StatsHistory
+from drtp.outputs import other_columns
 from drtp.replay.frames import ResultFrame, csv_text
 from drtp.replay.messages import ReplayRequest, ReplayResult
 from drtp.replay.outcome import LOST
