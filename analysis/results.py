@@ -364,6 +364,20 @@ def failure_table(results: dict[str, dict], helpers: bool = False) -> pd.DataFra
     return frame
 
 
+def status_table(results: dict[str, dict], helpers: bool = False) -> pd.DataFrame:
+    """Failed requests per HTTP status of their answer (rows, ``429``, ``503``…) and run (columns): a throttling
+    registry's 429s apart from its errors; failures without an answer are in :func:`failure_table` alone."""
+    table = {
+        run: (r["auxiliary"] if helpers else r).get("failed_statuses", {})
+        for run, r in results.items()
+        if run != TRACE_ROW
+    }
+    frame = pd.DataFrame(table).fillna(0).astype(int)
+    frame = frame.loc[sorted(frame.index, key=int)] if not frame.empty else frame
+    frame.index.name = "status"
+    return frame
+
+
 def node_table(results: dict[str, dict]) -> pd.DataFrame:
     """Rows run × client node: requests, failed, throughput and latency percentiles (ms)."""
     rows_ = []
@@ -381,6 +395,7 @@ def node_table(results: dict[str, dict]) -> pd.DataFrame:
                     "throughput_rps": g["throughput_rps"],
                     "p50_ms": to_ms(lat.get("p50")),
                     "p99_ms": to_ms(lat.get("p99")),
+                    "failed_statuses": ", ".join(f"{c}: {n:,}" for c, n in g.get("failed_statuses", {}).items()),
                 }
             )
     return pd.DataFrame(rows_).set_index("run") if rows_ else pd.DataFrame()
