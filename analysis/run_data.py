@@ -193,10 +193,11 @@ def summary_frame(summary: dict) -> pd.DataFrame:
 def _slice_row(slice_name: str, key: str, numbers: dict) -> dict:
     row: dict = {"slice": slice_name, "key": key}
     row.update({k: int(numbers.get(k, 0)) for k in COUNT_KEYS})
-    statuses = numbers.get("failed_statuses") or {}
-    if not isinstance(statuses, dict):
+    statuses = numbers.get("failed_statuses")
+    if statuses is not None and not isinstance(statuses, dict):
         raise ValueError(f"slice {key!r}: key 'failed_statuses': expected an object of counts")
-    row["throttled"] = int(statuses.get("429", 0))  # failed with a 429 (Too Many Requests)
+    # failed with a 429 (Too Many Requests); NaN in a summary written before drtp counted failures per status
+    row["throttled"] = np.nan if statuses is None else int(statuses.get("429", 0))
     row.update({k: float(numbers.get(k, np.nan)) for k in RATE_KEYS})
     for source, name in DISTRIBUTIONS.items():
         dist = numbers.get(source) or {}

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import csv
 import email.utils
+import math
 import time
 
 import msgspec
 import pytest
 
 from drtp.analysis.results import load_requests
+from drtp.analysis.run_data import summary_frame
 from drtp.errors import DrtpError
 from drtp.master.results import RunResults, format_table
 from drtp.master.stats_history import StatsHistory
@@ -167,3 +169,16 @@ def test_resume_refuses_an_older_versions_files_in_one_line(tmp_path):
         StatsHistory(stats, 1.0, lambda: 5.0, resume=True)
     with open(stats, newline="") as f:
         assert len(list(csv.reader(f))) == 2  # untouched
+
+
+def test_run_frames_carry_throttled_per_slice():
+    results = [
+        ("n1", request(0), ReplayResult(0, 429, False, 0.0, 0.1, outcome="http")),
+        ("n2", request(1, "HEAD"), ReplayResult(1, 429, False, 0.0, 0.1, outcome="http")),
+        ("n2", request(2, "HEAD"), ReplayResult(2, 503, False, 0.0, 0.1, outcome="http")),
+    ]
+    summary = model_of(results).summary()
+    frame = summary_frame(summary).set_index("key")
+    assert frame["throttled"].to_dict() == {"all": 2, "GET blob": 1, "HEAD blob": 1, "n1": 1, "n2": 1}
+    del summary["failed_statuses"]  # a summary written before failures were counted per status: not known, not 0
+    assert math.isnan(summary_frame(summary).set_index("key").loc["all", "throttled"])
