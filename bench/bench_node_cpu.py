@@ -198,6 +198,7 @@ def measure(before: str, after: str, rounds: int, requests: int, parts: list[str
         if "result" in parts:
             runs = [lambda t=t: child(t, "result", str(requests * 5)) for t in trees]
             rows.append(row("result: result_of + frames (µs CPU/request)", *alternate(rounds, *runs)))
+            print(format_rows(rows[-1:], before, after), file=sys.stderr)
         if "stress" in parts:
             sys.path.insert(0, str(ROOT / "bench"))
             from bench_replay import config, mixed_trace
@@ -209,12 +210,14 @@ def measure(before: str, after: str, rounds: int, requests: int, parts: list[str
             with LocalRegistry(work / "registry") as reg:
                 trace = work / "stress.json"
                 mixed_trace(trace, requests)
+                os.environ.setdefault("DRTP_TOKEN", os.urandom(16).hex())  # the config names it; no node here
                 cfg = load_config(config(work, trace, reg.host, ["127.0.0.1:1"], 16, wait=False))
                 run_warmup(cfg, quiet=True)
                 warm = str(cfg.path(cfg.warmup.output))
                 runs = [lambda t=t: child(t, "stress", reg.host, str(trace), warm, str(work)) for t in trees]
                 child(trees[0], "stress", reg.host, str(trace), warm, str(work))  # warm the registry's caches
                 rows.append(row("stress: node CPU (µs/request, 2 nodes, loop)", *alternate(rounds, *runs)))
+                print(format_rows(rows[-1:], before, after), file=sys.stderr)
     return rows
 
 
