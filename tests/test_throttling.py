@@ -47,7 +47,7 @@ def test_retry_after_in_both_forms(far_from_utc):
     assert retry_after_s(email.utils.formatdate(NOW + 90, usegmt=True), NOW) == 90.0  # IMF-fixdate, GMT
     assert retry_after_s(email.utils.formatdate(NOW + 30), NOW) == 30.0  # a "-0000" zone: UTC all the same
     assert retry_after_s("Sunday, 06-Nov-94 08:49:37 GMT", NOW) == 0.0  # a date passed: come back now
-    for bad in ("", "soon", "1.5", "-3", "Mon, 99 Foo 2024"):
+    for bad in ("", "soon", "1.5", "-3", "Mon, 99 Foo 2024", "²", "9" * 400, "Mon, 01 Jan 99999 00:00:00 GMT"):
         assert retry_after_s(bad, NOW) is None, bad
     assert Response(429, {"retry-after": "7"}).retry_after() == 7.0
     assert Response(503, {}).retry_after() is None
