@@ -52,7 +52,9 @@ def cmd_analyze_results(args: argparse.Namespace) -> int:
     out = Path(args.out)
     prepare_output_dir(out, "--out")
     analyze_results(args.runs, out, trace_files=args.trace)
-    print(f"wrote {out}/results.json, runs.csv, latency.csv, figures and report.html")
+    print(
+        f"wrote {out}/results.json, runs.csv, latency.csv, failures.csv, failed_statuses.csv, figures and report.html"
+    )
     return 0
 
 

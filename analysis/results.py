@@ -32,12 +32,21 @@ from drtp.replay.summary import ResultsModel
 from drtp.units import to_ms
 
 REQUIRED = ("method", "kind", "start_s", "latency_s", "status")
-TIMES = ("intended_s", "start_s", "latency_s", "response_s")
+TIMES = ("intended_s", "start_s", "latency_s", "response_s", "retry_after_s")
 COUNTS = ("size", "bytes", "status", "expected_status", "attempts")
 TEXTS = ("client", "node", "trace_id", "repository", "reference", "digest", "error")
 TRACE_ROW = "ibm-trace-data"  # the run name under which the trace's own recorded latencies are shown
 MAX_RUN_S = 366 * 86_400.0  # times in a run are seconds from its start: a year bounds any replay
 MAX_COUNT = 2**62  # sizes, byte counts and statuses go into int64 columns
+# the range of each time column, seconds: times in the run from its start, durations from 0 (a registry may
+# ask a throttled client to come back later than any run lasts)
+TIME_RANGES = {
+    "intended_s": (-MAX_RUN_S, MAX_RUN_S),
+    "start_s": (-MAX_RUN_S, MAX_RUN_S),
+    "latency_s": (0.0, MAX_RUN_S),
+    "response_s": (-MAX_RUN_S, MAX_RUN_S),
+    "retry_after_s": (0.0, float(MAX_COUNT)),
+}
 ON_TIME_S = 0.010  # drtp run's default (client_info.on_time_ms) when summary.json does not say
 # each time must parse to the very float the master counted: before pandas 3.1 only the round-trip
 # converter guarantees that (the default may be 1 ulp off); from 3.1 every converter does, and the option is deprecated
@@ -85,14 +94,8 @@ def check_numbers(df: pd.DataFrame, path: Path) -> None:
             given &= raw.astype(str).str.strip() != ""
         _first_bad(raw, given & num.isna(), path, col, "not a number")
         if col in TIMES:
-            low = 0.0 if col == "latency_s" else -MAX_RUN_S
-            _first_bad(
-                raw,
-                given & ~num.between(low, MAX_RUN_S),
-                path,
-                col,
-                f"not a time from {low:,.0f} to {MAX_RUN_S:,.0f} s",
-            )
+            low, high = TIME_RANGES[col]
+            _first_bad(raw, given & ~num.between(low, high), path, col, f"not a time from {low:,.0f} to {high:,.0f} s")
         else:
             whole = num.between(0, MAX_COUNT) & (num.fillna(0) % 1 == 0)
             _first_bad(raw, given & ~whole, path, col, "not a whole number ≥ 0")
@@ -368,6 +371,20 @@ def failure_table(results: dict[str, dict], helpers: bool = False) -> pd.DataFra
     return frame
 
 
+def status_table(results: dict[str, dict], helpers: bool = False) -> pd.DataFrame:
+    """Failed requests per HTTP status of their answer (rows, ``429``, ``503``…) and run (columns): a throttling
+    registry's 429s apart from its errors; failures without an answer are in :func:`failure_table` alone."""
+    table = {
+        run: (r["auxiliary"] if helpers else r).get("failed_statuses", {})
+        for run, r in results.items()
+        if run != TRACE_ROW
+    }
+    frame = pd.DataFrame(table).fillna(0).astype(int)
+    frame = frame.loc[sorted(frame.index, key=int)] if not frame.empty else frame
+    frame.index.name = "status"
+    return frame
+
+
 def node_table(results: dict[str, dict]) -> pd.DataFrame:
     """Rows run × client node: requests, failed, throughput and latency percentiles (ms)."""
     rows_ = []
@@ -385,6 +402,7 @@ def node_table(results: dict[str, dict]) -> pd.DataFrame:
                     "throughput_rps": g["throughput_rps"],
                     "p50_ms": to_ms(lat.get("p50")),
                     "p99_ms": to_ms(lat.get("p99")),
+                    "failed_statuses": ", ".join(f"{c}: {n:,}" for c, n in g.get("failed_statuses", {}).items()),
                 }
             )
     return pd.DataFrame(rows_).set_index("run") if rows_ else pd.DataFrame()

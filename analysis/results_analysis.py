@@ -17,6 +17,7 @@ from drtp.analysis.results import (
     node_table,
     run_labels,
     run_table,
+    status_table,
     trace_latencies,
 )
 from drtp.analysis.results_figures import draw_all
@@ -63,7 +64,8 @@ def analyze_results(
 ) -> dict[str, dict]:
     """Analyze runs (and the trace's recorded latencies).
 
-    Writes results.json, runs.csv, latency.csv, failures.csv, PNG figures and report.html into ``out``;
+    Writes results.json, runs.csv, latency.csv, failures.csv, failed_statuses.csv, PNG figures and report.html
+    into ``out``;
     a chart with nothing to draw is left out, and the report and ``log`` say which and why.
     """
     out.mkdir(parents=True, exist_ok=True)
@@ -71,6 +73,8 @@ def analyze_results(
     for run, r in results.items():
         if run != TRACE_ROW:
             why = ", ".join(f"{c} {n:,}" for c, n in r["failures"].items())
+            codes = ", ".join(f"{c} {n:,}" for c, n in r["failed_statuses"].items())
+            why += f"; by status: {codes}" if codes else ""
             failed = f"{r['failed']:,} failed" + (f" ({why})" if why else "")
             helpers = f"{r['auxiliary']['requests']:,} helper requests, {r['auxiliary']['failed']:,} failed"
             log(f"{run}: {r['requests']:,} requests, {failed}, {r['throughput_rps']:.1f} ok req/s; {helpers}")
@@ -82,6 +86,9 @@ def analyze_results(
     failures = failure_table(results)
     failures.to_csv(out / "failures.csv")
     helper_failures = failure_table(results, helpers=True)
+    statuses = status_table(results)
+    statuses.to_csv(out / "failed_statuses.csv")
+    helper_statuses = status_table(results, helpers=True)
     nodes = node_table(results)
     charts = draw_all(results, frames, out)
     log(charts.note())
@@ -104,11 +111,19 @@ def analyze_results(
                 "Failures",
                 text=[
                     "A request is failed when its outcome is anything but ok (drtp/replay/outcome.py). "
-                    "Helper requests (e.g. the POST opening an upload) are counted apart."
+                    "Helper requests (e.g. the POST opening an upload) are counted apart.",
+                    "Per HTTP status: the failed requests that got an answer, by its status — 429 (Too Many "
+                    "Requests) is a registry throttling its clients, 503 one unavailable (some throttle with it); "
+                    "a failure without an answer (timeout, reset…) has no status and is only in the first table.",
                 ],
                 tables=[
                     (title, t)
-                    for title, t in (("Trace requests", failures), ("Helper requests", helper_failures))
+                    for title, t in (
+                        ("Trace requests", failures),
+                        ("Trace requests per HTTP status", statuses),
+                        ("Helper requests", helper_failures),
+                        ("Helper requests per HTTP status", helper_statuses),
+                    )
                     if not t.empty
                 ],
             ),

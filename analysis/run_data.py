@@ -14,7 +14,8 @@ The frames of one run (:class:`Run`):
   requests, counted apart from the trace's); method, kind, outcome and node
   are pandas categoricals;
 * ``summary`` — one row per slice of ``summary.json``: ``all``, each
-  ``method`` + ``kind``, each client ``node``; counts, bytes, throughput and
+  ``method`` + ``kind``, each client ``node``; counts (``throttled``: failed
+  with a 429, from ``failed_statuses``), bytes, throughput and
   latency (and, as is, response time and lateness) percentiles in ms;
 * ``stats`` — the per-interval stats history (``stats_history.csv``);
 * ``config`` — the run's config as the master saved it (``config.json``,
@@ -193,6 +194,11 @@ def summary_frame(summary: dict) -> pd.DataFrame:
 def _slice_row(slice_name: str, key: str, numbers: dict) -> dict:
     row: dict = {"slice": slice_name, "key": key}
     row.update({k: int(numbers.get(k, 0)) for k in COUNT_KEYS})
+    statuses = numbers.get("failed_statuses")
+    if statuses is not None and not isinstance(statuses, dict):
+        raise ValueError(f"slice {key!r}: key 'failed_statuses': expected an object of counts")
+    # failed with a 429 (Too Many Requests); NaN in a summary written before drtp counted failures per status
+    row["throttled"] = np.nan if statuses is None else int(statuses.get("429", 0))
     row.update({k: float(numbers.get(k, np.nan)) for k in RATE_KEYS})
     for source, name in DISTRIBUTIONS.items():
         dist = numbers.get(source) or {}

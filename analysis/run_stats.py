@@ -17,11 +17,8 @@ import numpy as np
 import pandas as pd
 
 from drtp.errors import DrtpError
-from drtp.replay.stats_file import DEFAULT_INTERVAL_S, STATS_COLUMNS
+from drtp.replay.stats_file import DEFAULT_INTERVAL_S, STATS_COLUMNS, STATS_COUNTS, STATS_LATER, STATS_OPTIONAL
 from drtp.units import MS_PER_S
-
-STATS_COUNTS = ("requests", "failures", "bytes")
-STATS_OPTIONAL = ("p50_ms", "p99_ms")  # empty in an interval where no trace request succeeded
 
 
 def read_stats_history(path: Path) -> pd.DataFrame:
@@ -29,6 +26,9 @@ def read_stats_history(path: Path) -> pd.DataFrame:
 
     A last line without its newline is one the master never finished writing
     (it was killed mid-write): it is dropped rather than read as a short row.
+    A column added to the file after its first layout (drtp.replay.stats_file
+    ``later``) is NaN throughout in a file written before it existed: not
+    counted then, which is not the same as none.
     """
     try:
         data = path.read_bytes()
@@ -40,11 +40,14 @@ def read_stats_history(path: Path) -> pd.DataFrame:
         raw = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise DrtpError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
-    missing = [c for c in STATS_COLUMNS if c not in raw.columns]
+    missing = [c for c in STATS_COLUMNS if c not in raw.columns and c not in STATS_LATER]
     if missing:
         raise DrtpError(f"{path}: missing column(s) {', '.join(missing)}")
     frame = pd.DataFrame(index=raw.index)
     for col in STATS_COLUMNS:
+        if col not in raw.columns:  # a file from before the column existed
+            frame[col] = np.nan
+            continue
         text = raw[col].str.strip()
         values = pd.to_numeric(text, errors="coerce")
         bad = values.isna() | ~np.isfinite(values.fillna(0)) | (values < 0)
@@ -63,7 +66,8 @@ def read_stats_history(path: Path) -> pd.DataFrame:
 def stats_from_requests(requests: pd.DataFrame, interval_s: float = DEFAULT_INTERVAL_S) -> pd.DataFrame:
     """The stats history the master would have written, rebuilt from a run's rows (a frame of ``load_requests``).
 
-    Trace requests only (helpers apart, as in every count of a run).  A request
+    Trace requests only (helpers apart, as in every count of a run); ``throttled`` counts the failed ones
+    that got a 429, as the client nodes do.  A request
     counts in the interval in which it ended (``start_s + latency_s``); one
     without times (lost, never sent) counts in the last.  Intervals run from the
     run's start in steps of ``interval_s``; the last ends at the run's last end,
@@ -80,6 +84,7 @@ def stats_from_requests(requests: pd.DataFrame, interval_s: float = DEFAULT_INTE
     idx = np.ceil(np.nan_to_num(end, nan=last_end) / interval_s).astype(np.int64) - 1
     idx = np.clip(idx, 0, n_intervals - 1)
     failed = ~main["ok"].to_numpy(dtype=bool)
+    throttled = failed & (main["status"].to_numpy() == 429)
     elapsed = np.arange(1, n_intervals + 1, dtype=np.float64) * interval_s
     elapsed[-1] = max(last_end, elapsed[-2] if n_intervals > 1 else 0.0)
     lengths = np.diff(elapsed, prepend=0.0)
@@ -89,6 +94,7 @@ def stats_from_requests(requests: pd.DataFrame, interval_s: float = DEFAULT_INTE
             "elapsed_s": elapsed,
             "requests": counts.astype(np.int64),
             "failures": np.bincount(idx, weights=failed, minlength=n_intervals).astype(np.int64),
+            "throttled": np.bincount(idx, weights=throttled, minlength=n_intervals).astype(np.int64),
             "bytes": np.bincount(idx, weights=main["bytes"].to_numpy(np.float64), minlength=n_intervals).astype(
                 np.int64
             ),
@@ -100,7 +106,7 @@ def stats_from_requests(requests: pd.DataFrame, interval_s: float = DEFAULT_INTE
         _nearest_rank(idx[ok], main["latency_s"].to_numpy(np.float64)[ok] * MS_PER_S, q, n_intervals)
         for q in (0.50, 0.99)
     )
-    return frame
+    return frame[list(STATS_COLUMNS)]
 
 
 def _nearest_rank(groups: np.ndarray, values: np.ndarray, q: float, n_groups: int) -> np.ndarray:

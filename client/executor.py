@@ -303,7 +303,9 @@ class Executor:
             outcome = OK if r.status in expect and not error else HTTP
             if outcome == HTTP and not error:
                 error = f"HTTP {r.status}"
-        aux.append(AuxResult(method, what, r.status, start, latency, r.bytes, error, outcome, r.attempts))
+        aux.append(
+            AuxResult(method, what, r.status, start, latency, r.bytes, error, outcome, r.attempts, r.retry_after())
+        )
         return r
 
     def _open_aux(self, req: ReplayRequest, base: str, aux: list[AuxResult]) -> Upload | None:
@@ -381,7 +383,18 @@ def result_of(
     ok = outcome == OK
     nbytes = head_bytes(req.kind, r) if req.method == "HEAD" and not r.outcome else r.bytes
     return ReplayResult(
-        req.seq, status, ok, start, latency, nbytes, digest, error=error, outcome=outcome, attempts=r.attempts, aux=aux
+        req.seq,
+        status,
+        ok,
+        start,
+        latency,
+        nbytes,
+        digest,
+        error=error,
+        outcome=outcome,
+        attempts=r.attempts,
+        aux=aux,
+        retry_after=r.retry_after(),
     )
 
 

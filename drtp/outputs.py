@@ -24,6 +24,28 @@ def os_reason(e: OSError) -> str:
     return e.strerror or type(e).__name__
 
 
+def other_columns(path: Path, found: list[str], expected: tuple[str, ...]) -> DrtpError:
+    """The one-line refusal to resume a results file written with other columns (another drtp version): which
+    columns differ, and what to do.  Appending rows of this version's layout to it would misread or mix them."""
+    missing = [c for c in expected if c not in found]
+    unknown = [c for c in found if c not in expected]
+    diff = (
+        "; ".join(
+            part
+            for part in (
+                f"no column {', '.join(missing)}" if missing else "",
+                f"columns this version has not: {', '.join(unknown)}" if unknown else "",
+            )
+            if part
+        )
+        or "its columns are in another order"
+    )
+    return DrtpError(
+        f"{path}: written by another drtp version ({diff}); a run cannot be resumed across versions — "
+        "start it in a new results directory (this one is left as it is)"
+    )
+
+
 PROBE_NAME = ".drtp-write-probe"
 
 

@@ -150,7 +150,17 @@ class Bench:
             ok = outcome == OK
             error = r.error or ("" if ok else f"HTTP {r.status}")
             res = ReplayResult(
-                seq, r.status, ok, start, latency, r.bytes, digest, error=error, outcome=outcome, attempts=r.attempts
+                seq,
+                r.status,
+                ok,
+                start,
+                latency,
+                r.bytes,
+                digest,
+                error=error,
+                outcome=outcome,
+                attempts=r.attempts,
+                retry_after=r.retry_after(),
             )
             self.results.add("bench", req, res)
 

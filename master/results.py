@@ -13,8 +13,8 @@ import json
 import math
 from pathlib import Path
 
-from drtp.errors import DrtpError
 from drtp.master.stats_history import StatsHistory
+from drtp.outputs import other_columns
 from drtp.replay.frames import ResultFrame, csv_text
 from drtp.replay.messages import ReplayRequest, ReplayResult
 from drtp.replay.outcome import LOST
@@ -190,10 +190,7 @@ def _check_columns(path: Path) -> None:
     with open(path, newline="") as f:
         header = next(csv.reader(f), None)
     if header is not None and tuple(header) != COLUMNS:
-        raise DrtpError(
-            f"{path}: its columns are not this drtp version's ({', '.join(COLUMNS)}); "
-            "it cannot be resumed — start the run in a new results directory"
-        )
+        raise other_columns(path, header, COLUMNS)
 
 
 def _ms(d: dict, key: str) -> str:
@@ -202,7 +199,8 @@ def _ms(d: dict, key: str) -> str:
 
 
 def format_table(summary: dict) -> str:
-    """The summary as a console table: all requests, per method+kind, per node; failures per outcome class.
+    """The summary as a console table: all requests, per method+kind, per node; failures per outcome class,
+    and the failed requests per HTTP status they got (``HTTP 429``, ``HTTP 503``: throttling apart from errors).
 
     Helper (auxiliary) requests are a line of their own under the table, never among the trace's rows.
     In rate mode the latency columns are from each request's intended start (``response_s``), the latency
@@ -211,8 +209,10 @@ def format_table(summary: dict) -> str:
     timed = "lateness_s" in summary
     judged = judged_latency(summary)
     classes = list(summary.get("failures", {}))  # every class that occurred in any slice occurred in "all"
+    statuses = list(summary.get("failed_statuses", {}))  # the same holds for the statuses
     p = "resp " if judged == "response_s" else ""
-    head = ["", "requests", "failed", *classes, "req/s", "MB", f"{p}p50 ms", f"{p}p90 ms", f"{p}p99 ms", f"{p}max ms"]
+    head = ["", "requests", "failed", *classes, *(f"HTTP {c}" for c in statuses)]
+    head += ["req/s", "MB", f"{p}p50 ms", f"{p}p90 ms", f"{p}p99 ms", f"{p}max ms"]
     if timed:
         head += ["late p99 ms", "on time"]
     rows = []
@@ -220,7 +220,9 @@ def format_table(summary: dict) -> str:
     def row(name: str, s: dict) -> None:
         lat = s.get(judged) or {}
         failures = s.get("failures", {})
+        by_status = s.get("failed_statuses", {})
         r = [name, f"{s['requests']:,}", f"{s['failed']:,}", *(f"{failures.get(c, 0):,}" for c in classes)]
+        r += [f"{by_status.get(c, 0):,}" for c in statuses]
         r += [f"{s['throughput_rps']:.1f}", f"{s['bytes'] / 1e6:.1f}"]
         r += [_ms(lat, "p50"), _ms(lat, "p90"), _ms(lat, "p99"), _ms(lat, "max")]
         if timed:
@@ -238,9 +240,13 @@ def format_table(summary: dict) -> str:
         for r in [head, *rows]
     ]
     lines.insert(1, "-" * len(lines[0]))
+    if statuses:
+        lines.append("HTTP <status>: failed requests by the status of their answer (also in their outcome column)")
     helpers = summary.get("auxiliary")
     if isinstance(helpers, dict) and helpers.get("requests"):
         why = ", ".join(f"{c} {n:,}" for c, n in helpers["failures"].items())
+        codes = ", ".join(f"HTTP {c} {n:,}" for c, n in helpers.get("failed_statuses", {}).items())
+        why = ", ".join(x for x in (why, codes) if x)
         lines.append(
             f"helper requests (not counted above): {helpers['requests']:,}, {helpers['failed']:,} failed"
             + (f" ({why})" if why else "")

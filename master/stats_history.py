@@ -4,10 +4,12 @@ One row per interval of ``interval_s`` seconds of the run's clock (seconds
 since the run's start, the origin of requests.csv's ``start_s``):
 
 * ``elapsed_s`` — the interval's end (the last row's: the run's real end);
-* ``requests``, ``failures``, ``bytes`` — the trace requests that ended in the
-  interval (``start_s + latency_s``), those of them that failed (any outcome
-  but ``ok``), and the bytes they moved; helper (auxiliary) requests are not
-  counted, as in summary.json's figures;
+* ``requests``, ``failures``, ``throttled``, ``bytes`` — the trace requests
+  that ended in the interval (``start_s + latency_s``), those of them that
+  failed (any outcome but ``ok``), those failed with a 429 answer (the
+  interval's share of summary.json's ``failed_statuses["429"]``), and the bytes
+  they moved; helper (auxiliary) requests are not counted, as in summary.json's
+  figures;
 * ``rate_per_s`` — ``requests`` per second of the interval;
 * ``p50_ms``, ``p99_ms`` — latency percentiles of the interval's requests that
   succeeded, in milliseconds, empty when none did; nearest rank on the same
@@ -38,11 +40,10 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from drtp.errors import DrtpError
-from drtp.outputs import os_reason
+from drtp.outputs import os_reason, other_columns
 from drtp.replay.frames import IntervalPart, IntervalStats
 from drtp.replay.result_row import ResultRow
-from drtp.replay.stats_file import STATS_COLUMNS
+from drtp.replay.stats_file import STATS_COLUMNS, STATS_COUNTS
 from drtp.units import MS_PER_S
 
 WRITE_LAG_S = 2.0  # how long after an interval's end its row waits for results still on their way
@@ -171,14 +172,20 @@ class StatsHistory:
 
     def _write(self, index: int, end_s: float) -> None:
         stats = self.open.pop(index, None) or IntervalStats()
-        length = end_s - index * self.interval_s
-        rate = stats.requests / length if length > 0 else 0.0
-        p50 = p99 = ""
-        if stats.latency.n:
-            p50 = f"{stats.latency.quantile(0.50) * MS_PER_S:.3f}"
-            p99 = f"{stats.latency.quantile(0.99) * MS_PER_S:.3f}"
-        self.csv.writerow([f"{end_s:.3f}", stats.requests, stats.failures, stats.bytes, f"{rate:.3f}", p50, p99])
+        self.csv.writerow(interval_cells(stats, index * self.interval_s, end_s))
         self.next_index = index + 1
+
+
+def interval_cells(stats: IntervalStats, begin_s: float, end_s: float) -> list:
+    """The CSV cells of one interval, in drtp.replay.stats_file's column order: each column by its kind."""
+    length = end_s - begin_s
+    latency = stats.latency
+    values: dict[str, object] = {name: getattr(stats, name) for name in STATS_COUNTS}
+    values["elapsed_s"] = f"{end_s:.3f}"
+    values["rate_per_s"] = f"{stats.requests / length if length > 0 else 0.0:.3f}"
+    values["p50_ms"] = f"{latency.quantile(0.50) * MS_PER_S:.3f}" if latency.n else ""
+    values["p99_ms"] = f"{latency.quantile(0.99) * MS_PER_S:.3f}" if latency.n else ""
+    return [values[name] for name in STATS_COLUMNS]
 
 
 def _last_elapsed(path: Path) -> float | None:
@@ -190,10 +197,7 @@ def _last_elapsed(path: Path) -> float | None:
         if header is None:
             return None
         if tuple(header) != STATS_COLUMNS:
-            raise DrtpError(
-                f"{path}: its columns are not this drtp version's ({', '.join(STATS_COLUMNS)}); "
-                "it cannot be resumed — start the run in a new results directory"
-            )
+            raise other_columns(path, header, STATS_COLUMNS)
         for values in lines:
             try:
                 last = float(values[0])

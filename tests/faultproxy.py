@@ -12,6 +12,8 @@ Fault kinds (:data:`KINDS`):
 
 * ``503``, ``429``, ``500`` — the registry's answer is discarded and that status
   is sent instead, with a small JSON body and Content-Length (outcome ``http``);
+  a 429 or 503 says when to come back (``Retry-After``: the proxy's ``retry_after``,
+  delta-seconds or an HTTP-date; None leaves the header out);
 * ``close`` — the client connection is closed without a byte of the answer
   (outcome ``reset``);
 * ``reset`` — the header block and half of the body are sent, then the connection
@@ -421,11 +423,15 @@ def _delimited(answer: Answer) -> bool:
     return b"\r\ncontent-length:" in head or b"\r\ntransfer-encoding:" in head
 
 
-def status_answer(status: int, head_only: bool) -> bytes:
-    """A small, complete registry-style error answer (keep-alive)."""
+RETRY_AFTER_STATUSES = frozenset((429, 503))  # the answers a throttling registry tells a Retry-After with
+
+
+def status_answer(status: int, head_only: bool, retry_after: str | None = None) -> bytes:
+    """A small, complete registry-style error answer (keep-alive); a 429 or 503 with ``retry_after``, if given."""
     body = json.dumps({"errors": [{"code": "UNAVAILABLE", "message": f"injected {status} (faultproxy)"}]}).encode()
+    again = f"Retry-After: {retry_after}\r\n" if retry_after is not None and status in RETRY_AFTER_STATUSES else ""
     head = (
-        f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: application/json\r\n"
+        f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: application/json\r\n{again}"
         f"Docker-Distribution-Api-Version: registry/2.0\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
     return head if head_only else head + body
@@ -459,7 +465,8 @@ class FaultProxy:
     ``delay_s`` is how long a ``delay`` fault holds the answer (make it longer
     than the client's timeout); ``latency`` holds each answer for ``latency(method, path)`` seconds
     before sending it (a slower registry; :attr:`forwarded` records when each request came and its
-    answer left).  :attr:`injected`, :attr:`forwarded` and
+    answer left); ``retry_after`` is the ``Retry-After`` value of an injected 429 or 503 (None: no
+    such header).  :attr:`injected`, :attr:`forwarded` and
     :attr:`methods` say what happened; :attr:`errors` lists what went wrong in
     the proxy itself (a test should expect it empty).
     """
@@ -472,6 +479,7 @@ class FaultProxy:
         upstream_timeout: float = 60.0,
         max_connections: int = 512,
         latency: Latency | None = None,
+        retry_after: str | None = "1",
     ) -> None:
         host, _, port = upstream.rpartition(":")
         if host.strip("[]") not in LOOPBACK:
@@ -482,6 +490,7 @@ class FaultProxy:
         self.upstream_timeout = upstream_timeout
         self.max_connections = max_connections
         self.latency = latency  # e.g. a slow network to the blob store: the answer waits, the request does not
+        self.retry_after = retry_after
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._index = 0
@@ -648,7 +657,7 @@ class FaultProxy:
             conn.sendall(answer.raw)
             keep = answer.keep_alive and request.keep_alive
         elif kind in STATUS_KINDS:
-            conn.sendall(status_answer(STATUS_KINDS[kind], request.method == "HEAD"))
+            conn.sendall(status_answer(STATUS_KINDS[kind], request.method == "HEAD", self.retry_after))
             keep = request.keep_alive
         elif kind == "close":
             keep = False

@@ -85,7 +85,7 @@ def test_analyze_results_cli(real_runs, tmp_path, capsys):
     summary = json.loads((real_runs.stress / "summary.json").read_text())
     printed = capsys.readouterr().out
     n, failed = summary["requests"], real_runs.missing_tags
-    assert f"stress: {n:,} requests, {failed} failed (http {failed})" in printed
+    assert f"stress: {n:,} requests, {failed} failed (http {failed}; by status: 404 {failed})" in printed
     assert f"{real_runs.lone_pushes} helper requests, 0 failed" in printed
     assert (out / "report.html").read_text().count("data:image/png;base64,") == 5
     assert main(["analyze", "results", str(tmp_path / "nothing"), "--out", str(out)]) == 2

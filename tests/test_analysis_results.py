@@ -54,7 +54,7 @@ def test_analyze_equals_summary_json(real_runs, mode):
     main, helpers = df[~df["auxiliary"]], df[df["auxiliary"]]
     # the trace's requests, and only those, are counted as requests; helpers apart
     assert summary["requests"] == r["requests"] == len(trace) == len(main)
-    assert r["auxiliary"] == {"requests": real_runs.lone_pushes, "failed": 0, "failures": {}}
+    assert r["auxiliary"] == {"requests": real_runs.lone_pushes, "failed": 0, "failures": {}, "failed_statuses": {}}
     assert len(helpers) == real_runs.lone_pushes and set(helpers["method"]) == {"POST"}
     assert r["per_method"]["POST blob"]["requests"] == sum(t.method == "POST" for t in trace)
     # the failures are the GETs of never-pushed tags: 404 where the trace had 200

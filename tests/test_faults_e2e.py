@@ -8,11 +8,13 @@ Three witnesses are compared: the proxy's record of injected faults, drtp's
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +22,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from drtp.master.results import format_table
 from drtp.master.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import CONFIG_DIGEST
+from drtp.replay.result_row import COLUMNS
 from drtp.trace.reader import TraceReader
 from tests.faultproxy import (
     KINDS,
@@ -58,6 +62,7 @@ class Replayed:
     returncode: int
     stderr: str
     run_dir: Path
+    stdout: str = ""
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +76,22 @@ def warmed(tmp_path_factory, nodes):
         yield reg, trace, workdir / "warmup-map.jsonl"
 
 
-def replay(tmp_path: Path, warmed, nodes, plan: FaultPlan, max_failed: str | None = None, **client_info) -> Replayed:
-    """``drtp run`` (a subprocess: its exit code counts) with the registry behind a FaultProxy running ``plan``."""
+def replay(
+    tmp_path: Path,
+    warmed,
+    nodes,
+    plan: FaultPlan,
+    max_failed: str | None = None,
+    retry_after: str | None = "1",
+    **client_info,
+) -> Replayed:
+    """``drtp run`` (a subprocess: its exit code counts) with the registry behind a FaultProxy running ``plan``
+    (its injected 429 and 503 answers carry ``Retry-After: retry_after``)."""
     reg, trace, warm_map = warmed
     shutil.copy(warm_map, tmp_path / "warmup-map.jsonl")
     offset = reg.log_path.stat().st_size
     run_dir = tmp_path / "run"
-    with FaultProxy(reg.host, plan, delay_s=DELAY_S) as proxy:
+    with FaultProxy(reg.host, plan, delay_s=DELAY_S, retry_after=retry_after) as proxy:
         write_config(tmp_path, trace, [proxy.address], [n.address for n in nodes], timeout=TIMEOUT_S, **client_info)
         cmd = [sys.executable, "-m", "drtp.cli", "run", "-c", str(tmp_path / "config.yaml"), "--out", str(run_dir)]
         if max_failed is not None:
@@ -90,14 +104,17 @@ def replay(tmp_path: Path, warmed, nodes, plan: FaultPlan, max_failed: str | Non
     assert (run_dir / "summary.json").exists(), proc.stderr[-3000:]
     rows = pd.read_csv(run_dir / "requests.csv", keep_default_na=False, na_values=[""])
     summary = json.loads((run_dir / "summary.json").read_text())
-    return Replayed(rows, summary, injected, forwarded, logged, proc.returncode, proc.stderr, run_dir)
+    return Replayed(rows, summary, injected, forwarded, logged, proc.returncode, proc.stderr, run_dir, proc.stdout)
 
 
-def check_honest(run: Replayed, trace: Path, retried: frozenset[str] = frozenset()) -> None:
+def check_honest(
+    run: Replayed, trace: Path, retried: frozenset[str] = frozenset(), retry_after_s: tuple[float, float] = (1.0, 1.0)
+) -> None:
     """What every faulted run must show, whatever the faults were.
 
     ``retried``: fault kinds a GET/HEAD is sent again after (client_info.retries): those
-    faults end as a second attempt, not as a failed row.
+    faults end as a second attempt, not as a failed row.  ``retry_after_s``: the range the
+    Retry-After of the proxy's 429 and 503 answers must be recorded in (seconds).
     """
     records = list(TraceReader([trace]))
     rows = run.rows
@@ -142,6 +159,34 @@ def check_honest(run: Replayed, trace: Path, retried: frozenset[str] = frozenset
     helpers = rows[rows.auxiliary]
     assert run.summary["auxiliary"]["requests"] == len(helpers)
     assert run.summary["auxiliary"]["failures"] == dict(Counter(helpers.outcome[helpers.outcome != "ok"]))
+    check_statuses(run, retry_after_s)
+
+
+def failed_statuses(rows: pd.DataFrame) -> dict[str, int]:
+    """Failed rows per status of their answer, as summary.json keeps them (no answer, no status: not counted)."""
+    answered = rows[(rows.outcome != "ok") & (rows.status > 0)]
+    return {str(k): int(v) for k, v in sorted(Counter(answered.status).items())}
+
+
+def check_statuses(run: Replayed, retry_after_s: tuple[float, float]) -> None:
+    """Throttling in plain sight: failed requests per HTTP status in summary.json (overall, per method+kind, per
+    node, helpers apart) and per interval in stats_history.csv, as the rows say; the Retry-After of each injected
+    429/503 in its row, and in no other."""
+    rows = run.rows
+    main = rows[~rows.auxiliary]
+    assert run.summary["failed_statuses"] == failed_statuses(main)
+    for key, part in main.groupby(main.method + " " + main.kind):
+        assert run.summary["per_method"][key]["failed_statuses"] == failed_statuses(part), key
+    for node, part in main.groupby("node"):
+        assert run.summary["per_node"][node]["failed_statuses"] == failed_statuses(part), node
+    assert run.summary["auxiliary"]["failed_statuses"] == failed_statuses(rows[rows.auxiliary])
+    told = rows.status.isin((429, 503)) & (rows.outcome == "http")  # only the proxy answers these
+    low, high = retry_after_s
+    assert rows.retry_after_s[told].between(low, high).all(), rows[told][["method", "status", "retry_after_s"]]
+    assert rows.retry_after_s[~told].isna().all()
+    history = pd.read_csv(run.run_dir / "stats_history.csv")
+    assert history.throttled.sum() == run.summary["failed_statuses"].get("429", 0)
+    assert history.failures.sum() == run.summary["failed"]
 
 
 def check_analysis_agrees(run: Replayed, out: Path) -> None:
@@ -155,7 +200,8 @@ def check_analysis_agrees(run: Replayed, out: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved = json.loads((out / "results.json").read_text())
     analysis = saved[run.run_dir.name]
-    for key in ("requests", "succeeded", "failed", "failures", "lost", "bytes", "auxiliary", "duration_s"):
+    keys = ("requests", "succeeded", "failed", "failures", "failed_statuses", "lost", "bytes", "auxiliary")
+    for key in (*keys, "duration_s"):
         assert analysis[key] == run.summary[key], key
     for q in ("p50", "p99", "max"):
         assert analysis["latency_s"][q] == run.summary["latency_s"][q], q
@@ -223,3 +269,44 @@ def test_retries_send_reads_again_only_when_no_answer_byte_came(tmp_path, warmed
     kinds = Counter((f.method, f.kind) for f in run.injected)
     assert kinds[("GET", "close")] and kinds[("GET", "delay")] and kinds[("PUT", "close")] and kinds[("POST", "delay")]
     assert (run.rows.attempts > 1).any()
+
+
+def test_throttling_in_plain_sight(tmp_path, warmed, nodes):
+    """429s and 503s with a Retry-After as an HTTP-date: each failed row keeps the seconds it was told, summary.json,
+    the console table, stats_history.csv and the analysis report count the failures per status.  (Both engines
+    keep a delta-seconds Retry-After in test_mixed_faults_on_a_tenth_of_the_requests, through check_honest.)"""
+    come_back = email.utils.formatdate(time.time() + 600, usegmt=True)  # ten minutes from now
+    plan = Chosen(kinds=("429", "503"), per_kind=3, start=1, gap=3)
+    run = replay(tmp_path, warmed, nodes, plan, max_failed="50%", retry_after=come_back)
+    check_honest(run, warmed[1], retry_after_s=(500.0, 600.0))  # the date has whole seconds; the run takes a while
+    statuses = run.summary["failed_statuses"]
+    assert statuses.get("429", 0) >= 3 and statuses.get("503", 0) >= 3
+    assert run.returncode == 0, run.stderr[-3000:]
+    # the console prints the summary's table: a column per status beside the outcome classes
+    table = format_table(run.summary)
+    assert table in run.stdout
+    head = table.splitlines()[0]
+    assert "HTTP 429" in head and "HTTP 503" in head
+    check_analysis_agrees(run, tmp_path / "analysis")
+    by_status = pd.read_csv(tmp_path / "analysis" / "failed_statuses.csv", index_col=0)
+    assert {str(k): int(v) for k, v in by_status[run.run_dir.name].items()} == statuses
+    assert "Trace requests per HTTP status" in (tmp_path / "analysis" / "report.html").read_text()
+
+
+def test_resuming_an_older_versions_run_is_refused_in_one_line(tmp_path, warmed, nodes):
+    """A run directory whose files lack this version's columns is not resumed: one line, exit 2, files untouched."""
+    reg, trace, warm_map = warmed
+    shutil.copy(warm_map, tmp_path / "warmup-map.jsonl")
+    write_config(tmp_path, trace, [reg.host], [n.address for n in nodes])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    older = ",".join(c for c in COLUMNS if c != "retry_after_s") + "\n"
+    (run_dir / "requests.csv").write_text(older)
+    stats = "elapsed_s,requests,failures,bytes,rate_per_s,p50_ms,p99_ms\n"
+    (run_dir / "stats_history.csv").write_text(stats)
+    cmd = [sys.executable, "-m", "drtp.cli", "run", "-c", str(tmp_path / "config.yaml"), "--out", str(run_dir)]
+    proc = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert "written by another drtp version (no column throttled)" in line and "new results directory" in line
+    assert (run_dir / "requests.csv").read_text() == older and (run_dir / "stats_history.csv").read_text() == stats

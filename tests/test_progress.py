@@ -149,13 +149,13 @@ def test_wrap_counts_every_item_in_steps():
 # -- the stats history ---------------------------------------------------------------------------------------
 
 
-def row(end_s: float, latency_s: float = 0.010, outcome: str = OK, nbytes: int = 100, aux: bool = False):
+def row(end_s: float, latency_s: float = 0.010, outcome: str = OK, nbytes: int = 100, aux: bool = False, status=200):
     """A row that ended at ``end_s`` (a lost one has no start nor latency)."""
     start = None if outcome == LOST else end_s - latency_s
     return ResultRow(
         client="c", node="n", trace_id="t", method="GET", kind="blob", repository="r", reference="ref", digest="",
         size=0, bytes=nbytes, intended_s=None, start_s=start, latency_s=None if start is None else latency_s,
-        response_s=None, status=200, expected_status=200, ok=outcome == OK, outcome=outcome, attempts=1,
+        response_s=None, status=status, expected_status=200, ok=outcome == OK, outcome=outcome, attempts=1,
         error="" if outcome == OK else outcome, auxiliary=aux,
     )  # fmt: skip
 
@@ -174,8 +174,8 @@ def test_history_rows_are_written_once_their_interval_is_over_and_grouped_by_end
     latencies = [0.010, 0.020, 0.030, 0.040]
     for lat in latencies:
         h.add(row(0.5, lat))
-    h.add(row(0.6, 0.5, outcome="http", nbytes=7))  # failed: counted, not in the latencies
-    h.add(row(0.7, 0.001, aux=True))  # a helper request: not counted at all
+    h.add(row(0.6, 0.5, outcome="http", nbytes=7, status=429))  # failed, throttled: counted, not in the latencies
+    h.add(row(0.7, 0.001, aux=True, outcome="http", status=429))  # a helper request: not counted at all
     h.add(row(2.2))
     clock.now = 1.0 + WRITE_LAG_S - 0.01
     h.tick()
@@ -185,7 +185,14 @@ def test_history_rows_are_written_once_their_interval_is_over_and_grouped_by_end
     first = _history(path)
     assert len(first) == 1  # flushed as soon as it is written
     percentiles = {k: float(first[0].pop(k)) for k in ("p50_ms", "p99_ms")}
-    assert first[0] == {"elapsed_s": "1.000", "requests": "5", "failures": "1", "bytes": "407", "rate_per_s": "5.000"}
+    assert first[0] == {
+        "elapsed_s": "1.000",
+        "requests": "5",
+        "failures": "1",
+        "throttled": "1",
+        "bytes": "407",
+        "rate_per_s": "5.000",
+    }
     # nearest rank (the value at rank ceil(q·n): 20 and 40 ms of the four), to the histogram's 0.1 %, as summary.json
     assert percentiles == {"p50_ms": pytest.approx(20.0, rel=1e-3), "p99_ms": pytest.approx(40.0, rel=1e-3)}
     h.add(row(0.9))  # later than the lag allows: counted in the oldest interval not yet written

@@ -37,9 +37,14 @@ def finished(rng: random.Random, seq: int, timed: bool) -> Finished:
     outcome = rng.choice(OUTCOMES)
     start = seq * 0.01 + rng.random() * 0.005
     aux = [AuxResult("POST", "upload", 202, start, 0.001, 0)] if rng.random() < 0.1 else []
-    res = ReplayResult(seq, 200 if outcome == "ok" else (503 if outcome == "http" else 0), outcome == "ok", start,
+    if rng.random() < 0.05:  # a throttled helper, told when to come back
+        aux.append(AuxResult("POST", "upload", 429, start, 0.001, 0, "HTTP 429", "http", 1, 2.0))
+    status = 200 if outcome == "ok" else (rng.choice([429, 503]) if outcome == "http" else 0)
+    retry_after = rng.choice([None, 1.0, 30.5]) if status in (429, 503) else None
+    res = ReplayResult(seq, status, outcome == "ok", start,
                        rng.lognormvariate(-5, 1.5), bytes=rng.randrange(10_000), outcome=outcome,
-                       error="" if outcome == "ok" else "HTTP 503", aux=aux)  # fmt: skip
+                       error="" if outcome == "ok" else f"HTTP {status}", aux=aux,
+                       retry_after=retry_after)  # fmt: skip
     return Finished(req, res)
 
 
@@ -93,10 +98,13 @@ def test_a_frame_holds_the_rows_as_the_file_has_them_and_what_the_master_needs()
     for req, res in batch:
         row = next(rows_of("n1", req, res))
         by_interval.setdefault(interval_of(row, 1.0), IntervalStats()).add_row(row)
-    assert {p.index: (p.requests, p.failures, p.bytes) for p in frame.intervals} == {
-        i: (s.requests, s.failures, s.bytes) for i, s in by_interval.items()
+    assert {p.index: p.counts for p in frame.intervals} == {
+        i: {"requests": s.requests, "failures": s.failures, "throttled": s.throttled, "bytes": s.bytes}
+        for i, s in by_interval.items()
     }
-    assert sum(p.requests for p in frame.intervals) == 50
+    assert sum(p.counts["requests"] for p in frame.intervals) == 50
+    throttled = sum(res.status == 429 for _, res in batch)
+    assert throttled and sum(p.counts["throttled"] for p in frame.intervals) == throttled
     assert tuple(next(csv.reader(io.StringIO(frame.rows.decode())))) != COLUMNS  # rows only, no header
 
 

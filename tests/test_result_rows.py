@@ -66,7 +66,8 @@ def test_model_counts_helpers_apart_and_failures_per_class():
     s = model.summary()
     assert (s["requests"], s["succeeded"], s["failed"], s["lost"]) == (4, 1, 3, 1)
     assert s["failures"] == {"http": 1, "timeout": 1, "lost": 1}  # in drtp.replay.outcome's order
-    assert s["auxiliary"] == {"requests": 1, "failed": 0, "failures": {}}
+    assert s["auxiliary"] == {"requests": 1, "failed": 0, "failures": {}, "failed_statuses": {}}
+    assert s["failed_statuses"] == {"404": 1}  # the timeout and the lost request got no status
     assert s["bytes"] == 1010 and s["latency_s"]["max"] == 0.5  # measured bytes; latency of successes only
     assert s["throughput_rps"] == pytest.approx(1 / 5.2)  # succeeded per second, first start to last end
     assert "POST blob" not in s["per_method"]

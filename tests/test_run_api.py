@@ -94,7 +94,7 @@ def test_summary_frame_is_the_runs_summary_in_ms(real_runs):
 def test_summary_without_summary_json_comes_from_the_rows(real_runs, tmp_path):
     run_dir = copy_run(real_runs.stress, tmp_path / "stress")
     (run_dir / "summary.json").unlink()
-    (run_dir / STATS_FILE).write_text(",".join(STATS_COLUMNS) + "\n1.0,3,0,12,3.0,1.5,oops\n")
+    (run_dir / STATS_FILE).write_text(",".join(STATS_COLUMNS) + "\n1.0,3,0,0,12,3.0,1.5,oops\n")
     assert one_line_error(run_dir) == f"{run_dir / STATS_FILE}: row 1: column p99_ms: not a number ≥ 0, got 'oops'"
     (run_dir / STATS_FILE).unlink()
     rebuilt = drtp.load_run(run_dir)
@@ -141,15 +141,19 @@ def test_stats_rebuilt_from_rows_per_interval(tmp_path):
         "GET,blob,0.5,0.3,404,200,0,False",  # ends 0.8: interval 1, failed
         "POST,blob,0.5,0.1,202,0,0,True",  # a helper: not counted
         "GET,manifest,1.5,0.1,200,200,5,False",  # ends 1.6: interval 2
+        "GET,blob,1.6,0.1,429,200,0,False",  # ends 1.7: interval 2, throttled
+        "POST,blob,1.6,0.1,429,0,0,True",  # a throttled helper: not counted
         "GET,blob,2.0,0.5,200,200,7,False",  # ends 2.5: interval 3, the last, 0.5 s long
     ]
     (tmp_path / "requests.csv").write_text(header + "\n".join(lines) + "\n")
     stats = stats_from_requests(load_requests(tmp_path / "requests.csv"))
+    assert list(stats.columns) == list(STATS_COLUMNS)
     assert stats["elapsed_s"].tolist() == [1.0, 2.0, 2.5]
-    assert stats["requests"].tolist() == [3, 1, 1]
-    assert stats["failures"].tolist() == [1, 0, 0]
+    assert stats["requests"].tolist() == [3, 2, 1]
+    assert stats["failures"].tolist() == [1, 1, 0]
+    assert stats["throttled"].tolist() == [0, 1, 0]
     assert stats["bytes"].tolist() == [30, 5, 7]
-    assert stats["rate_per_s"].tolist() == [3.0, 1.0, 2.0]
+    assert stats["rate_per_s"].tolist() == [3.0, 2.0, 2.0]
     assert stats["p50_ms"].tolist() == pytest.approx([200.0, 100.0, 500.0])  # rank ceil(0.5·2) = 1 of 200, 400
     assert stats["p99_ms"].tolist() == pytest.approx([400.0, 100.0, 500.0])
 
@@ -157,11 +161,17 @@ def test_stats_rebuilt_from_rows_per_interval(tmp_path):
 def test_stats_history_file_read_and_checked(tmp_path):
     path = tmp_path / STATS_FILE
     head = ",".join(STATS_COLUMNS) + "\n"
-    path.write_text(head + "1.0,10,1,1000,10.0,5.5,9.25\n2.0,0,0,0,0.0,,\n3.0,4,0,4")  # last line unfinished
+    path.write_text(head + "1.0,10,1,1,1000,10.0,5.5,9.25\n2.0,0,0,0,0,0.0,,\n3.0,4,0,4")  # last line unfinished
     stats = read_stats_history(path)
     assert stats["requests"].tolist() == [10, 0] and stats["requests"].dtype == np.int64
+    assert stats["throttled"].tolist() == [1, 0] and stats["throttled"].dtype == np.int64
     assert math.isnan(stats["p50_ms"].iloc[1]) and stats["p99_ms"].iloc[0] == 9.25
-    path.write_text(head + "1.0,10,1,1000,10.0,5.5,9.25\n2.0,1.5,0,0,0.0,,\n")
+    # a file from before `throttled` existed: read, the column missing (NaN), not made 0
+    path.write_text("elapsed_s,requests,failures,bytes,rate_per_s,p50_ms,p99_ms\n1.0,10,1,1000,10.0,5.5,9.25\n")
+    older = read_stats_history(path)
+    assert list(older.columns) == list(STATS_COLUMNS) and older["failures"].tolist() == [1]
+    assert older["throttled"].isna().all()
+    path.write_text(head + "1.0,10,1,1,1000,10.0,5.5,9.25\n2.0,1.5,0,0,0,0.0,,\n")
     with pytest.raises(
         DrtpError, match=r"stats_history.csv: row 2: column requests: not a whole number ≥ 0, got '1.5'"
     ):
@@ -231,7 +241,7 @@ def test_errors_name_the_file_row_and_column(real_runs, tmp_path):
     (run_dir / "summary.json").write_text("{")
     assert one_line_error(run_dir).startswith(f"{run_dir / 'summary.json'}: invalid JSON")
     (run_dir / "summary.json").unlink()
-    (run_dir / STATS_FILE).write_text(",".join(STATS_COLUMNS) + "\n1.0,3,0,12,3.0,1.5,oops\n")
+    (run_dir / STATS_FILE).write_text(",".join(STATS_COLUMNS) + "\n1.0,3,0,0,12,3.0,1.5,oops\n")
     assert one_line_error(run_dir) == f"{run_dir / STATS_FILE}: row 1: column p99_ms: not a number ≥ 0, got 'oops'"
     (run_dir / STATS_FILE).unlink()
     (run_dir / "config.json").write_text("[1]")

@@ -26,10 +26,17 @@ from drtp.registry.transport import (
 from drtp.replay.outcome import PROTOCOL, RESET, TIMEOUT, TLS
 
 # the answer headers the event-loop engine reads (body size and delimitation, digest, redirect, auth
-# challenge): decoding only these saves a str pair per header of every answer
+# challenge, a throttling registry's Retry-After): decoding only these saves a str pair per header of every answer
 KEPT_HEADERS = {
     name.encode(): name
-    for name in ("content-length", "transfer-encoding", "docker-content-digest", "location", "www-authenticate")
+    for name in (
+        "content-length",
+        "transfer-encoding",
+        "docker-content-digest",
+        "location",
+        "www-authenticate",
+        "retry-after",
+    )
 }
 
 

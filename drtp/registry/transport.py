@@ -18,6 +18,8 @@ bearer-token fetches, and the master's control calls to its nodes.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import select
 import socket
 import ssl
@@ -88,6 +90,30 @@ class Response:
     def header(self, name: str) -> str | None:
         """A header's value by its lower-case name."""
         return self.headers.get(name)
+
+    def retry_after(self) -> float | None:
+        """The answer's ``Retry-After`` in seconds (a throttling registry's 429 or 503 says when to come back);
+        None when the answer has none or it is neither of the header's two forms."""
+        value = self.headers.get("retry-after")
+        return None if value is None else retry_after_s(value, time.time())
+
+
+MAX_DELTA_DIGITS = 15  # a Retry-After of more digits (over 30 million years) is no answer a client can keep
+
+
+def retry_after_s(value: str, now: float) -> float | None:
+    """A ``Retry-After`` value in seconds (RFC 9110 §10.2.3): delta-seconds as they are, an HTTP-date as the
+    seconds from ``now`` (a Unix time) until it, 0 when it has passed; None when it is neither."""
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value) if len(value) <= MAX_DELTA_DIGITS else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+        if when.tzinfo is None:  # a "-0000" zone: the time is UTC all the same (HTTP-dates always are)
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        return max(0.0, when.timestamp() - now)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
 
 
 class AnswerState:

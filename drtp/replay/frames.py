@@ -50,6 +50,7 @@ import msgspec
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec
 from drtp.replay.outcome import OK
 from drtp.replay.result_row import ResultRow, cells, rows_of
+from drtp.replay.stats_file import STATS_COUNTS
 from drtp.replay.summary import LogHistogram, ResultsModel
 
 LENGTH = struct.Struct(">I")
@@ -107,9 +108,7 @@ class IntervalPart(msgspec.Struct, array_like=True, gc=False):
     """Trace requests that ended in interval ``index`` (end // the run's interval): one node's share."""
 
     index: int
-    requests: int
-    failures: int
-    bytes: int
+    counts: dict[str, int]  # every count column of stats_history.csv (drtp.replay.stats_file), by name
     latency: list  # LogHistogram.state() of the latencies of those that succeeded
 
 
@@ -147,12 +146,14 @@ def csv_text(lines: Iterable[Iterable]) -> bytes:
 
 
 class IntervalStats:
-    """The figures of one interval of stats_history.csv: counts, bytes, and a latency histogram to merge."""
+    """The figures of one interval of stats_history.csv: its count columns (drtp.replay.stats_file
+    ``STATS_COUNTS``, one slot each) and a latency histogram to merge."""
 
-    __slots__ = ("requests", "failures", "bytes", "latency")
+    __slots__ = (*STATS_COUNTS, "latency")
 
     def __init__(self) -> None:
-        self.requests = self.failures = self.bytes = 0
+        for name in STATS_COUNTS:
+            setattr(self, name, 0)
         self.latency = LogHistogram()
 
     def add_row(self, row: ResultRow) -> None:
@@ -162,15 +163,16 @@ class IntervalStats:
             self.latency.add(row.latency_s)
         else:
             self.failures += 1
+            self.throttled += row.status == 429
 
     def add_part(self, part: IntervalPart) -> None:
-        self.requests += part.requests
-        self.failures += part.failures
-        self.bytes += part.bytes
+        counts = part.counts
+        for name in STATS_COUNTS:
+            setattr(self, name, getattr(self, name) + counts.get(name, 0))
         self.latency.merge(LogHistogram.from_state(part.latency))
 
     def part(self, index: int) -> IntervalPart:
-        return IntervalPart(index, self.requests, self.failures, self.bytes, self.latency.state())
+        return IntervalPart(index, {name: getattr(self, name) for name in STATS_COUNTS}, self.latency.state())
 
 
 def interval_of(row: ResultRow, interval_s: float) -> int | None:

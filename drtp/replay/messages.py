@@ -166,6 +166,7 @@ class AuxResult(msgspec.Struct, array_like=True, gc=False):
     error: str = ""
     outcome: str = "ok"  # drtp.replay.outcome: ok, http, timeout, refused, reset, truncated, tls, protocol…
     attempts: int = 1
+    retry_after: float | None = None  # the answer's Retry-After, in seconds (None: the answer had none)
 
 
 class ReplayResult(msgspec.Struct, gc=False, omit_defaults=True):
@@ -183,6 +184,7 @@ class ReplayResult(msgspec.Struct, gc=False, omit_defaults=True):
     outcome: str = "ok"  # drtp.replay.outcome: the class of how it ended; anything but "ok" is a failure
     attempts: int = 1  # how often it was sent (> 1 only with client_info.retries)
     aux: list[AuxResult] = []
+    retry_after: float | None = None  # the answer's Retry-After, in seconds (None: the answer had none)
 
 
 def registry_base(entry: str) -> str:

@@ -45,6 +45,8 @@ class ResultRow(msgspec.Struct, gc=False):
     attempts: int  # how often it was sent (> 1 only with retries; 0 when no result came back)
     error: str  # why it failed ("HTTP 503", "timeout: …"); empty when ok
     auxiliary: bool  # a protocol helper request issued for the trace request written before it
+    # the answer's Retry-After in seconds (an HTTP-date made seconds from the answer's arrival); None: it had none
+    retry_after_s: float | None = None
 
 
 COLUMNS: tuple[str, ...] = ResultRow.__struct_fields__
@@ -98,6 +100,7 @@ def trace_row(node: str, req: ReplayRequest, res: ReplayResult) -> ResultRow:
         attempts=res.attempts,
         error=failure_text(outcome, res.status, res.error),
         auxiliary=False,
+        retry_after_s=None if res.retry_after is None else round(res.retry_after, TIME_DIGITS),
     )
 
 
@@ -125,6 +128,7 @@ def lost_row(node: str, req: ReplayRequest, reason: str) -> ResultRow:
         attempts=0,
         error=f"lost: {reason}",
         auxiliary=False,
+        retry_after_s=None,
     )
 
 
@@ -152,6 +156,7 @@ def aux_row(node: str, req: ReplayRequest, a: AuxResult) -> ResultRow:
         attempts=a.attempts,
         error=failure_text(a.outcome, a.status, a.error),
         auxiliary=True,
+        retry_after_s=None if a.retry_after is None else round(a.retry_after, TIME_DIGITS),
     )
 
 

@@ -1,12 +1,54 @@
 """The name and columns of a run's ``stats_history.csv``: one definition for its writer and its readers.
 
-The master writes the file as a run goes (drtp.master.stats_history, where each
-column's meaning is told); the pandas view of a run reads it back
-(drtp.analysis.run_stats).
+The master writes the file as a run goes (drtp.master.stats_history); the
+client nodes count an interval's figures (drtp.replay.frames); the pandas view
+of a run reads it back or rebuilds it from ``requests.csv``
+(drtp.analysis.run_stats).  Each of them takes the columns from
+:data:`STATS_TABLE`: their order, their kind (which says how a value is
+written, read and merged) and their meaning (the docs' table says the same).
+
+A new column is a line here; then the code of its kind produces it:
+
+* ``count`` — a whole number the client nodes count per interval
+  (drtp.replay.frames ``IntervalStats``: a slot, its increment in ``add_row``);
+  the nodes' parts carry every count by name and the master adds them up;
+* ``gauge`` — a number the master takes the largest of (a node's CPU, an event
+  loop's lag): not used yet; its parts would travel in a mapping of their own
+  beside the counts, merged by ``max``, and be empty when no node reported one;
+* ``time``, ``rate``, ``ms`` — computed by the writer from the interval and its
+  counts and latency histogram (``ms`` empty when nothing succeeded).
+
+``later`` marks a column added after the file's first layout: a file written
+before it existed lacks it, and readers give it as missing (NaN) there instead
+of refusing the file.  A run is never resumed across layouts (its master refuses).
 """
 
 from __future__ import annotations
 
+from typing import Literal, NamedTuple
+
 STATS_FILE = "stats_history.csv"
 DEFAULT_INTERVAL_S = 1.0  # the width of an interval, in seconds of the run, unless the run sets another
-STATS_COLUMNS: tuple[str, ...] = ("elapsed_s", "requests", "failures", "bytes", "rate_per_s", "p50_ms", "p99_ms")
+
+
+class StatsColumn(NamedTuple):
+    name: str
+    kind: Literal["time", "count", "gauge", "rate", "ms"]
+    meaning: str
+    later: bool = False  # added after the file's first layout: older files lack it
+
+
+STATS_TABLE: tuple[StatsColumn, ...] = (
+    StatsColumn("elapsed_s", "time", "the interval's end, seconds since the run's start (the last row: the run's end)"),
+    StatsColumn("requests", "count", "trace requests that ended in the interval (helper requests are not counted)"),
+    StatsColumn("failures", "count", "those of them that failed (outcome not ok)"),
+    StatsColumn("throttled", "count", "those of them that failed with a 429 answer (Too Many Requests)", later=True),
+    StatsColumn("bytes", "count", "the bytes they moved"),
+    StatsColumn("rate_per_s", "rate", "requests per second of the interval"),
+    StatsColumn("p50_ms", "ms", "median latency of the interval's succeeded requests, ms; empty when none succeeded"),
+    StatsColumn("p99_ms", "ms", "99th percentile of the same, ms; empty when none succeeded"),
+)
+STATS_COLUMNS: tuple[str, ...] = tuple(c.name for c in STATS_TABLE)
+STATS_COUNTS: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.kind == "count")
+STATS_OPTIONAL: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.kind in ("ms", "gauge"))
+STATS_LATER: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.later)

@@ -28,6 +28,10 @@ see drtp.replay.outcome):
   of their starts) and ``offered_rps`` the rate the run meant them to start at, by
   the same count over their intended starts (as is: the trace's rate × speedup; rate
   mode: ``--rate``); ``behind`` says in one line when the run fell behind them.
+* ``failed_statuses`` counts the failed requests per HTTP status of the answer
+  they got (``{"429": 3, "503": 1}``: a throttling registry in plain sight,
+  where ``failures`` says only ``http``); a failure without a status (no
+  complete answer: timeout, reset, lost…) is in ``failures`` alone.
 """
 
 from __future__ import annotations
@@ -142,6 +146,16 @@ def failures_by_class(counts: dict[str, int]) -> dict[str, int]:
     return {c: counts[c] for c in OUTCOMES if counts.get(c)}
 
 
+def by_status(counts: dict[str, int]) -> dict[str, int]:
+    """Failure counts per HTTP status (keys: the status as text, as JSON needs), in the statuses' order."""
+    return {k: counts[k] for k in sorted(counts, key=int)}
+
+
+def _add_counts(into: dict[str, int], counts: dict[str, int]) -> None:
+    for k, c in counts.items():
+        into[k] = into.get(k, 0) + c
+
+
 class Group:
     """Figures of the trace requests of one slice of the run (all, one method+kind, one node)."""
 
@@ -154,6 +168,7 @@ class Group:
         "matched",
         "on_time",
         "failures",
+        "statuses",
         "first",
         "last",
         "last_start",
@@ -168,6 +183,7 @@ class Group:
     def __init__(self) -> None:
         self.requests = self.succeeded = self.lost = self.sent = self.bytes = self.matched = self.on_time = 0
         self.failures: dict[str, int] = {}
+        self.statuses: dict[str, int] = {}  # failed requests per status of their answer ("429"); none without one
         self.first = math.inf
         self.last = -math.inf
         self.last_start = -math.inf  # with ``first`` and ``sent``: the rate requests actually started at
@@ -191,6 +207,9 @@ class Group:
         else:
             self.failures[row.outcome] = self.failures.get(row.outcome, 0) + 1
             self.lost += row.outcome == LOST
+            if row.status:
+                status = str(row.status)
+                self.statuses[status] = self.statuses.get(status, 0) + 1
         if row.intended_s is not None:
             self.intended += 1
             if row.intended_s < self.first_intended:
@@ -217,6 +236,7 @@ class Group:
         """The group as plain values, for a node to ship its figures and the master to merge them."""
         out = {k: getattr(self, k) for k in self._COUNTS}
         out["failures"] = self.failures
+        out["statuses"] = self.statuses
         out["first"], out["last"] = (self.first, self.last) if self.sent else (None, None)
         out["last_start"] = self.last_start if self.sent else None
         out["intended_span"] = [self.first_intended, self.last_intended] if self.intended else None
@@ -228,8 +248,8 @@ class Group:
         """Add another group's figures (its :meth:`state`): the same as adding its rows here."""
         for k in self._COUNTS:
             setattr(self, k, getattr(self, k) + state[k])
-        for outcome, c in state["failures"].items():
-            self.failures[outcome] = self.failures.get(outcome, 0) + c
+        _add_counts(self.failures, state["failures"])
+        _add_counts(self.statuses, state["statuses"])
         if state["first"] is not None:
             self.first = min(self.first, state["first"])
             self.last = max(self.last, state["last"])
@@ -257,6 +277,7 @@ class Group:
             "succeeded": self.succeeded,
             "failed": self.requests - self.succeeded,
             "failures": failures_by_class(self.failures),
+            "failed_statuses": by_status(self.statuses),
             "lost": self.lost,
             "duration_s": duration,
             "throughput_rps": self.succeeded / duration if duration > 0 else 0.0,
@@ -274,27 +295,36 @@ class Group:
 class Helpers:
     """The helper (auxiliary) requests: counted apart from the trace's, never among them."""
 
-    __slots__ = ("requests", "failures")
+    __slots__ = ("requests", "failures", "statuses")
 
     def __init__(self) -> None:
         self.requests = 0
         self.failures: dict[str, int] = {}
+        self.statuses: dict[str, int] = {}  # as Group.statuses: a throttled upload open is a helper's 429
 
     def add(self, row: ResultRow) -> None:
         self.requests += 1
         if not row.ok:
             self.failures[row.outcome] = self.failures.get(row.outcome, 0) + 1
+            if row.status:
+                status = str(row.status)
+                self.statuses[status] = self.statuses.get(status, 0) + 1
 
-    def merge(self, requests: int, failures: dict[str, int]) -> None:
+    def state(self) -> list:
+        return [self.requests, self.failures, self.statuses]
+
+    def merge(self, state: list) -> None:
+        requests, failures, statuses = state
         self.requests += requests
-        for outcome, c in failures.items():
-            self.failures[outcome] = self.failures.get(outcome, 0) + c
+        _add_counts(self.failures, failures)
+        _add_counts(self.statuses, statuses)
 
     def summary(self) -> dict:
         return {
             "requests": self.requests,
             "failed": sum(self.failures.values()),
             "failures": failures_by_class(self.failures),
+            "failed_statuses": by_status(self.statuses),
         }
 
 
@@ -333,7 +363,7 @@ class ResultsModel:
             "all": self.all.state(),
             "by_method": {k: g.state() for k, g in self.by_method.items()},
             "by_node": {k: g.state() for k, g in self.by_node.items()},
-            "helpers": [self.helpers.requests, self.helpers.failures],
+            "helpers": self.helpers.state(),
             "manifests_above_trace_size": self.manifests_above_trace_size,
         }
 
@@ -347,7 +377,7 @@ class ResultsModel:
             _group(self.by_method, k).merge(g)
         for k, g in state["by_node"].items():
             _group(self.by_node, k).merge(g)
-        self.helpers.merge(*state["helpers"])
+        self.helpers.merge(state["helpers"])
         self.manifests_above_trace_size += state["manifests_above_trace_size"]
 
     def summary(self, **extra) -> dict:
