@@ -277,7 +277,7 @@ class Replay:
                 print(f"client node {name} died ({d['reason']}); {d['lost']} requests lost")
             print(f"results in {self.out_dir}/ (requests.csv, summary.json, {STATS_FILE})")
         if summary.get("behind"):  # on stderr even with -q: the registry saw less load than the run says it offered
-            print(f"drtp: the run {summary['behind']}", file=sys.stderr, flush=True)
+            print(f"drtp: warning: the run {summary['behind']}", file=sys.stderr, flush=True)
         if stop is Stop.INTERRUPTED:
             raise KeyboardInterrupt
         if incomplete is not None:

@@ -301,7 +301,8 @@ def test_a_replay_logs_progress_lines_and_a_stats_history_that_matches_its_rows(
     assert len(trace_rows) == 300 and 0 < failed < 300
 
     # the log: progress lines whose counts grow, then a final line with the total and the failures
-    lines = [PROGRESS.match(line) for line in log.splitlines()]
+    # (an as-is run that started its requests late says so in one warning line, which is not progress)
+    lines = [PROGRESS.match(line) for line in log.splitlines() if not line.startswith("drtp: warning: the run fell")]
     assert lines and all(lines), log[-2000:]
     done = [int(m.group(1).replace(",", "")) for m in lines]
     assert all(int(m.group(2).replace(",", "")) == 300 for m in lines)
