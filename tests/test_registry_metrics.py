@@ -60,11 +60,15 @@ def test_a_counter_that_went_down_was_reset_and_counts_from_zero() -> None:
 
 
 def test_handlers_are_distributions_names() -> None:
-    assert handler_of("GET", "manifest", "get") == "manifest"
-    assert handler_of("HEAD", "blob", "get") == "blob"
-    assert handler_of("POST", "blob", "upload-open") == "blob_upload"
-    assert handler_of("PATCH", "blob", "upload-chunk") == "blob_upload_chunk"
-    assert handler_of("PUT", "blob", "upload-close") == "blob_upload"
+    assert handler_of("GET", "manifest", "v1") == "manifest"
+    assert handler_of("HEAD", "blob", "layer") == "blob"
+    assert handler_of("DELETE", "blob", "layer") == "blob"
+    assert handler_of("POST", "blob", "uploads/") == "blob_upload"
+    assert handler_of("PATCH", "blob", "uploads/abc") == "blob_upload_chunk"
+    assert handler_of("PUT", "blob", "uploads/abc") == "blob_upload_chunk"  # sent to the upload's URL
+    assert handler_of("DELETE", "blob", "upload cancel") == "blob_upload_chunk"  # a helper row's reference
+    assert handler_of("GET", "blob", "uploads/abc") == "blob_upload_chunk"
+    assert handler_of("HEAD", "blob", "config blob check") == "blob"
 
 
 def test_a_real_registrys_metrics_count_the_requests_it_served(tmp_path: Path) -> None:

@@ -141,12 +141,18 @@ def window(first: Mapping[Series, float], last: Mapping[Series, float]) -> dict[
     return {k: v for k, v in slices.items() if v.requests > 0 or v.duration_count > 0}
 
 
-def handler_of(method: str, kind: str, op: str) -> str:
-    """The handler a registry counts one of drtp's requests under (Distribution's names)."""
+def handler_of(method: str, kind: str, reference: str) -> str:
+    """The handler a registry counts one of drtp's requests under (Distribution's names): ``reference`` is a
+    row's (a trace reference such as ``uploads/<id>``, or what a helper request did, e.g. "upload cancel").
+
+    Distribution routes ``…/blobs/uploads/`` (the POST that opens an upload, or mounts) to ``blob_upload``
+    and everything sent to an open upload's URL — PATCH, the PUT that closes it, a GET of its status, the
+    DELETE that cancels it — to ``blob_upload_chunk``; reads of blobs are ``blob``.
+    """
     if kind == "manifest":
         return "manifest"
-    if op == "upload-chunk":
-        return "blob_upload_chunk"
-    if op in ("upload-open", "upload-close"):
+    if method == "POST":
         return "blob_upload"
+    if method in ("PATCH", "PUT") or reference.startswith("uploads/") or reference == "upload cancel":
+        return "blob_upload_chunk"
     return "blob"
