@@ -146,6 +146,8 @@ class RegistryEntry(_Section):
     # drtp clean, when the registry refuses DELETE: argv run on the master for each repository drtp pushed to,
     # "{repository}" replaced by its name (no shell; a relative program path is relative to the config's folder)
     delete_repository: Annotated[list[str], msgspec.Meta(min_length=1)] | None = None
+    # the registry's own Prometheus metrics: a URL, or one per member behind a load balancer (summed)
+    metrics: str | Annotated[list[str], msgspec.Meta(min_length=1)] | None = None
 
 
 class Simulate(_Section):
@@ -213,6 +215,8 @@ class Config(_Section):
     verbose: bool = False
     registry: list[str] = []
     registries: list[RegistryEntry] = []  # drtp's own: registries with credentials; one experiment each
+    # beside a plain registry: list, each registry's Prometheus metrics: host:port -> a URL or a list of URLs
+    registry_metrics: dict[str, str | Annotated[list[str], msgspec.Meta(min_length=1)]] = {}
     warmup: Warmup = msgspec.field(default_factory=Warmup)
     simulate: Simulate | None = None
     results: str = "results"  # where run directories go
@@ -446,11 +450,52 @@ def _check_addresses(cfg: Config, source: str) -> None:
         if why := base_url_error(registry_base(entry.url)):
             raise ConfigError(f"{source}: key 'registries[{i}].url': {why}")
         _check_repository_names(entry, f"{source}: key 'registries[{i}]")
+    _check_metrics(cfg, source)
     for i, node in enumerate(cfg.client_info.client_list):
         if why := host_port_error(node):
             if ":" not in node:  # the original's configs always name the port; client_info.port is not it
                 why += " (name each client node's port: client_info.port is not a default port for them)"
             raise ConfigError(f"{source}: key 'client_info.client_list[{i}]': {why}")
+
+
+def metrics_urls(value: str | list[str] | None) -> list[str]:
+    """A ``metrics`` value as a list of URLs."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _metrics_url_error(url: str) -> str | None:
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        u.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as e:
+        return f"{url[:200]!r} is not a URL: {e}"
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return f"{url[:200]!r} is not an http(s) URL of a metrics page (e.g. http://registry:5001/metrics)"
+    return None
+
+
+def _check_metrics(cfg: Config, source: str) -> None:
+    """Metrics endpoints are http(s) URLs, and ``registry_metrics`` names only registries of ``registry:``."""
+    from drtp.replay.messages import registry_base
+
+    for i, entry in enumerate(cfg.registries):
+        for url in metrics_urls(entry.metrics):
+            if why := _metrics_url_error(url):
+                raise ConfigError(f"{source}: key 'registries[{i}].metrics': {why}")
+    known = {registry_base(r) for r in cfg.registry}
+    for host, value in cfg.registry_metrics.items():
+        if registry_base(host) not in known:
+            raise ConfigError(
+                f"{source}: key 'registry_metrics.{host[:200]}': not a registry of 'registry:' "
+                f"({', '.join(cfg.registry) or 'none listed'})"
+            )
+        for url in metrics_urls(value):
+            if why := _metrics_url_error(url):
+                raise ConfigError(f"{source}: key 'registry_metrics.{host[:200]}': {why}")
 
 
 def _check_repository_names(entry: RegistryEntry, where: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 from drtp.master.stats_history import StatsHistory
@@ -157,6 +158,17 @@ class RunResults:
                     continue
                 if row.node in nodes and row.outcome != LOST:
                     self.model.add(row)
+
+    def rows(self) -> Iterator[ResultRow]:
+        """This run's rows as requests.csv holds them (read back: the file is the record, nothing is kept in
+        memory while the run goes)."""
+        with open(self.path, newline="") as f:
+            f.seek(self.run_offset)
+            for values in csv.reader(f):
+                try:
+                    yield parse_cells(values)
+                except ValueError:  # the header
+                    continue
 
     def flush(self) -> None:
         """Write the stats history's intervals that are over (requests.csv has no buffer to flush)."""

@@ -38,8 +38,9 @@ from drtp.errors import DrtpError, RunError
 from drtp.master.arrivals import intended_starts
 from drtp.master.nodes import NodeLink
 from drtp.master.original_output import write_original_results
-from drtp.master.plan import HeldRecords, Planner, with_names
+from drtp.master.plan import HeldRecords, Planner, registry_for, with_names
 from drtp.master.preflight import preflight_all
+from drtp.master.registry_metrics import METRICS_FILE, RegistryMetrics, metrics_endpoints
 from drtp.master.renewal import SecretRenewal
 from drtp.master.results import RunResults, format_table
 from drtp.master.results_dir import ResultsWriteError, remove_if_empty, write_failed
@@ -114,6 +115,7 @@ class Replay:
         self.sources = config_sources(cfg)  # where the secrets come from (a helper's is renewed during the run)
         self.auths = config_auth(cfg, self.sources)  # credentials/TLS of the registries: ``registries:`` entries
         self.renewal: SecretRenewal | None = None
+        self.registry_metrics: RegistryMetrics | None = None
         self.names = RepositoryMap.for_config(cfg)  # trace repository -> the registry's (repository_map)
         self.token = resolve_token(self.ci.token, "client_info.token")
         self.events: queue.Queue = queue.Queue()
@@ -234,11 +236,14 @@ class Replay:
         self.renewal.start()
         t0 = time.perf_counter()
         try:
+            self.registry_metrics = self._registry_metrics()  # its first reading: right before the first request
             with progress(total=total, desc="replay", unit="req", final_line=True, quiet=self.quiet) as bar:
                 self.bar = bar
                 stop = self._replay(timed)
         finally:
             self.renewal.stop()
+            if self.registry_metrics is not None:
+                self.registry_metrics.stop()  # its last reading: right after the last answer
         wall = time.perf_counter() - t0
         whole = (
             set() if stop is not None else {n for n, link in self.links.items() if link.finished and n not in self.dead}
@@ -269,6 +274,8 @@ class Replay:
         }
         if incomplete is not None:
             extra["incomplete_reason"] = incomplete
+        if self.registry_metrics is not None:
+            extra["registry_side"] = self._registry_side()
         summary = self._close_results(extra, stop)
         write_original_results(self.cfg, self.out_dir, start_epoch, quiet=self.quiet)  # trace.output, if set
         if not self.quiet:
@@ -298,6 +305,28 @@ class Replay:
             self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000, self.resume, history)
         except OSError as e:
             raise write_failed(Path(e.filename) if e.filename else self.out_dir, e) from None
+
+    def _registry_metrics(self) -> RegistryMetrics | None:
+        """The registries' own metrics, read from now on (None: the config names no metrics endpoint)."""
+        endpoints = metrics_endpoints(self.cfg)
+        if not endpoints:
+            return None
+        try:
+            recorder = RegistryMetrics(self.out_dir / METRICS_FILE, endpoints, self._run_clock, self.stats_interval_s)
+        except OSError as e:
+            self._cancel()  # the nodes must not wait for batches that will never come
+            raise write_failed(self.out_dir / METRICS_FILE, e) from None
+        recorder.start()
+        return recorder
+
+    def _registry_side(self) -> dict:
+        """The summary's registry_side block (this run's rows are read back from requests.csv)."""
+        try:
+            return self.registry_metrics.registry_side(
+                self.results.rows(), lambda repository: registry_for(repository, self.registries)
+            )
+        except OSError as e:
+            return {"error": f"could not read back {self.out_dir / 'requests.csv'}: {e}"}
 
     def _run_clock(self) -> float:
         """Seconds since the run's common start (the origin of the rows' start_s)."""

@@ -72,7 +72,8 @@ class LocalRegistry:
     path under ``storage/`` (the registry's own redirect middleware, as production
     registries send blob reads to object storage); ``delete=False`` turns the storage's
     deletes off, so every DELETE is answered 405 ``UNSUPPORTED`` (as registries that
-    manage repositories through an API of their own do).
+    manage repositories through an API of their own do); ``metrics=True`` serves the registry's
+    Prometheus metrics on a second port (``http.debug``), at :attr:`metrics_url`.
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class LocalRegistry:
         token: dict | None = None,
         redirect: str | None = None,
         delete: bool = True,
+        metrics: bool = False,
     ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="drtp-registry-")
         self.workdir = Path(workdir or self._tmp.name)
@@ -93,6 +95,7 @@ class LocalRegistry:
         self.token = token
         self.redirect = redirect
         self.delete = delete
+        self.metrics_port = free_port() if metrics else None
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -104,8 +107,18 @@ class LocalRegistry:
     def url(self) -> str:
         return f"{'https' if self.tls else 'http'}://{self.host}"
 
+    @property
+    def metrics_url(self) -> str:
+        """Where the registry serves its Prometheus metrics (``metrics=True``)."""
+        if self.metrics_port is None:
+            raise ValueError("the registry was started without metrics=True")
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
     def _config_text(self) -> str:
         text = CONFIG_TEMPLATE.format(storage=self.workdir / "storage", port=self.port, delete=str(self.delete).lower())
+        if self.metrics_port is not None:
+            text += f"  debug:\n    addr: 127.0.0.1:{self.metrics_port}\n    prometheus:\n      enabled: true\n"
+            text += "      path: /metrics\n"
         if self.tls:
             text += f"  tls:\n    certificate: {self.tls[0]}\n    key: {self.tls[1]}\n"
         if self.htpasswd:
