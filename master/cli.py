@@ -19,6 +19,7 @@ from drtp.cli_options import (
     positive_duration,
     positive_int,
     positive_size,
+    refusal,
     sizes,
 )
 from drtp.errors import DrtpError
@@ -70,10 +71,12 @@ def read_ca_file(path: Path) -> str:
     return text
 
 
-def say(message: str) -> None:
-    """One line on stderr, where scripts look for why the exit code is not 0."""
+def say(args: argparse.Namespace, message: str, code: int) -> None:
+    """One line on stderr, where scripts look for why the exit code is not 0: a refusal's format, or a
+    warning's when the run passed all the same (every failure tolerated, yet nothing succeeded)."""
     if message:
-        print(f"drtp: {message}", file=sys.stderr, flush=True)
+        line = refusal(args.drtp_prog, message) if code else f"{args.drtp_prog}: warning: {message}"
+        print(line, file=sys.stderr, flush=True)
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
@@ -110,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else None
     summary = run_replay(cfg, out, resume=args.resume, stats_interval_s=args.stats_interval)
     verdict = judge(summary, budget)
-    say(verdict.message)
+    say(args, verdict.message, verdict.code)
     return verdict.code
 
 
