@@ -91,7 +91,10 @@ def _one_line_exit_2(out: subprocess.CompletedProcess) -> str:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["generate", "-o", "x.json", "-n", "0"], "drtp generate: error: -n/--requests: must be an integer ≥ 1, got '0'"),
+        (
+            ["generate", "-o", "x.json", "-n", "0"],
+            "drtp generate: error: -n/--requests: must be an integer ≥ 1, got '0'",
+        ),
         (["generate", "-o", "x.json", "-n", "abc"], "drtp generate: error: -n/--requests: not an integer: 'abc'"),
         (["generate", "-o", "x.json", "--span", "0"], "drtp generate: error: --span: must be longer than 0 s"),
         (["generate", "-o", "x.json", "--span", "nan"], "drtp generate: error: --span: not a duration: 'nan'"),
@@ -106,9 +109,15 @@ def _one_line_exit_2(out: subprocess.CompletedProcess) -> str:
         (["simulate", "--jobs", "0"], "drtp simulate: error: --jobs: must be an integer ≥ 1, got '0'"),
         (["bench", "push", "--registry", "https://r", "--size", "abc"], "drtp bench: error: --size: not a size: 'abc'"),
         (["bench", "push", "--registry", "https://r", "--size", "1MB,0"], "--size: must be at least 1 byte"),
-        (["bench", "push", "--registry", "https://r", "--concurrency", "0"], "drtp bench: error: --concurrency: must be"),
+        (
+            ["bench", "push", "--registry", "https://r", "--concurrency", "0"],
+            "drtp bench: error: --concurrency: must be",
+        ),
         (["bench", "push", "--registry", "https://r", "--layers", "-1"], "drtp bench: error: --layers: must be"),
-        (["bench", "push", "--registry", "https://r", "--chunk", "0"], "drtp bench: error: --chunk: must be at least 1 byte"),
+        (
+            ["bench", "push", "--registry", "https://r", "--chunk", "0"],
+            "drtp bench: error: --chunk: must be at least 1 byte",
+        ),
         (["slurm", "wait", "--poll", "0"], "drtp slurm wait: error: --poll: must be a number > 0"),
         (["analyze", "results"], "drtp analyze results: error: the following arguments are required"),
         (["nosuch"], "drtp: error: COMMAND: invalid choice: 'nosuch'"),

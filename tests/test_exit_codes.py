@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
 import math
+import re
 import subprocess
 import sys
 from fractions import Fraction

@@ -77,7 +77,9 @@ def test_a_registry_gone_after_the_preflight_is_exit_1_and_said_so(tmp_path, nod
         err = capsys.readouterr().err
         assert "Traceback" not in err
         said = _lines(err, "nothing succeeded")
-        assert said == ["drtp run: error: nothing succeeded: all 200 trace requests failed (max_failed 0 allows 0)"], err
+        assert said == ["drtp run: error: nothing succeeded: all 200 trace requests failed (max_failed 0 allows 0)"], (
+            err
+        )
 
         summary = json.loads((tmp_path / "run" / "summary.json").read_text())
         rows = _rows(tmp_path / "run")
