@@ -58,6 +58,43 @@ def cmd_analyze_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyze_compare(args: argparse.Namespace) -> int:
+    _headless()
+    from drtp.analysis.compare import compare_runs, format_rows, write_outputs
+    from drtp.outputs import prepare_output_dir
+
+    comparison = compare_runs(args.baseline, args.candidate, alpha=args.alpha, noise=args.noise / 100)
+    print(format_rows(comparison.rows))
+    if args.out:
+        out = Path(args.out)
+        prepare_output_dir(out, "--out")
+        figures = write_outputs(comparison, out)
+        print(f"wrote {out}/compare.json, compare.csv and {len(figures)} figures")
+    return 0
+
+
+def _share(text: str) -> float:
+    """A probability strictly between 0 and 1 (α)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must lie between 0 and 1, got {text!r}")
+    return value
+
+
+def _percent(text: str) -> float:
+    """A percentage ≥ 0 (``2`` or ``2%``)."""
+    try:
+        value = float(text.removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not 0 <= value < 1000:
+        raise argparse.ArgumentTypeError(f"must be a percentage from 0, got {text!r}")
+    return value
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "analyze",
@@ -113,3 +150,17 @@ def register(sub) -> None:
         "--trace", nargs="+", metavar="FILE", help="the replayed trace: adds its recorded latencies (ibm-trace-data)"
     )
     r.set_defaults(func=cmd_analyze_results)
+
+    c = asub.add_parser(
+        "compare",
+        help="is a candidate's result better, worse or the same as a baseline's? medians, intervals, tests",
+        description="Compare runs of a baseline and a candidate (run directories, or folders of rep-*/ runs) per "
+        "slice and statistic: median over runs, relative change with a 95%% bootstrap interval, Mann-Whitney U "
+        "p-value and a verdict (better, worse, same, or inconclusive below 4 runs a side).",
+    )
+    c.add_argument("--baseline", nargs="+", required=True, metavar="RUN", help="the baseline's runs")
+    c.add_argument("--candidate", nargs="+", required=True, metavar="RUN", help="the candidate's runs")
+    c.add_argument("--out", help="write compare.json, compare.csv and a figure per slice here")
+    c.add_argument("--alpha", type=_share, default=0.05, help="significance level of the test (default 0.05)")
+    c.add_argument("--noise", type=_percent, default=2.0, help="a change under this many %% is 'same' (default 2)")
+    c.set_defaults(func=cmd_analyze_compare)

@@ -25,7 +25,13 @@ import traceback
 import msgspec
 
 from drtp import __version__
-from drtp.cli_options import DrtpArgumentParser, add_config_options, add_verbose_option, effective_config_from_args
+from drtp.cli_options import (
+    DrtpArgumentParser,
+    add_config_options,
+    add_verbose_option,
+    effective_config_from_args,
+    refusal,
+)
 from drtp.errors import DrtpError
 from drtp.exit_codes import ExitCode
 from drtp.verbosity import set_verbosity
@@ -190,10 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.BAD_INPUT
     set_verbosity(int(getattr(args, "verbose", 0) or 0))
     log.debug("drtp %s: %s", __version__, args.command)
+    prog = getattr(args, "drtp_prog", "drtp")  # the command's name: drtp run, drtp analyze compare…
     try:
         return int(args.func(args) or 0)
     except DrtpError as e:
-        print(f"drtp: error: {e}", file=sys.stderr)  # one line: DrtpError escapes any line break it quotes
+        print(refusal(prog, str(e)), file=sys.stderr)  # one line: DrtpError escapes any line break it quotes
         return e.exit_code
     except KeyboardInterrupt:
         print("drtp: interrupted", file=sys.stderr)
@@ -202,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception:  # a bug: its traceback is what a report needs, and Python's own exit 1 would read as a verdict
         traceback.print_exc()
-        print("drtp: internal error (the traceback above is a bug in drtp)", file=sys.stderr)
+        print(refusal(prog, "internal error (the traceback above is a bug in drtp)"), file=sys.stderr)
         return ExitCode.CANNOT_RUN
 
 

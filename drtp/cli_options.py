@@ -23,13 +23,26 @@ class DrtpArgumentParser(argparse.ArgumentParser):
 
     argparse prints the usage and then the error: two lines where drtp promises
     one.  Sub-parsers are made with the parent's class, so every subcommand
-    (and sub-subcommand) reports this way.
+    (and sub-subcommand) reports this way, in the one format of every refusal:
+    ``drtp[ COMMAND]: error: WHAT`` (:func:`refusal`).  Each parser leaves its
+    name in the parsed arguments (``drtp_prog``; the innermost one's wins), so
+    a refusal raised later, while the command runs, names the same command.
     """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_defaults(drtp_prog=self.prog)
 
     def error(self, message: str) -> NoReturn:
         message = message.removeprefix("argument ")
-        print(f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        print(refusal(self.prog, f"{' '.join(message.split())} (see {self.prog} --help)"), file=sys.stderr)
         sys.exit(ExitCode.BAD_INPUT)
+
+
+def refusal(prog: str, what: str) -> str:
+    """The one line of every refusal, whatever its exit code: ``drtp[ COMMAND]: error: WHAT`` (argparse's form),
+    so a script finds each with one pattern."""
+    return f"{prog}: error: {what}"
 
 
 def _integer(text: str, minimum: int) -> int:

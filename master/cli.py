@@ -21,6 +21,7 @@ from drtp.cli_options import (
     positive_float,
     positive_int,
     positive_size,
+    refusal,
     sizes,
 )
 from drtp.errors import DrtpError
@@ -121,10 +122,12 @@ def read_ca_file(path: Path) -> str:
     return text
 
 
-def say(message: str) -> None:
-    """One line on stderr, where scripts look for why the exit code is not 0."""
+def say(args: argparse.Namespace, message: str, code: int) -> None:
+    """One line on stderr, where scripts look for why the exit code is not 0: a refusal's format, or a
+    warning's when the run passed all the same (every failure tolerated, yet nothing succeeded)."""
     if message:
-        print(f"drtp: {message}", file=sys.stderr, flush=True)
+        line = refusal(args.drtp_prog, message) if code else f"{args.drtp_prog}: warning: {message}"
+        print(line, file=sys.stderr, flush=True)
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
@@ -164,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(cfg)
     summary = run_replay(cfg, out, resume=args.resume, stats_interval_s=args.stats_interval)
     verdict = judge(judged_summary(summary, out, wanted), budget, wanted)
-    say(verdict.message)
+    say(args, verdict.message, verdict.code)
     return verdict.code
 
 
@@ -219,7 +222,7 @@ def cmd_ramp(args: argparse.Namespace) -> int:
             "ramp.png, a run directory per step)"
         )
     if knee is None:
-        say(f"no step held the objectives {slo_text}: the first, at {args.start:g}/s, broke them")
+        say(args, f"no step held the objectives {slo_text}: the first, at {args.start:g}/s, broke them", 1)
         return ExitCode.TOO_MANY_FAILED
     return ExitCode.OK
 

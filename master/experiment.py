@@ -24,6 +24,7 @@ from pathlib import Path
 
 import msgspec
 
+from drtp.cli_options import refusal
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
@@ -127,7 +128,9 @@ def run_experiment(
                 "wall_s": time.perf_counter() - t0,
             }
             if verdict.message and not quiet:
-                print(f"drtp: registry {entry.id}: {verdict.message}", file=sys.stderr, flush=True)
+                what = f"registry {entry.id}: {verdict.message}"
+                line = refusal("drtp experiment", what) if verdict.code else f"drtp experiment: warning: {what}"
+                print(line, file=sys.stderr, flush=True)
         except DrtpError as e:
             status[entry.id] = {"ok": False, "exit_code": int(e.exit_code), "url": entry.url, "error": str(e)}
             if e.exit_code == ExitCode.BAD_INPUT:

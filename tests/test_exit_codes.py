@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from fractions import Fraction
@@ -96,7 +97,7 @@ def _config(tmp_path, experiment: bool = False, **client_info) -> str:
 def _one_error_line(capsys) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("drtp: error:")]
+    lines = [line for line in err.splitlines() if re.match(r"drtp( [a-z-]+)*: error: ", line)]
     assert len(lines) == 1, err
     return lines[0]
 
@@ -105,7 +106,7 @@ def _one_error_line(capsys) -> str:
 def test_a_bad_max_failed_option_is_one_line_and_exit_2(tmp_path, capsys, bad):
     assert main(["run", "-c", _config(tmp_path), "--max-failed", bad]) == 2
     line = _one_error_line(capsys)
-    assert line.startswith("drtp: error: --max-failed: expected a count") and repr(bad) in line
+    assert line.startswith("drtp run: error: --max-failed: expected a count") and repr(bad) in line
     assert not (tmp_path / "results").exists()  # refused before anything was made
 
 
@@ -126,7 +127,7 @@ def test_unwritable_results_are_found_before_anything_starts(tmp_path, capsys):
     a_file.write_text("not a directory\n")
     for out, why in ((a_file, "is not a directory"), (a_file / "run", "cannot be created (Not a directory)")):
         assert main(["run", "-c", cfg, "--out", str(out)]) == 2
-        assert _one_error_line(capsys) == f"drtp: error: results directory {out} {why}"
+        assert _one_error_line(capsys) == f"drtp run: error: results directory {out} {why}"
     assert main(["experiment", "-c", _config(tmp_path, experiment=True), "--out", str(a_file / "exp")]) == 2
     assert f"results directory {a_file / 'exp'} cannot be created" in _one_error_line(capsys)
 
@@ -136,7 +137,7 @@ def test_a_read_only_results_directory_is_exit_2(tmp_path, capsys, read_only_dir
     ro = read_only_dir
     cfg = _config(tmp_path)
     assert main(["run", "-c", cfg, "--out", str(ro)]) == 2
-    assert _one_error_line(capsys) == f"drtp: error: results directory {ro} is not writable (Read-only file system)"
+    assert _one_error_line(capsys) == f"drtp run: error: results directory {ro} is not writable (Read-only file system)"
     assert main(["run", "-c", cfg, "--out", str(ro / "run-1")]) == 2
     assert "(Read-only file system)" in _one_error_line(capsys)
 
@@ -167,6 +168,6 @@ def test_an_unreachable_client_node_is_exit_3_not_a_traceback(tmp_path):
     finally:
         server.shutdown()
     assert proc.returncode == 3, proc.stderr
-    assert proc.stderr.startswith("drtp: error: client node 127.0.0.1:") and "does not answer" in proc.stderr
+    assert proc.stderr.startswith("drtp run: error: client node 127.0.0.1:") and "does not answer" in proc.stderr
     assert proc.stderr.count("\n") == 1
     assert list((tmp_path / "results").iterdir()) == []  # no empty run directory left for a run that never started

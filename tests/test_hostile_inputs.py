@@ -196,6 +196,10 @@ def _settle(log: Path, quiet_s: float = 0.5, bound_s: float = 15.0) -> None:
         size = now
 
 
+# every refusal, whatever the command: argparse's form, so one pattern finds them all
+REFUSAL = re.compile(r"drtp( [a-z][a-z-]*)*: error: \S")
+
+
 def verdict(outcome: Outcome, expect: Expect, logged_before: int) -> str | None:
     """None when the outcome keeps the rule; otherwise what went wrong, in one line."""
     crash = _crash(outcome)
@@ -221,6 +225,8 @@ def verdict(outcome: Outcome, expect: Expect, logged_before: int) -> str | None:
         return f"exit {outcome.code}: {_head(lines)}"
     if len(lines) != 1:
         return f"exit 2 with {len(lines)} stderr lines: {_head(lines)}"
+    if not REFUSAL.match(lines[0]):
+        return f"exit 2, one line, but not in the form 'drtp[ COMMAND]: error: WHAT': {_head(lines)}"
     problem = _names_the_input(lines[0], expect)
     if problem:
         return f"exit 2, one line, but it {problem}"

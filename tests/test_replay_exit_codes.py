@@ -77,7 +77,9 @@ def test_a_registry_gone_after_the_preflight_is_exit_1_and_said_so(tmp_path, nod
         err = capsys.readouterr().err
         assert "Traceback" not in err
         said = _lines(err, "nothing succeeded")
-        assert said == ["drtp: nothing succeeded: all 200 trace requests failed (max_failed 0 allows 0)"], err
+        assert said == ["drtp run: error: nothing succeeded: all 200 trace requests failed (max_failed 0 allows 0)"], (
+            err
+        )
 
         summary = json.loads((tmp_path / "run" / "summary.json").read_text())
         rows = _rows(tmp_path / "run")
@@ -120,10 +122,10 @@ def test_a_results_file_that_cannot_grow_cancels_the_run_and_exit_3(tmp_path, no
             registry_saw = sum(b'"http.request.method"' in line for line in f)
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
-    errors = _lines(proc.stderr, "drtp: error:")
+    errors = _lines(proc.stderr, "drtp run: error:")
     assert len(errors) == 1, proc.stderr[-3000:]
     assert errors[0].startswith(
-        f"drtp: error: the run did not finish: writing {out / 'requests.csv'} failed (File too large)"
+        f"drtp run: error: the run did not finish: writing {out / 'requests.csv'} failed (File too large)"
     )
     assert errors[0].endswith("summary.json is marked incomplete")
 
@@ -149,7 +151,7 @@ def test_when_even_summary_json_cannot_be_written_it_says_so(tmp_path, nodes):
         proc = run_with_file_limit(tmp_path / "config.yaml", out, limit)
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
-    errors = _lines(proc.stderr, "drtp: error:")
+    errors = _lines(proc.stderr, "drtp run: error:")
     assert len(errors) == 1, proc.stderr[-3000:]
     assert f"writing {out / 'requests.csv'} failed (File too large)" in errors[0]
     assert f"and writing {out / 'summary.json'} failed (File too large): the run's figures are lost" in errors[0]
@@ -191,8 +193,8 @@ def test_every_client_node_dying_is_a_run_that_did_not_finish(tmp_path, nodes, c
     err = capsys.readouterr().err
     assert code == 3, err[-2000:]
     assert "Traceback" not in err
-    errors = _lines(err, "drtp: error:")
-    assert len(errors) == 1 and errors[0].startswith("drtp: error: the run did not finish: every client node died")
+    errors = _lines(err, "drtp run: error:")
+    assert len(errors) == 1 and errors[0].startswith("drtp run: error: the run did not finish: every client node died")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["complete"] is False and summary["incomplete_reason"].startswith("every client node died")
     assert set(summary["dead_nodes"]) == {n.address for n in nodes}

@@ -1,0 +1,409 @@
+"""``drtp analyze compare``: whether a candidate's runs differ from a baseline's, with an interval and a test.
+
+A study ends in a sentence such as "registry B's layer pulls are 12 % slower than A's".
+One run a side cannot carry it: runs of one setup differ (the machine, the network, the
+registry's caches), so the unit of evidence is the run.  For each slice (``all`` and each
+method + kind) and each statistic, this module takes one value per run — read from the
+run's ``summary.json``, the numbers the master computed once — and compares the sides as
+the Go team's benchstat does:
+
+* the median over runs per side, and the relative change of the candidate's median from
+  the baseline's (for the failed share: the difference of the shares, in points);
+* a 95 % interval of that change, by bootstrap over runs (``scipy.stats.bootstrap``,
+  percentile method: at 4 runs a side it covers ~91 % of the time, from 6 runs ~95 %);
+* the Mann-Whitney U test over the runs' values (``scipy.stats.mannwhitneyu``, two-sided);
+* a verdict: ``inconclusive`` with fewer than :data:`MIN_RUNS` runs on a side (there is
+  not enough to tell, whatever the numbers), ``same`` when p ≥ α or the change is under the
+  noise threshold, else ``better`` or ``worse`` (lower latency and failed share, higher
+  throughput are better);
+* runs whose value lies more than 3 MADs from their side's median are flagged.
+
+One run against one run: its requests are not independent draws, so the interval comes
+from the run cut into :data:`BLOCKS` consecutive time blocks, each block's figures made by
+the same results model as the run's summary; the verdict stays ``inconclusive``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from drtp.analysis.results import load_run, run_model
+from drtp.errors import DrtpError
+from drtp.replay.summary import ResultsModel
+
+STATS = ("p50", "p90", "p99", "mean", "throughput", "failed")
+LOWER_IS_BETTER = {"p50": True, "p90": True, "p99": True, "mean": True, "throughput": False, "failed": True}
+UNITS = {"p50": "ms", "p90": "ms", "p99": "ms", "mean": "ms", "throughput": "req/s", "failed": "%"}
+MIN_RUNS = 4  # runs a side for a verdict other than inconclusive
+ALPHA = 0.05
+NOISE = 0.02  # a relative change (or, for the failed share, a difference) under this is "same"
+MAD_LIMIT = 3.0  # runs further than this many MADs from their side's median are flagged
+BLOCKS = 10  # one run against one: time blocks its requests are cut into
+RESAMPLES = 2000
+ALL = "all"
+
+
+@dataclass
+class Side:
+    """One side of a comparison: run labels and, per (slice, stat), one value per run (NaN: none)."""
+
+    labels: list[str]
+    values: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class Row:
+    """One line of the comparison (compare.json's ``rows``, compare.csv's lines)."""
+
+    slice: str
+    stat: str
+    unit: str
+    baseline: float | None  # median over the baseline's runs
+    candidate: float | None
+    change: float | None  # relative change (failed: difference of shares)
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    verdict: str  # better, worse, same, inconclusive
+    baseline_runs: int
+    candidate_runs: int
+    outliers: list[str]  # labels of runs > MAD_LIMIT MADs from their side's median
+    note: str = ""
+
+
+def slice_values(part: dict) -> dict[str, float]:
+    """The statistics of one summary slice (``summary.json``'s top level or a ``per_method`` entry)."""
+    latency = part.get("latency_s") or {}
+    requests = part.get("requests") or 0
+
+    def ms(key: str) -> float:
+        v = latency.get(key)
+        return float("nan") if v is None else 1000.0 * v
+
+    return {
+        "p50": ms("p50"),
+        "p90": ms("p90"),
+        "p99": ms("p99"),
+        "mean": ms("mean"),
+        "throughput": float(part.get("throughput_rps", float("nan"))),
+        "failed": 100.0 * part.get("failed", 0) / requests if requests else float("nan"),
+    }
+
+
+def summary_values(summary: dict) -> dict[tuple[str, str], float]:
+    """(slice, stat) -> value of one run, from its summary."""
+    out = {(ALL, s): v for s, v in slice_values(summary).items()}
+    for name, part in (summary.get("per_method") or {}).items():
+        out.update({(name, s): v for s, v in slice_values(part).items()})
+    return out
+
+
+def block_summaries(df: pd.DataFrame, summary: dict, blocks: int = BLOCKS) -> list[dict]:
+    """The run's trace requests cut into ``blocks`` consecutive time blocks (by start), each summarized by
+    the run's results model (so a block's p50 means what the run's p50 means)."""
+    main = df[~df.auxiliary & df.start_s.notna()]
+    if main.empty:
+        return []
+    edges = np.linspace(main.start_s.min(), main.start_s.max(), blocks + 1)
+    index = np.clip(np.searchsorted(edges, main.start_s.to_numpy(), side="right") - 1, 0, blocks - 1)
+    out = []
+    for b in range(blocks):
+        part = main[index == b]
+        if not part.empty:
+            model: ResultsModel = run_model(part, summary)
+            out.append(model.summary())
+    return out
+
+
+def run_dirs(arg: str) -> list[Path]:
+    """The runs an argument names: a run directory (requests.csv), or a folder of repetitions
+    (``rep-<k>/`` run directories, as ``--repeat`` writes them)."""
+    path = Path(arg)
+    if (path / "requests.csv").is_file():
+        return [path]
+    reps = sorted(p for p in path.glob("rep-*") if (p / "requests.csv").is_file())
+    if reps:
+        return reps
+    raise DrtpError(f"{arg}: not a run directory (no requests.csv) nor a folder of rep-*/ runs")
+
+
+def load_side(args: list[str]) -> tuple[list[Path], list[dict]]:
+    dirs = [d for a in args for d in run_dirs(a)]
+    summaries = []
+    for d in dirs:
+        df, summary = load_run(d)
+        summaries.append(summary if "per_method" in summary else run_model(df, summary).summary())
+    return dirs, summaries
+
+
+def side_of(labels: list[str], summaries: list[dict]) -> Side:
+    side = Side(labels)
+    per_run = [summary_values(s) for s in summaries]
+    keys = {k for values in per_run for k in values}
+    for key in keys:
+        side.values[key] = [values.get(key, float("nan")) for values in per_run]
+    return side
+
+
+def outliers(labels: list[str], values: list[float]) -> list[str]:
+    """Runs more than :data:`MAD_LIMIT` median absolute deviations from their side's median."""
+    x = np.asarray(values, dtype=float)
+    ok = ~np.isnan(x)
+    if ok.sum() < 3:
+        return []
+    med = np.median(x[ok])
+    mad = np.median(np.abs(x[ok] - med))
+    if mad == 0:
+        return []
+    return [label for label, v in zip(labels, x, strict=True) if not math.isnan(v) and abs(v - med) > MAD_LIMIT * mad]
+
+
+def _change(stat: str, base: float, cand: float) -> float | None:
+    if stat == "failed":
+        return (cand - base) / 100.0  # a difference of shares (values are percentages)
+    if base == 0:
+        return 0.0 if cand == 0 else None
+    return cand / base - 1.0
+
+
+def _change_statistic(stat: str):
+    def statistic(b, c, axis=-1):
+        mb, mc = np.median(b, axis=axis), np.median(c, axis=axis)
+        if stat == "failed":
+            return (mc - mb) / 100.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return mc / mb - 1.0
+
+    return statistic
+
+
+def compare_values(
+    stat: str,
+    base: list[float],
+    cand: list[float],
+    *,
+    alpha: float = ALPHA,
+    noise: float = NOISE,
+    min_runs: int = MIN_RUNS,
+    rng: np.random.Generator | None = None,
+) -> tuple[float | None, float | None, float | None, float | None, float | None, float | None, str]:
+    """(baseline median, candidate median, change, ci_low, ci_high, p_value, verdict) of one statistic."""
+    from scipy import stats
+
+    b = np.asarray([v for v in base if not math.isnan(v)], dtype=float)
+    c = np.asarray([v for v in cand if not math.isnan(v)], dtype=float)
+    if len(b) == 0 or len(c) == 0:
+        return None, None, None, None, None, None, "inconclusive"
+    mb, mc = float(np.median(b)), float(np.median(c))
+    change = _change(stat, mb, mc)
+    lo = hi = None
+    if len(b) >= 2 and len(c) >= 2 and change is not None:
+        if np.all(b == b[0]) and np.all(c == c[0]):
+            lo = hi = change
+        else:
+            res = stats.bootstrap(
+                (b, c),
+                _change_statistic(stat),
+                vectorized=True,
+                paired=False,
+                n_resamples=RESAMPLES,
+                method="percentile",
+                confidence_level=1 - alpha,
+                random_state=rng if rng is not None else np.random.default_rng(0),
+            )
+            lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+            if math.isnan(lo) or math.isnan(hi):
+                lo = hi = None
+    p = float(stats.mannwhitneyu(b, c, alternative="two-sided").pvalue)
+    if len(b) < min_runs or len(c) < min_runs:
+        verdict = "inconclusive"
+    elif change is None:
+        verdict = "worse" if LOWER_IS_BETTER[stat] else "better"  # from zero to something
+    elif p >= alpha or abs(change) < noise:
+        verdict = "same"
+    else:
+        verdict = "worse" if (change > 0) == LOWER_IS_BETTER[stat] else "better"
+    return mb, mc, change, lo, hi, p, verdict
+
+
+def compare_sides(
+    baseline: Side, candidate: Side, *, alpha: float = ALPHA, noise: float = NOISE, min_runs: int = MIN_RUNS, note=""
+) -> list[Row]:
+    rng = np.random.default_rng(20261126)  # a comparison reads the same twice
+    slices = sorted({s for s, _ in baseline.values} | {s for s, _ in candidate.values}, key=lambda s: (s != ALL, s))
+    rows = []
+    for sl in slices:
+        for stat in STATS:
+            bv = baseline.values.get((sl, stat), [])
+            cv = candidate.values.get((sl, stat), [])
+            mb, mc, change, lo, hi, p, verdict = compare_values(
+                stat, bv, cv, alpha=alpha, noise=noise, min_runs=min_runs, rng=rng
+            )
+            flagged = outliers(baseline.labels, bv) + outliers(candidate.labels, cv) if bv and cv else []
+            rows.append(
+                Row(
+                    sl,
+                    stat,
+                    UNITS[stat],
+                    mb,
+                    mc,
+                    change,
+                    lo,
+                    hi,
+                    p,
+                    verdict,
+                    sum(not math.isnan(v) for v in bv),
+                    sum(not math.isnan(v) for v in cv),
+                    flagged,
+                    note,
+                )
+            )
+    return rows
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    meta: dict  # what was compared, and how
+    baseline: Side
+    candidate: Side
+
+
+def compare_runs(
+    baseline_args: list[str], candidate_args: list[str], *, alpha: float = ALPHA, noise: float = NOISE
+) -> Comparison:
+    """The comparison of two sets of runs (run directories, or folders of rep-*/ runs)."""
+    bdirs, bsum = load_side(baseline_args)
+    cdirs, csum = load_side(candidate_args)
+    labels = _labels(bdirs + cdirs)
+    blabels, clabels = labels[: len(bdirs)], labels[len(bdirs) :]
+    meta = {
+        "baseline": [str(d) for d in bdirs],
+        "candidate": [str(d) for d in cdirs],
+        "alpha": alpha,
+        "noise": noise,
+        "min_runs": MIN_RUNS,
+    }
+    if len(bdirs) == 1 and len(cdirs) == 1:
+        bblocks = block_summaries(*load_run(bdirs[0]))
+        cblocks = block_summaries(*load_run(cdirs[0]))
+        note = f"1 run a side: interval from {BLOCKS} time blocks of each run; a verdict needs {MIN_RUNS} runs a side"
+        meta["method"] = "time blocks"
+        bside = side_of([f"{blabels[0]}#{i}" for i in range(len(bblocks))], bblocks)
+        cside = side_of([f"{clabels[0]}#{i}" for i in range(len(cblocks))], cblocks)
+        rows = compare_sides(
+            bside,
+            cside,
+            alpha=alpha,
+            noise=noise,
+            min_runs=math.inf,
+            note=note,
+        )
+        # the medians shown are the runs' own figures, not the blocks' medians
+        whole_b, whole_c = summary_values(bsum[0]), summary_values(csum[0])
+        for row in rows:
+            b, c = whole_b.get((row.slice, row.stat)), whole_c.get((row.slice, row.stat))
+            row.baseline = None if b is None or math.isnan(b) else b
+            row.candidate = None if c is None or math.isnan(c) else c
+            row.change = None if row.baseline is None or row.candidate is None else _change(row.stat, b, c)
+            row.baseline_runs = row.candidate_runs = 1
+        return Comparison(rows, meta, bside, cside)
+    meta["method"] = "runs"
+    bside, cside = side_of(blabels, bsum), side_of(clabels, csum)
+    return Comparison(compare_sides(bside, cside, alpha=alpha, noise=noise), meta, bside, cside)
+
+
+def _labels(dirs: list[Path]) -> list[str]:
+    names = [d.resolve().name for d in dirs]
+    if len(set(names)) == len(names):
+        return names
+    return [f"{d.resolve().parent.name}/{d.resolve().name}" for d in dirs]
+
+
+def _num(v: float | None, stat: str) -> str:
+    if v is None:
+        return "-"
+    if stat == "failed":
+        return f"{v:.2f}%"
+    return f"{v:.3g} {UNITS[stat]}" if abs(v) < 1000 else f"{v:,.0f} {UNITS[stat]}"
+
+
+def _pct(v: float | None, stat: str) -> str:
+    if v is None:
+        return "?"
+    return f"{100 * v:+.2f}pt" if stat == "failed" else f"{100 * v:+.1f}%"
+
+
+def format_rows(rows: list[Row]) -> str:
+    """A console table in benchstat's manner: medians, change with its interval, p, verdict ("~": same)."""
+    head = ("slice", "stat", "baseline", "candidate", "change [95% interval]", "p", "verdict")
+    lines = [head]
+    for r in rows:
+        change = _pct(r.change, r.stat)
+        if r.ci_low is not None and r.ci_high is not None:
+            change += f" [{_pct(r.ci_low, r.stat)}, {_pct(r.ci_high, r.stat)}]"
+        p = "-" if r.p_value is None else f"{r.p_value:.3f}"
+        verdict = "~" if r.verdict == "same" else r.verdict
+        if r.outliers:
+            verdict += f" (outliers: {', '.join(r.outliers)})"
+        lines.append((r.slice, r.stat, _num(r.baseline, r.stat), _num(r.candidate, r.stat), change, p, verdict))
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
+    text = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in lines]
+    notes = {r.note for r in rows if r.note}
+    few = {
+        (r.baseline_runs, r.candidate_runs)
+        for r in rows
+        if r.verdict == "inconclusive" and not r.note and min(r.baseline_runs, r.candidate_runs) < MIN_RUNS
+    }
+    for b, c in sorted(few):
+        notes.add(f"warning: {b} baseline and {c} candidate runs: a verdict needs {MIN_RUNS} runs a side")
+    return "\n".join(text + sorted(notes))
+
+
+def write_outputs(comparison: Comparison, out: Path) -> list[Path]:
+    """compare.json (``rows`` + what was compared), compare.csv and a figure per slice; the figures' paths."""
+    import json
+
+    records = [asdict(r) for r in comparison.rows]
+    (out / "compare.json").write_text(json.dumps({**comparison.meta, "rows": records}, indent=2, allow_nan=False))
+    frame = pd.DataFrame(records)
+    frame["outliers"] = frame["outliers"].map(lambda x: ";".join(x))
+    frame.to_csv(out / "compare.csv", index=False)
+    return [slice_figure(comparison, sl, out) for sl in dict.fromkeys(r.slice for r in comparison.rows)]
+
+
+def figure_name(sl: str) -> str:
+    return "compare-" + "".join(ch if ch.isalnum() else "-" for ch in sl.lower()) + ".png"
+
+
+def slice_figure(comparison: Comparison, sl: str, out: Path) -> Path:
+    """One slice: per statistic, each side's runs as dots and their median as a bar; the change and its
+    interval in the panel's title."""
+    from drtp.analysis.plotting import new_figure, save
+
+    rows = {r.stat: r for r in comparison.rows if r.slice == sl}
+    fig, axes = new_figure(2, 3, width=3.6, height=3.0, title=f"{sl}: baseline vs candidate")
+    rng = np.random.default_rng(0)
+    for ax, stat in zip(axes, STATS, strict=True):
+        for x, side in enumerate((comparison.baseline, comparison.candidate)):
+            values = np.asarray([v for v in side.values.get((sl, stat), []) if not math.isnan(v)])
+            if len(values):
+                ax.scatter(x + rng.uniform(-0.08, 0.08, len(values)), values, s=18, alpha=0.7)
+                ax.hlines(np.median(values), x - 0.25, x + 0.25, colors="black", linewidth=2)
+        ax.set_xticks([0, 1], ["baseline", "candidate"])
+        ax.set_xlim(-0.6, 1.6)
+        ax.set_ylabel(UNITS[stat])
+        r = rows.get(stat)
+        title = stat
+        if r is not None:
+            title += f": {_pct(r.change, stat)}"
+            if r.ci_low is not None and r.ci_high is not None:
+                title += f" [{_pct(r.ci_low, stat)}, {_pct(r.ci_high, stat)}]"
+            title += f" {'~' if r.verdict == 'same' else r.verdict}"
+        ax.set_title(title, fontsize=9)
+    return save(fig, out / figure_name(sl))
