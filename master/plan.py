@@ -49,6 +49,7 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 from drtp.registry.manifest import placeholder_digest
+from drtp.registry.names import is_digest
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.client_profiles import header_safe
 from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for
@@ -111,6 +112,8 @@ class Planner:
         self.last_upload: dict[tuple[str, str], str] = {}
         self.blobs: dict[tuple[str, str], Layer] = {}  # (repository, trace ref) -> real layer
         self.blob_any: dict[str, Layer] = {}  # trace ref -> the latest real layer in any repository
+        # (repository, a trace's manifest digest) -> the digest of the manifest warmup pushed for it
+        self.manifest_digests: dict[tuple[str, str], str] = {}
         # pushes in flight: ("blob", ref) or ("manifest", repository, tag) -> how many
         self.pending: dict[tuple, int] = defaultdict(int)
         self.reading: dict[tuple, int] = {}  # manifest reads in flight: ("manifest", repository, tag) -> how many
@@ -126,6 +129,8 @@ class Planner:
             layer = Layer(digest, size)
             self.blobs[(repository, reference)] = layer
             self.blob_any[reference] = layer
+        elif kind == "manifest" and is_digest(reference):  # warmed under its own digest: reads go there
+            self.manifest_digests[(repository, reference)] = digest
 
     # -- planning ----------------------------------------------------------------------------------
 
@@ -240,6 +245,7 @@ class Planner:
             if rec.method == "HEAD" and rec.status < 400 and layer is not None:
                 self._add_layer(key, ref)
         elif op == "get" and kind == "manifest":
+            digest = self.manifest_digests.get((repo, ref)) if self.manifest_digests else None
             if rec.method == "GET":
                 self.image.pop(key, None)  # a pull starts: forget what an earlier push looked at
             self._count_read(("manifest", repo, ref))

@@ -8,9 +8,7 @@ own user agents.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -82,23 +80,10 @@ def _most_at_once(spans: list[tuple[float, float]]) -> int:
     return peak
 
 
-def _by_tag(trace: Path, out: Path) -> Path:
-    """The capture with its manifest GETs by digest made GETs of the tag: warmup pushes a manifest under a tag."""
-    records = json.loads(trace.read_text())
-    for r in records:
-        r["http.request.uri"] = re.sub(r"/manifests/sha256:[0-9a-f]{64}$", "/manifests/v1", r["http.request.uri"])
-    out.write_text(json.dumps(records))
-    return out
-
-
 SLOW_BLOB_S = 0.1  # added to blob GETs by the proxy: a registry farther away than loopback, so overlaps show
 
 
 @pytest.mark.skipif(not available(), reason="containerd/ctr not installed (scripts/install.sh)")
-@pytest.mark.skipif(
-    importlib.util.find_spec("drtp.client.client_gate") is None,
-    reason="needs the per-client gate (client/client_gate.py) that lets one client's requests overlap",
-)
 @pytest.mark.parametrize("wait", [False, True], ids=["stress-loop", "as-is-threads"])
 def test_containerds_pulls_replay_on_containerds_connections(tmp_path: Path, registry, nodes, wait: bool) -> None:
     """ctr fetches an image's layers up to 3 at once, each at once on a connection of its own, and (a new
@@ -114,7 +99,7 @@ def test_containerds_pulls_replay_on_containerds_connections(tmp_path: Path, reg
     (agent,) = set(user_agents(pulls.log, settle_s=0))
     assert sorted(theirs) == ["app0", "app1", "app2"] and all(len(c) >= 2 for c in theirs.values()), theirs
 
-    trace = _by_tag(pulls.trace, tmp_path / "pulls.json")
+    trace = pulls.trace  # manifests read by digest, as ctr does: warmup pushes them under their own digests
     nodes_at = [n.address for n in nodes]
     run_warmup(write_config(tmp_path, trace, [registry.host], nodes_at), quiet=True)
     offset = registry.log_path.stat().st_size

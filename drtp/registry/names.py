@@ -47,6 +47,11 @@ def reference_error(reference: str) -> str | None:
     return f"reference {reference[:80]!r} is neither a tag, a digest nor an upload"
 
 
+def is_digest(reference: str) -> bool:
+    """Whether a manifest reference is a digest (``algorithm:hex``) rather than a tag."""
+    return DIGEST.fullmatch(reference) is not None
+
+
 def digest_error(digest: str) -> str | None:
     """None when ``digest`` is ``algorithm:hex``; otherwise what is wrong with it."""
     if DIGEST.fullmatch(digest):
