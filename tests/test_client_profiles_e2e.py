@@ -27,16 +27,20 @@ pytestmark = pytest.mark.registry
 
 
 def _replay(tmp_path: Path, trace: Path, nodes, name: str, **client_info) -> tuple[LocalRegistry, int]:
-    """Warm up a fresh registry and replay ``trace`` in stress mode; the registry and its log offset after warmup
-    (kept open by the caller's ``with``)."""
+    """Warm up a fresh registry and replay ``trace`` in stress mode; the registry (still running: the caller
+    closes it) and its log offset after warmup."""
     work = tmp_path / name
     work.mkdir()
     reg = LocalRegistry(work / "registry").start()
-    cfg = write_config(work, trace, [reg.host], [n.address for n in nodes], **client_info)
-    run_warmup(cfg, quiet=True)
-    offset = reg.log_path.stat().st_size
-    summary = run_replay(cfg, work / "run", quiet=True)
-    assert summary["failed"] == 0, json.dumps(summary)[:2000]
+    try:
+        cfg = write_config(work, trace, [reg.host], [n.address for n in nodes], **client_info)
+        run_warmup(cfg, quiet=True)
+        offset = reg.log_path.stat().st_size
+        summary = run_replay(cfg, work / "run", quiet=True)
+        assert summary["failed"] == 0, json.dumps(summary)[:2000]
+    except BaseException:
+        reg.close()
+        raise
     return reg, offset
 
 
@@ -54,12 +58,16 @@ def test_a_replay_sends_the_traces_own_user_agents(tmp_path: Path, nodes) -> Non
     wanted = {r.useragent for r in TraceReader([trace], user_agent=True)}
     assert len(wanted) > 1  # the generator gives clients different Docker versions
     reg, offset = _replay(tmp_path, trace, nodes, "trace-agents", user_agent="trace")
-    with reg:
+    try:
         assert _request_agents(reg.log_path, offset) == wanted
+    finally:
+        reg.close()
     reg, offset = _replay(tmp_path, trace, nodes, "own-agent")
-    with reg:
+    try:
         (own,) = _request_agents(reg.log_path, offset)
         assert own.startswith("drtp")
+    finally:
+        reg.close()
 
 
 def _connections_per_image(log_path: Path, offset: int = 0) -> dict[str, set[str]]:

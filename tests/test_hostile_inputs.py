@@ -453,6 +453,10 @@ RESULTS_COMMANDS: dict[str, TraceCommand] = {
         {"artifacts": (out / "analysis" / "report.html",), "produces": (out / "analysis" / "report.html",)},
     ),
     "cost": lambda env, run, out: (["cost", run], {}),
+    "analyze_compare": lambda env, run, out: (
+        ["analyze", "compare", "--baseline", run, "--candidate", run, "--out", out / "compare"],
+        {"artifacts": (out / "compare" / "compare.json",), "produces": (out / "compare" / "compare.json",)},
+    ),
 }
 
 
@@ -547,7 +551,37 @@ OPTIONS: list[Option] = [
     Option("run_max_failed_over", lambda env, out: ["run", "-c", env.config_for_trace(env.trace, out),
                                                     "--max-failed", "150%", "--out", out / "run"],
            ("--max-failed",), lambda out: (out / "run" / "summary.json",), True),
+    Option("run_rate_zero", lambda env, out: ["run", "-c", env.config_for_trace(env.trace, out), "--rate", "0",
+                                              "--out", out / "run"], ("--rate",),
+           lambda out: (out / "run" / "summary.json",), True),
+    Option("run_slo_garbage", lambda env, out: ["run", "-c", env.config_for_trace(env.trace, out),
+                                                "--slo", "p99 under 5", "--out", out / "run"], ("--slo",),
+           lambda out: (out / "run" / "summary.json",), True),
+    Option("ramp_from_zero", lambda env, out: _ramp(env, out, "--from", "0"), ("--from",),
+           lambda out: (out / "ramp" / "ramp.json",), True),
+    Option("ramp_step_negative", lambda env, out: _ramp(env, out, "--step", "-5"), ("--step",),
+           lambda out: (out / "ramp" / "ramp.json",), True),
+    Option("ramp_duration_nan", lambda env, out: _ramp(env, out, "--step-duration", "nan"), ("--step-duration",),
+           lambda out: (out / "ramp" / "ramp.json",), True),
+    Option("ramp_slo_unknown_stat", lambda env, out: _ramp(env, out, "--slo", "p42<10ms"), ("--slo", "p42"),
+           lambda out: (out / "ramp" / "ramp.json",), True),
+    Option("ramp_to_below_from", lambda env, out: _ramp(env, out, "--from", "50", "--to", "10"), ("--to",),
+           lambda out: (out / "ramp" / "ramp.json",), True),
+    Option("compare_noise_negative", lambda env, out: ["analyze", "compare", "--baseline", out,
+                                                       "--candidate", out, "--noise", "-1"], ("--noise",)),
+    Option("compare_alpha_one", lambda env, out: ["analyze", "compare", "--baseline", out,
+                                                  "--candidate", out, "--alpha", "1"], ("--alpha",)),
 ]  # fmt: skip
+
+
+def _ramp(env: Env, out: Path, *changed: str) -> list:
+    """``drtp ramp`` with valid options but ``changed`` (an option and its bad value, laid over them)."""
+    options = {"--from": "10", "--step": "10", "--to": "20", "--step-duration": "1", "--slo": "p99<1s"}
+    options.update(dict(zip(changed[::2], changed[1::2], strict=True)))
+    argv = ["ramp", "-c", _run_config(env, out), "--out", out / "ramp"]
+    for option, value in options.items():
+        argv += [option, value]
+    return argv
 
 
 def _output_options(kind: str, where: Callable[[Path], Path]) -> list[Option]:

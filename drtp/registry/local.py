@@ -134,6 +134,8 @@ class LocalRegistry:
         return self.workdir / "registry.log"
 
     def start(self, timeout: float = 20.0) -> LocalRegistry:
+        if self.proc is not None and self.proc.poll() is None:  # running already (``with`` on a started one)
+            return self
         binary = registry_binary()
         self.workdir.mkdir(parents=True, exist_ok=True)
         for attempt in range(3):  # a free port can be taken between probe and bind
