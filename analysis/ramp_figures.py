@@ -10,6 +10,8 @@ does not recount them.
 
 from __future__ import annotations
 
+import math
+
 from matplotlib.figure import Figure
 
 from drtp.analysis.plotting import figure, new_figure
@@ -23,10 +25,11 @@ def fig_ramp(ramp: dict) -> Figure:
     fig, (rates, latency, shares) = new_figure(1, 3, width=4.6, height=3.8, title="capacity ramp")
     x = [s["rate"] for s in steps]
     colors = [HELD if s["held"] else BROKE for s in steps]
-    top = max(x + [s["achieved_rps"] for s in steps]) * 1.05 if steps else 1.0
+    achieved = [math.nan if s["achieved_rps"] is None else s["achieved_rps"] for s in steps]
+    top = max(x + [a for a in achieved if a == a]) * 1.05 if steps else 1.0
     rates.plot([0, top], [0, top], ls=":", color="grey", lw=1, label="as offered")
-    rates.plot(x, [s["achieved_rps"] for s in steps], color="tab:blue", lw=1, label="achieved")
-    rates.scatter(x, [s["achieved_rps"] for s in steps], c=colors, zorder=3)
+    rates.plot(x, achieved, color="tab:blue", lw=1, label="achieved")
+    rates.scatter(x, achieved, c=colors, zorder=3)
     rates.set_xlabel("offered (requests/s)")
     rates.set_ylabel("achieved (requests started/s)")
     for stat, style in (("p50_ms", "-"), ("p99_ms", "--")):

@@ -218,13 +218,22 @@ def cmd_ramp(args: argparse.Namespace) -> int:
     knee = ramp["knee_rps"]
     if not args.quiet:
         print(
-            f"knee: {'none' if knee is None else f'{knee:g} requests/s'} ({slo_text}); results in {out}/ (ramp.json, "
-            "ramp.png, a run directory per step)"
+            f"knee: {_knee_text(ramp)} ({slo_text}); results in {out}/ (ramp.json, ramp.png, a run directory per step)"
         )
     if knee is None:
         say(args, f"no step held the objectives {slo_text}: the first, at {args.start:g}/s, broke them", 1)
         return ExitCode.TOO_MANY_FAILED
     return ExitCode.OK
+
+
+def _knee_text(ramp: dict) -> str:
+    """Where the ramp's objectives broke, or that they never did (the last rate is then no knee)."""
+    knee = ramp["knee_rps"]
+    if knee is None:
+        return "none"
+    if not ramp.get("broke"):
+        return f"none found: every step held, up to {knee:g} requests/s"
+    return f"{knee:g} requests/s"
 
 
 def add_stats_interval_option(p: argparse.ArgumentParser) -> None:

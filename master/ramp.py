@@ -34,7 +34,7 @@ import msgspec
 
 from drtp.config import Config
 from drtp.errors import DrtpError
-from drtp.master.plan import with_names
+from drtp.master.plan import Planner, with_names
 from drtp.master.results_dir import remove_if_empty, write_failed
 from drtp.master.run import Replay
 from drtp.master.statuses import with_failed_statuses
@@ -42,8 +42,9 @@ from drtp.master.verdict import judge
 from drtp.outputs import prepare_output_dir
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.failure_budget import FailureBudget
-from drtp.replay.slo import THROTTLED_STATUS, Objective, judged_latency
+from drtp.replay.slo import Objective, judged_latency, throttled_share
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S
+from drtp.replay.summary import BEHIND_SHARE
 from drtp.trace.reader import TraceReader
 from drtp.trace.records import TraceRecord
 
@@ -109,8 +110,18 @@ def step_entry(rate: float, summary: dict, run_dir: Path, objectives: list[Objec
     latency = summary.get(judged_latency(summary)) or {}
     requests = int(summary["requests"])
     statuses = summary["failed_statuses"]
-    achieved = summary.get("achieved_rps", 0.0)
+    achieved = summary.get("achieved_rps")
+    offered = summary.get("offered_rps")
     broke = [j.why for j in verdict.objectives if not j.held]
+    # a step drtp could not send at its rate did not show the registry held that rate: it ends the ramp
+    # (with the replayer's limit named, not the registry's) rather than let the knee claim it
+    limited = offered is not None and (achieved is None or achieved < BEHIND_SHARE * offered)
+    if limited:
+        shown = "none" if achieved is None else f"{achieved:.1f}/s"
+        broke.append(
+            f"drtp sent {shown} of the {offered:.1f}/s offered: the replayer's limit, not the registry's "
+            "(more client nodes or threads)"
+        )
     return {
         "rate": rate,
         "offered_rps": summary.get("offered_rps"),
@@ -119,9 +130,10 @@ def step_entry(rate: float, summary: dict, run_dir: Path, objectives: list[Objec
         "p50_ms": _ms(latency.get("p50")),
         "p99_ms": _ms(latency.get("p99")),
         "failed": (int(summary["failed"]) + int(summary.get("not_sent", 0))) / requests if requests else 0.0,
-        "throttled": int(statuses.get(THROTTLED_STATUS, 0)) / requests if requests else 0.0,
+        "throttled": throttled_share(summary),
         "failed_statuses": statuses,
         "held": not broke,
+        "replayer_limited": limited,
         "broken": "; ".join(broke) or None,
         "behind": summary.get("behind"),
         "run": run_dir.name,
@@ -158,8 +170,10 @@ def run_ramp(
         "arrivals": cfg.client_info.arrivals,
         "steps": [],
         "knee_rps": None,
+        "broke": False,  # a step broke the objectives (False with a knee: every step held, up to --to)
         "complete": False,
     }
+    planner = Planner(cfg.require("registry"))  # one for every step: the trace goes on from step to step
     try:
         for i, rate in enumerate(plan.rates()):
             records = trace.take(plan.requests(rate))
@@ -174,6 +188,7 @@ def run_ramp(
                 stats_interval_s=stats_interval_s,
                 source=lambda records=records: [records],
                 preflight=i == 0,
+                planner=planner,
             )
             entry = step_entry(rate, replay.run(), run_dir, objectives)
             ramp["steps"].append(entry)
@@ -184,6 +199,7 @@ def run_ramp(
             if not quiet:
                 print("  " + describe_step(entry), flush=True)
             if not entry["held"]:
+                ramp["broke"] = True
                 break
         ramp["complete"] = True
     finally:
@@ -205,10 +221,14 @@ def describe_step(s: dict) -> str:
     p50 = "-" if s["p50_ms"] is None else f"{s['p50_ms']:.1f}"
     p99 = "-" if s["p99_ms"] is None else f"{s['p99_ms']:.1f}"
     line = (
-        f"offered {s['offered_rps'] or 0:.1f}/s, achieved {s['achieved_rps']:.1f}/s, p50 {p50} ms, p99 {p99} ms, "
+        f"offered {_rate(s['offered_rps'])}, achieved {_rate(s['achieved_rps'])}, p50 {p50} ms, p99 {p99} ms, "
         f"failed {s['failed']:.1%}, throttled {s['throttled']:.1%}: "
     )
     return line + ("held" if s["held"] else f"broken ({s['broken']})")
+
+
+def _rate(rps: float | None) -> str:
+    return "-" if rps is None else f"{rps:.1f}/s"
 
 
 def _write(out: Path, ramp: dict) -> None:

@@ -210,6 +210,10 @@ def _ms(d: dict, key: str) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 1000:.1f}"
 
 
+def _rps(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} req/s"
+
+
 def format_table(summary: dict) -> str:
     """The summary as a console table: all requests, per method+kind, per node; failures per outcome class,
     and the failed requests per HTTP status they got (``HTTP 429``, ``HTTP 503``: throttling apart from errors).
@@ -265,7 +269,7 @@ def format_table(summary: dict) -> str:
         )
     if summary.get("offered_rps") is not None:
         lines.append(
-            f"offered {summary['offered_rps']:.1f} req/s, achieved {summary['achieved_rps']:.1f} req/s "
+            f"offered {summary['offered_rps']:.1f} req/s, achieved {_rps(summary.get('achieved_rps'))} "
             f"(requests started per second: intended, actual)"
         )
     if summary.get("manifests_above_trace_size"):

@@ -94,9 +94,12 @@ class Replay:
         stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
         source: Callable[[], Iterable[list[TraceRecord]]] | None = None,
         preflight: bool = True,
+        planner: Planner | None = None,
     ) -> None:
         """``source``: the records to replay, in batches, instead of the config's trace (``drtp ramp`` gives
-        each step its share); ``preflight`` False when the registries were just checked (a ramp's later steps).
+        each step its share); ``preflight`` False when the registries were just checked (a ramp's later steps);
+        ``planner``: one that planned the records before these (a ramp's earlier steps), so what they pushed
+        — a layer's new digest, an image's blobs, an upload's pairing — is known to the records that follow.
         """
         self.cfg = cfg
         self.source = source
@@ -123,7 +126,7 @@ class Replay:
         self.client = client_model(self.ci)  # how each trace client behaves on the nodes
         # a per-client order is kept on one node: round-robin then spreads trace clients, not requests
         self.router = Router(list(self.links), hashed=self.ci.route, per_client=self.client.concurrency != UNLIMITED)
-        self.planner = Planner(self.registries)
+        self.planner = planner if planner is not None else Planner(self.registries)
         self.cap = max(1, self.ci.inflight)  # requests out at one node at most
         self.batch = max(1, self.ci.batch)
         self.refill_at = max(0, self.cap - self.batch)  # at the cap, wait until a whole batch fits again

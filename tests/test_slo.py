@@ -21,7 +21,8 @@ from drtp.master.arrivals import intended_starts
 from drtp.master.statuses import with_failed_statuses
 from drtp.master.verdict import judge
 from drtp.replay.failure_budget import FailureBudget
-from drtp.replay.slo import broken, judge_slo, parse_slo
+from drtp.replay.slo import broken, judge_slo, parse_slo, throttled_share
+from drtp.replay.summary import Group
 from drtp.trace.reader import TraceReader
 from tests.replay_support import make_trace, write_config
 
@@ -52,6 +53,10 @@ def test_parse_slo(text, parsed):
         ("p99<200ms,", "is not an objective"),
         ("throttled<120%", "more than 100%"),
         ("", "empty"),
+        ("failed<0%", "a limit of 0 never holds"),
+        ("p99<0ms", "a limit of 0 never holds"),
+        ("p99<\uff11\uff10\uff10ms", "is not an objective"),  # fullwidth digits are not a number here
+        ("p99<" + "9" * 400 + "ms", "is not an objective"),
     ],
 )
 def test_parse_slo_refuses(text, says):
@@ -184,3 +189,31 @@ def test_bad_objectives_and_rates_are_one_line_exit_2(offline_config, args, says
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_units_are_read_in_any_case():
+    (objective,) = parse_slo("P99<200MS")
+    assert objective.stat == "p99" and objective.limit == pytest.approx(0.2)
+
+
+def test_throttled_counts_the_helpers_429s_for_the_whole_run():
+    # a registry that throttles upload opens: the helper POSTs get 429, the trace's PATCHes are not sent
+    summary = {
+        "requests": 10,
+        "failed_statuses": {"429": 1},
+        "auxiliary": {"requests": 10, "failed_statuses": {"429": 9}},
+    }
+    assert throttled_share(summary) == pytest.approx(10 / 20)
+    assert throttled_share(summary, helpers=False) == pytest.approx(1 / 10)
+
+
+def test_a_rate_of_fewer_than_two_starts_or_of_one_instant_is_no_number():
+    group = Group()
+    assert group.start_rates() == (None, None)
+    group.sent, group.first, group.last_start = 1, 5.0, 5.0
+    group.intended, group.first_intended, group.last_intended = 1, 5.0, 5.0
+    assert group.start_rates() == (None, None)
+    group.sent, group.intended = 10, 10  # ten requests meant for one instant, started over 10 ms
+    group.last_start = 5.01
+    offered, achieved = group.start_rates()
+    assert offered is None and achieved == pytest.approx(900)

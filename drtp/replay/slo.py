@@ -9,7 +9,10 @@ Grammar: objectives joined by commas, each ``[SCOPE:]STAT<VALUE``:
 * ``STAT`` ``p50``, ``p90``, ``p99`` or ``mean``: latency of the succeeded
   requests, ``VALUE`` in ``ms`` or ``s``;
 * ``STAT`` ``failed`` (share of the trace requests that did not succeed) or
-  ``throttled`` (share answered 429), ``VALUE`` a percentage (``1%``);
+  ``throttled`` (share of the requests the registry answered 429 as a failure:
+  for the whole run, trace and helper requests both, so a throttled upload
+  open, whose trace PATCH is then not sent, counts; for a scope, its trace
+  requests), ``VALUE`` a percentage (``1%``);
 * ``SCOPE`` a method and kind as the summary's ``per_method`` names them
   (``GET blob``, ``PUT manifest``); without one, the whole run.
 
@@ -34,7 +37,8 @@ THROTTLED_STATUS = "429"
 METHODS = ("GET", "HEAD", "PUT", "PATCH", "POST", "DELETE")  # the trace methods a scope may name
 _OBJECTIVE = re.compile(
     r"^\s*(?:(?P<scope>[A-Za-z]+\s+[A-Za-z]+)\s*:)?\s*(?P<stat>[A-Za-z0-9]+)\s*<\s*"
-    r"(?P<value>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|%)?\s*$"
+    r"(?P<value>\d{1,15}(?:\.\d{0,15})?|\.\d{1,15})\s*(?P<unit>ms|s|%)?\s*$",
+    re.ASCII | re.IGNORECASE,  # ASCII digits only (a "１００" is no number here); MS and ms alike
 )
 GRAMMAR = "objectives as [METHOD KIND:]STAT<VALUE joined by commas, e.g. 'p99<200ms,failed<1%,GET blob:p50<50ms'"
 
@@ -74,7 +78,9 @@ def parse_slo(text: str) -> list[Objective]:
         m = _OBJECTIVE.match(part)
         if m is None:
             raise ValueError(f"{part.strip()!r} is not an objective: expected {GRAMMAR}")
-        stat, unit, value = m["stat"].lower(), m["unit"], float(m["value"])
+        stat, unit, value = m["stat"].lower(), (m["unit"] or "").lower() or None, float(m["value"])
+        if value == 0:
+            raise ValueError(f"{part.strip()!r}: a limit of 0 never holds (objectives are '<'): e.g. failed<0.01%")
         if stat in LATENCY_STATS:
             if unit not in ("ms", "s"):
                 raise ValueError(f"{part.strip()!r}: {stat} needs a time in ms or s (e.g. {stat}<200ms)")
@@ -135,13 +141,25 @@ def _judge(summary: dict, o: Objective) -> Judged:
                 requests = int(summary.get("trace_requests", requests))
             value = failed / requests if requests else 0.0
         else:
-            statuses = group.get("failed_statuses")
-            if statuses is None:
+            if group.get("failed_statuses") is None:
                 return Judged(o, None, False, f"the summary of {where} has no failed_statuses to count 429s in")
-            value = int(statuses.get(THROTTLED_STATUS, 0)) / requests
+            value = throttled_share(summary if o.scope is None else group, helpers=o.scope is None)
     held = value < o.limit
     limit = o.describe(o.limit)
     why = f"{o.stat} {o.describe(value)}" + ("" if held else f", not < {limit}")
     if o.scope is not None:
         why = f"{o.scope} {why}"
     return Judged(o, value, held, why)
+
+
+def throttled_share(summary: dict, helpers: bool = True) -> float:
+    """The share of requests the registry answered 429 (failed ones: a 429 the trace itself recorded is the
+    replay matching it).  ``helpers``: a whole run's summary, whose helper requests (``auxiliary``) count too:
+    a registry that throttles upload opens throttles the push, though the trace's own PATCH is not sent."""
+    throttled = int((summary.get("failed_statuses") or {}).get(THROTTLED_STATUS, 0))
+    requests = int(summary.get("requests", 0))
+    aux = summary.get("auxiliary") or {}
+    if helpers and aux:
+        throttled += int((aux.get("failed_statuses") or {}).get(THROTTLED_STATUS, 0))
+        requests += int(aux.get("requests", 0))
+    return throttled / requests if requests else 0.0

@@ -7,7 +7,9 @@ of a run reads it back or rebuilds it from ``requests.csv``
 :data:`STATS_TABLE`: their order, their kind (which says how a value is
 written, read and merged) and their meaning (the docs' table says the same).
 
-A new column is a line here; then the code of its kind produces it:
+A new column is a line here, and the code of its kind produces it (a ``count`` needs nothing more; a new
+``time``, ``rate`` or ``ms`` column also needs its computation in drtp.master.stats_history
+``interval_cells`` and in the rebuild from ``requests.csv``, which name those columns):
 
 * ``count`` — a whole number the client nodes count per interval
   (drtp.replay.frames ``IntervalStats``: a slot, its increment in ``add_row``);
@@ -16,7 +18,9 @@ A new column is a line here; then the code of its kind produces it:
   loop's lag): not used yet; its parts would travel in a mapping of their own
   beside the counts, merged by ``max``, and be empty when no node reported one;
 * ``time``, ``rate``, ``ms`` — computed by the writer from the interval and its
-  counts and latency histogram (``ms`` empty when nothing succeeded).
+  counts and latency histogram (``ms`` empty when nothing succeeded; it is the
+  latency from the actual start, ``latency_s``, in every mode: in rate mode the
+  wait before a late start is in summary.json's ``response_s``, not here).
 
 ``later`` marks a column added after the file's first layout: a file written
 before it existed lacks it, and readers give it as missing (NaN) there instead

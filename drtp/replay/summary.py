@@ -260,15 +260,17 @@ class Group:
         for k in self._HISTOGRAMS:
             getattr(self, k).merge(LogHistogram.from_state(state[k]))
 
-    def start_rates(self) -> tuple[float | None, float]:
+    def start_rates(self) -> tuple[float | None, float | None]:
         """(offered, achieved): requests per second by intended start (None without intended starts: closed
-        loop), and by actual start; n requests spaced 1/R apart span (n-1)/R seconds, so both count n-1."""
+        loop), and by actual start; n requests spaced 1/R apart span (n-1)/R seconds, so both count n-1.
+        A rate of fewer than two starts, or of starts all at one instant, is no number: None."""
         offered = None
-        if self.intended:
-            span = self.last_intended - self.first_intended
-            offered = (self.intended - 1) / span if span > 0 else 0.0
-        span = self.last_start - self.first if self.sent else 0.0
-        return offered, (self.sent - 1) / span if span > 0 else 0.0
+        if self.intended > 1 and self.last_intended > self.first_intended:
+            offered = (self.intended - 1) / (self.last_intended - self.first_intended)
+        achieved = None
+        if self.sent > 1 and self.last_start > self.first:
+            achieved = (self.sent - 1) / (self.last_start - self.first)
+        return offered, achieved
 
     def summary(self, timed: bool) -> dict:
         duration = self.last - self.first if self.sent else 0.0
@@ -400,14 +402,14 @@ class ResultsModel:
 BEHIND_SHARE = 0.95  # a run whose requests started at less than this share of the offered rate fell behind
 
 
-def behind(offered: float, achieved: float, late_p99: float | None, on_time_s: float) -> str | None:
+def behind(offered: float | None, achieved: float | None, late_p99: float | None, on_time_s: float) -> str | None:
     """One line saying how a run with intended starts fell behind them, None when it kept up.
 
     Behind is when requests started at less than 95 % of the rate the run offered, or the p99 of start
     lateness is over ``on_time_s``: the registry's numbers were then measured under less load than intended.
     """
     why = []
-    if offered > 0 and achieved < BEHIND_SHARE * offered:
+    if offered is not None and achieved is not None and achieved < BEHIND_SHARE * offered:
         why.append(f"requests started at {achieved:.1f}/s, under {BEHIND_SHARE:.0%} of the {offered:.1f}/s offered")
     if late_p99 is not None and late_p99 > on_time_s:
         why.append(f"start lateness p99 {late_p99 * 1000:.1f} ms > on_time_ms {on_time_s * 1000:g}")
