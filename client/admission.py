@@ -17,7 +17,16 @@ import re
 
 from drtp.registry.names import base_url_error, digest_error, name_error, reference_error, shown
 from drtp.replay.client_profiles import agent_problem
-from drtp.replay.messages import KINDS, ReplayRequest, RunSpec, SecretUpdate, op_for, registry_base
+from drtp.replay.messages import (
+    KINDS,
+    TRACE_ORDER,
+    UNLIMITED,
+    ReplayRequest,
+    RunSpec,
+    SecretUpdate,
+    op_for,
+    registry_base,
+)
 from drtp.trace.records import METHODS
 
 MAX_THREADS = 1024
@@ -56,6 +65,10 @@ def spec_error(spec: RunSpec) -> str | None:
     idle = client.idle_timeout_s
     if not 0 <= client.connections <= MAX_KEPT or not (math.isfinite(idle) and idle >= 0):
         return f"client.connections must be 0..{MAX_KEPT}, client.idle_timeout_s finite and 0 or more"
+    if not UNLIMITED <= client.concurrency <= MAX_THREADS:
+        return f"client.concurrency must be {UNLIMITED} (unlimited), {TRACE_ORDER} (trace order) or 1..{MAX_THREADS}"
+    if not (0 <= client.downloads <= MAX_THREADS and 0 <= client.uploads <= MAX_THREADS):
+        return f"client.downloads and client.uploads must be 0..{MAX_THREADS}"
     if not spec.registries:
         return "the run names no registries (registries: the registries it may send to)"
     for entry in spec.registries:

@@ -18,8 +18,8 @@ digest (or sends the whole layer at once).  The open upload is remembered per
 (trace client, repository, upload key): the master gives the requests of one
 trace upload one key (its upload id, see master/plan.py), so one client's
 uploads into a repository may overlap; where the trace has no upload ids the
-key is None and that client's uploads into the repository follow each other
-(the node's gate, client/client_gate.py, keeps a session's requests in order).
+keys are the master's guesses, and a request without one finds the upload of
+key None (the node's gate, client/client_gate.py, keeps a session's requests in order).
 A trace PATCH or PUT that finds no open upload opens one with an auxiliary POST.
 Pushed bytes are random (or zeros), so a pushed layer gets a new digest that the result carries back to the master.
 

@@ -418,10 +418,12 @@ class Replay:
                 if arrivals is not None:
                     at = self.offset + next(arrivals)
                 else:
-                    t = rec.time
+                    # the trace's start of a request is its arrival: a registry log stamps completions (a
+                    # request that arrived before the first one in the file is due at the start)
+                    t = rec.time - rec.duration if self.planner.completion_stamped else rec.time
                     if first is None:
                         first = t
-                    at = self.offset + (t - first) / speedup if timed else None
+                    at = self.offset + max(0.0, t - first) / speedup if timed else None
                 uri = rec.parts  # split once: hold, route and plan all look at it
                 if self.held.hold(rec, seq, at, uri):  # it waits for a request in flight; other clients go on
                     seq += 1

@@ -22,7 +22,7 @@ from drtp.client.admission import batch_error, spec_error
 from drtp.errors import DrtpError
 from drtp.master.nodes import NodeLink
 from drtp.replay.frames import FrameReader
-from drtp.replay.messages import Batch, Layer, RunSpec
+from drtp.replay.messages import Batch, ClientModel, Layer, RunSpec
 from drtp.replay.signing import (
     MAX_BODY,
     MIN_TOKEN_LEN,
@@ -242,6 +242,17 @@ def test_a_run_must_name_plain_registry_urls():
     assert spec_error(RunSpec("r", 0.0, registries=["127.0.0.1:5000", "https://[::1]:443", "reg.example"])) is None
     assert "run id" in spec_error(RunSpec("../x", 0.0, registries=["h:1"]))
     assert "finite" in spec_error(RunSpec("r", 0.0, timeout=float("nan"), registries=["h:1"]))
+
+
+def test_a_run_must_give_each_trace_client_a_model_the_gate_can_keep():
+    def spec(**client) -> RunSpec:
+        return RunSpec("r", 0.0, registries=["h:1"], client=ClientModel(**client))
+
+    assert spec_error(spec(concurrency=-1, downloads=3, uploads=5)) is None
+    assert "client.concurrency" in spec_error(spec(concurrency=-2))
+    assert "client.concurrency" in spec_error(spec(concurrency=5000))
+    assert "client.downloads" in spec_error(spec(downloads=-1))
+    assert "client.uploads" in spec_error(spec(uploads=-3))
 
 
 # -- attacks on a running node --------------------------------------------------------------------------------

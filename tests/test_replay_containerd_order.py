@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import msgspec
+import pandas as pd
 import pytest
 
 from drtp.master.run import run_replay
@@ -45,7 +47,7 @@ def captured(tmp_path_factory):
     records = read_trace([pulls.trace])
     spans = [(r.time, r.time + r.duration) for r in records if r.method == "GET" and r.kind == "blob"]
     assert len({r.client for r in records}) == 1 and len(spans) == 4 * 5
-    return pulls.trace, spans
+    return pulls.trace, spans, pulls.log
 
 
 def replay_spans(tmp_path: Path, registry, nodes, trace: Path, **client_info) -> list[tuple[float, float]]:
@@ -65,7 +67,7 @@ def replay_spans(tmp_path: Path, registry, nodes, trace: Path, **client_info) ->
 
 
 def test_a_containerd_pull_replays_with_its_parallelism(tmp_path, registry, nodes, captured):
-    trace, traced = captured
+    trace, traced, _ = captured
     in_trace = overlapping_pairs(traced)
     assert in_trace >= 2 and most_at_once(traced) >= 2  # containerd fetched layers in parallel
     replayed = replay_spans(tmp_path, registry, nodes, trace)
@@ -76,6 +78,25 @@ def test_a_containerd_pull_replays_with_its_parallelism(tmp_path, registry, node
 
 
 def test_client_concurrency_one_replays_it_one_download_at_a_time(tmp_path, registry, nodes, captured):
-    trace, traced = captured
+    trace, traced, _ = captured
     replayed = replay_spans(tmp_path, registry, nodes, trace, client_concurrency=1)
     assert len(replayed) == len(traced) and most_at_once(replayed) == 1
+
+
+def test_a_registry_log_replays_as_is_from_each_requests_arrival(tmp_path, registry, nodes, captured):
+    """The registry's own log stamps each request when it completed: as is, a request is due at its arrival
+    (completion less duration), so the layer GETs containerd sent together are due together again."""
+    _, _, log = captured
+    records = read_trace([log], fmt="registry-log")
+    arrivals = {r.id: r.time - r.duration for r in records}
+    first = records[0].time - records[0].duration  # the file's order is by completion
+    cfg = write_config(tmp_path, log, [registry.host], [n.address for n in nodes], wait=True)
+    cfg = msgspec.structs.replace(cfg, trace=msgspec.structs.replace(cfg.trace, format="registry-log"))
+    run_warmup(cfg, quiet=True)
+    summary = run_replay(cfg, tmp_path / "run", quiet=True)
+    assert summary["failed"] == 0
+    rows = pd.read_csv(tmp_path / "run" / "requests.csv", keep_default_na=False, na_values=[""])
+    rows = rows[~rows.auxiliary]
+    assert len(rows) == len(records)
+    for row in rows.itertuples():
+        assert row.intended_s == pytest.approx(max(0.0, arrivals[row.trace_id] - first), abs=1e-5), row.trace_id

@@ -230,9 +230,14 @@ def connect_failed(e: OSError, what: str, connect_timeout: float) -> RequestErro
 
 
 def _dropped(sock: socket.socket) -> bool:
-    """An idle kept-alive socket that is readable was closed by the peer (or holds bytes nobody asked for)."""
+    """An idle kept-alive socket that is readable was closed by the peer (or holds bytes nobody asked for).
+
+    ``poll``, not ``select``: select refuses a socket numbered 1024 or more, and a node that keeps
+    connections per trace client (client profiles) holds that many."""
     try:
-        return bool(select.select([sock], [], [], 0)[0])
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(0))
     except (OSError, ValueError):
         return True
 
