@@ -108,6 +108,7 @@ class Planner:
         # the opens without an id waiting for the PATCH/PUT that names theirs, and each (client,
         # repository)'s last session, for the PATCH/PUT that name none
         self.upload_keys: dict[tuple[str, str, str], str] = {}
+        self.named_of: dict[str, tuple[str, str, str]] = {}  # session key -> the trace id that named it
         self.unpaired: dict[tuple[str, str], deque[str]] = {}
         self.last_upload: dict[tuple[str, str], str] = {}
         self.blobs: dict[tuple[str, str], Layer] = {}  # (repository, trace ref) -> real layer
@@ -201,11 +202,15 @@ class Planner:
                     del self.unpaired[where]
                 if rec.method == "PATCH":
                     self.upload_keys[named] = key
+                    self.named_of[key] = named
             elif rec.method == "PUT":
                 del self.upload_keys[named]
-        if rec.method == "PUT":  # the session ends
+                self.named_of.pop(key, None)
+        if rec.method == "PUT":  # the session ends: nothing of it is kept (a PUT may name no id, or a digest)
             if key is not None and self.last_upload.get(where) == key:
                 del self.last_upload[where]
+            if key is not None and (named_by := self.named_of.pop(key, None)) is not None:
+                self.upload_keys.pop(named_by, None)
         elif key is not None:
             self.last_upload[where] = key
         return key

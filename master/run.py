@@ -64,6 +64,9 @@ from drtp.trace.records import TraceRecord, Uri
 log = logging.getLogger(__name__)  # -v / verbose: true shows the run's steps
 
 START_LEAD_S = 1.0  # as-is mode: the common start is this far after the run is set up
+# upload sessions kept pinned to the node that opened them; one the trace abandoned (never closed) is
+# forgotten beyond this many, oldest first (were it continued after all, its node would open a new one)
+MAX_PINNED_UPLOADS = 100_000
 PARTIAL_BATCH_S = 0.002  # stress mode: a partial batch for a node short of work waits at most this long
 
 
@@ -496,8 +499,11 @@ class Replay:
                 pinned = None
         node = pinned or self.router.pick(rec.client)
         if node is not None and blob:
-            if rec.method in ("POST", "PATCH"):
+            # only a session that opened (202) or goes on is pinned: a mount (201) or a refused open leaves none
+            if rec.method == "PATCH" or (rec.method == "POST" and rec.status == 202):
                 self.upload_node[op_key] = node
+                if len(self.upload_node) > MAX_PINNED_UPLOADS:  # sessions the trace abandoned: the oldest go
+                    del self.upload_node[next(iter(self.upload_node))]
             elif rec.method == "PUT":
                 self.upload_node.pop(op_key, None)
         return node

@@ -238,6 +238,11 @@ def test_upload_keys_of_a_generated_trace_continue_the_last_session() -> None:
         record(7, "PUT", "v2/u/r/blobs/layer3", status=201),
     ]
     assert keys(recs) == ["#0", "#0", "#0", "#3", "#3", "#5", "#5", "#5"]
+    # and a closed session leaves nothing behind in the planner (a long trace's uploads do not pile up)
+    planner = Planner(["127.0.0.1:5000"])
+    for i, r in enumerate(recs):
+        planner.upload_of(r, r.parts, i)
+    assert planner.upload_keys == {} and planner.named_of == {} and planner.last_upload == {}
 
 
 def test_trace_spans_count_from_the_first_request_and_a_registry_log_subtracts_the_duration() -> None:
