@@ -19,12 +19,13 @@ from tests.conftest import ibm_record, write_json
 from tests.faultproxy import FaultProxy, Forwarded
 from tests.replay_support import write_config
 
-BLOB_LATENCY_S = 0.4  # added to every blob GET's answer: longer than the trace's layer GETs took
+# added to every blob GET's answer: longer than the trace's layer GETs took, and than a loaded machine delays a start
+BLOB_LATENCY_S = 0.6
 
 
 def pull_trace(path, clients: tuple[str, ...] = ("10.0.0.1",)):
     """Per client: a manifest GET; three layer GETs that overlapped in the trace after it had ended; a fourth
-    that started after those three had ended (in the trace, 0.1 s each: the replay's take 0.4 s more)."""
+    that started after those three had ended (in the trace, 0.1 s each: the replay's take 0.6 s more)."""
     records = []
     spans = [(0.0, 0.05, "manifests/v1"), (0.1, 0.1, "blobs/l1"), (0.11, 0.1, "blobs/l2"), (0.12, 0.1, "blobs/l3")]
     spans.append((0.3, 0.1, "blobs/l4"))
