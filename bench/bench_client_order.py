@@ -55,6 +55,9 @@ from drtp.trace.generate import GenerateOptions, generate  # noqa: E402
 from drtp.trace.reader import TraceReader, write_ibm  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_replay import cpu_s  # noqa: E402
+
 TOKEN = "bench-client-order-0123456789"
 BEFORE_COMMIT = "a69f2b7"  # the nodes before the per-client gate
 VIOLATION_S = 0.001
@@ -73,15 +76,6 @@ def config(work: Path, trace: Path, reg: str, nodes: list[str], name: str, **cli
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
-
-
-def cpu_s(pids: list[int]) -> float:
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 def before_tree(work: Path, commit: str) -> Path:

@@ -110,6 +110,9 @@ def stress_round(registry: str, trace: str, warm_map: str, work: str) -> dict:
 
     import yaml
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_replay import cpu_s
+
     from drtp.config import load_config
     from drtp.master.demo import start_nodes, stop_nodes
     from drtp.master.run import run_replay
@@ -146,16 +149,6 @@ def stress_round(registry: str, trace: str, warm_map: str, work: str) -> dict:
     if s["failed"]:
         raise RuntimeError(f"{s['failed']} of {s['requests']} requests failed")
     return {"us_per_request": node_us, "rps": s["throughput_rps"], "requests": s["requests"]}
-
-
-def cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds used so far by these processes (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 # -- the parent: exports, the registry, alternated rounds, the table ----------------------------------------

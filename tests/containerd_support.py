@@ -150,3 +150,13 @@ def capture_pulls(base: Path, count: int = 4, layers: int = 4, layer_size: int =
         trace = base / "pulls.json"
         write_ibm(trace, records)
     return CapturedPulls(trace, images, log)
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most of these (start, end) spans that were open at one time."""
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak

@@ -19,7 +19,7 @@ from drtp.master.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.replay.client_profiles import PROFILES
 from drtp.trace.reader import TraceReader
-from tests.containerd_support import available, capture_pulls
+from tests.containerd_support import available, capture_pulls, most_at_once
 from tests.registry_log import log_entries, user_agents
 from tests.replay_support import make_trace, write_config
 
@@ -79,15 +79,6 @@ def _connections_per_image(log_path: Path, offset: int = 0) -> dict[str, set[str
     return dict(out)
 
 
-def _most_at_once(spans: list[tuple[float, float]]) -> int:
-    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    now = peak = 0
-    for _, step in events:
-        now += step
-        peak = max(peak, now)
-    return peak
-
-
 SLOW_BLOB_S = 0.1  # added to blob GETs by the proxy: a registry farther away than loopback, so overlaps show
 
 
@@ -122,7 +113,7 @@ def test_containerds_pulls_replay_on_containerds_connections(tmp_path: Path, reg
     ours = _connections_per_image(registry.log_path, offset)
     at_once = {}
     for image, conns in ours.items():
-        at_once[image] = _most_at_once([(f.received, f.answered) for f in forwarded if f"/v2/team/{image}/" in f.path])
+        at_once[image] = most_at_once([(f.received, f.answered) for f in forwarded if f"/v2/team/{image}/" in f.path])
         assert len(conns) == at_once[image] <= len(theirs[image]), (image, conns, at_once, theirs)
     assert max(at_once.values()) >= 2, at_once  # containerd's parallel downloads, replayed
     assert len(set().union(*ours.values())) < len(set().union(*theirs.values()))

@@ -14,7 +14,7 @@ import pytest
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
 from drtp.trace.reader import read_trace
-from tests.containerd_support import available, capture_pulls
+from tests.containerd_support import available, capture_pulls, most_at_once
 from tests.faultproxy import FaultProxy
 from tests.replay_support import write_config
 
@@ -29,15 +29,6 @@ def blob_latency(method: str, path: str) -> float:
 
 def overlapping_pairs(spans: list[tuple[float, float]]) -> int:
     return sum(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in itertools.combinations(spans, 2))
-
-
-def most_at_once(spans: list[tuple[float, float]]) -> int:
-    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-    now = peak = 0
-    for _, step in events:
-        now += step
-        peak = max(peak, now)
-    return peak
 
 
 @pytest.fixture(scope="module")
