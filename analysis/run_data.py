@@ -199,7 +199,7 @@ def _slice_row(slice_name: str, key: str, numbers: dict) -> dict:
         raise ValueError(f"slice {key!r}: key 'failed_statuses': expected an object of counts")
     # failed with a 429 (Too Many Requests); NaN in a summary written before drtp counted failures per status
     row["throttled"] = np.nan if statuses is None else int(statuses.get("429", 0))
-    row.update({k: float(numbers.get(k, np.nan)) for k in RATE_KEYS})
+    row.update({k: np.nan if numbers.get(k) is None else float(numbers[k]) for k in RATE_KEYS})  # null: no rate
     for source, name in DISTRIBUTIONS.items():
         dist = numbers.get(source) or {}
         if not isinstance(dist, dict):

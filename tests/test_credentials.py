@@ -258,6 +258,21 @@ def test_a_renewed_secret_never_makes_a_write_go_twice():
     assert not auth.replaced_under("PUT", {"Authorization": auth.basic}, 1)
 
 
+def test_a_renewal_that_brings_the_same_secret_back_replaces_nothing_a_write_met():
+    """A helper asked again at its TTL answers the same secret: a new generation, but a write's 401 meanwhile is a
+    plain challenge (a new repository's scope), answered and sent as any challenge is."""
+    from drtp.registry.auth import Authenticator
+    from drtp.replay.messages import RegistryAuth
+
+    auth = Authenticator(RegistryAuth("https://r.example", "u", "same", renewable=True))
+    sent = {"Authorization": "Bearer token-of-another-scope"}
+    auth.replace_secret(type("S", (), {"username": "u", "password": "same", "generation": 1})())
+    assert auth.generation == 1 and not auth.replaced_under("POST", sent, 0)
+    auth.replace_secret(type("S", (), {"username": "u", "password": "changed", "generation": 2})())
+    assert auth.replaced_under("POST", sent, 0) and auth.replaced_under("POST", sent, 1)
+    assert not auth.replaced_under("POST", sent, 2)
+
+
 def test_a_read_waits_once_for_a_renewal_that_does_not_come():
     """On a node, the reads refused with one generation wait for its renewal; once a wait ran out, later reads
     refused with that generation fail at once instead of each waiting the whole timeout."""

@@ -249,8 +249,9 @@ def test_a_node_reports_a_refused_secret_and_sends_the_read_again_once_with_the_
                 assert kind == "frames", (kind, frames)
             for frame in frames:
                 for cells in csv.reader(io.StringIO(frame.rows.decode())):
-                    if cells[-1] == "False":  # the trace rows (not an upload's helper rows)
-                        rows[cells[2]] = dict(zip(COLUMNS, cells, strict=True))
+                    row = dict(zip(COLUMNS, cells, strict=True))
+                    if row["auxiliary"] == "False":  # the trace rows (not an upload's helper rows)
+                        rows[row["trace_id"]] = row
                 refusals.extend(frame.refused)
             ready = renew_after is None or (
                 renew_after in rows

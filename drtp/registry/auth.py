@@ -166,6 +166,9 @@ class Authenticator:
         # it (a refusal of a secret that never worked is a wrong secret, not an expired one), and the
         # refusals not yet reported to the master (a node's result stream carries them)
         self.generation = auth.generation if auth is not None else 0
+        # the generation whose value the secret has now: a renewal that brings the same value back (a helper
+        # asked again at its TTL) is a new generation, but nothing the registry sees changed
+        self.value_generation = self.generation
         self.proven = False
         self.reported: set[int] = set()  # generations whose refusal was handled
         self.waited_out: set[int] = set()  # generations whose renewal a read waited for in vain
@@ -243,6 +246,7 @@ class Authenticator:
             basic = _basic(secret.username, secret.password)
             if basic != self.basic:
                 self.proven = False  # a new value has not worked yet
+                self.value_generation = secret.generation
             self.auth = msgspec.structs.replace(
                 self.auth, username=secret.username, password=secret.password, generation=secret.generation
             )
@@ -270,10 +274,11 @@ class Authenticator:
         return self.mode == "basic" and sent.get("Authorization", "").startswith("Basic ")
 
     def replaced_under(self, method: str, sent: dict[str, str], generation: int) -> bool:
-        """Whether a write sent with the secret of ``generation`` met its 401 after a renewed secret replaced
-        that one: sending it again would send a write twice (the challenge's own second send, of a request
-        that went without credentials, is not that)."""
-        return method not in IDEMPOTENT and bool(sent) and self.generation != generation
+        """Whether a write sent with the secret of ``generation`` met its 401 after a renewed secret of another
+        value replaced that one: sending it again would send a write twice (the challenge's own second send,
+        of a request that went without credentials, is not that; nor is a renewal that brought the same value
+        back, which the registry cannot tell from no renewal: the 401 was a plain challenge)."""
+        return method not in IDEMPOTENT and bool(sent) and self.value_generation > generation
 
     def note_refused(self, generation: int) -> None:
         """The registry refused the secret of ``generation``: renew it once.  On the master the source is asked
