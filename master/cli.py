@@ -151,7 +151,6 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from drtp.master.run import default_out, run_replay
-    from drtp.master.statuses import judged_summary
     from drtp.master.verdict import judge
 
     apply_progress_options(args)
@@ -166,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     wanted = objectives(args, cfg)
     out = Path(args.out) if args.out else default_out(cfg)
     summary = run_replay(cfg, out, resume=args.resume, stats_interval_s=args.stats_interval)
-    verdict = judge(judged_summary(summary, out, wanted), budget, wanted)
+    verdict = judge(summary, budget, wanted)
     say(args, verdict.message, verdict.code)
     return verdict.code
 

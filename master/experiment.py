@@ -30,7 +30,6 @@ from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
 from drtp.master.results_dir import write_failed
 from drtp.master.run import run_replay
-from drtp.master.statuses import judged_summary
 from drtp.master.verdict import judge
 from drtp.master.warmup import run_warmup
 from drtp.outputs import prepare_output_dir
@@ -115,7 +114,7 @@ def run_experiment(
             summary = run_replay(sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s)
             summary["registry_id"] = entry.id
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
-            verdict = judge(judged_summary(summary, run_dir, objectives), budget, objectives)
+            verdict = judge(summary, budget, objectives)
             status[entry.id] = {
                 "ok": True,
                 "exit_code": int(verdict.code),

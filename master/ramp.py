@@ -37,7 +37,6 @@ from drtp.errors import DrtpError
 from drtp.master.plan import Planner, with_names
 from drtp.master.results_dir import remove_if_empty, write_failed
 from drtp.master.run import Replay
-from drtp.master.statuses import with_failed_statuses
 from drtp.master.verdict import judge
 from drtp.outputs import prepare_output_dir
 from drtp.registry.repo_names import RepositoryMap
@@ -105,7 +104,6 @@ class TraceLoop:
 
 def step_entry(rate: float, summary: dict, run_dir: Path, objectives: list[Objective]) -> dict:
     """One step of ramp.json: what was offered and achieved, latency, failures per status, and whether it held."""
-    summary, statuses_from = with_failed_statuses(summary, run_dir)
     verdict = judge(summary, FailureBudget(percent=100), objectives)  # only the objectives judge a step
     latency = summary.get(judged_latency(summary)) or {}
     requests = int(summary["requests"])
@@ -137,7 +135,6 @@ def step_entry(rate: float, summary: dict, run_dir: Path, objectives: list[Objec
         "broken": "; ".join(broke) or None,
         "behind": summary.get("behind"),
         "run": run_dir.name,
-        "statuses_from": statuses_from,
     }
 
 

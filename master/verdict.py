@@ -30,7 +30,7 @@ class Verdict:
 def judge(summary: dict, budget: FailureBudget, objectives: list[Objective] | None = None) -> Verdict:
     """The exit code of a completed run (an interrupted or broken-off one never gets here).
 
-    ``objectives`` that count throttling need ``failed_statuses`` in ``summary`` (master.statuses).
+    ``objectives`` that count throttling read ``failed_statuses`` in ``summary`` (the results model counts them).
     """
     total = int(summary.get("trace_requests", summary["requests"]))
     failed = int(summary["failed"]) + int(summary.get("not_sent", 0))

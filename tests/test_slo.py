@@ -18,7 +18,6 @@ import pytest
 from drtp.analysis.run_data import load_run
 from drtp.exit_codes import ExitCode
 from drtp.master.arrivals import intended_starts
-from drtp.master.statuses import with_failed_statuses
 from drtp.master.verdict import judge
 from drtp.replay.failure_budget import FailureBudget
 from drtp.replay.slo import broken, judge_slo, parse_slo, throttled_share
@@ -69,9 +68,9 @@ def summary_of(run: Path) -> dict:
 
 
 def test_objectives_on_a_real_run(real_runs):
-    summary, source = with_failed_statuses(summary_of(real_runs.as_is), real_runs.as_is)
+    summary = summary_of(real_runs.as_is)
     failed_share = summary["failed"] / summary["requests"]  # the 404s of never-pushed tags
-    assert source == "requests.csv" or "failed_statuses" in summary_of(real_runs.as_is)
+    assert "failed_statuses" in summary
     p99 = summary["latency_s"]["p99"]
     objectives = parse_slo(
         f"p99<{p99 * 1000 * 2:.3f}ms,p99<{p99 * 1000 / 2:.3f}ms,failed<{failed_share * 100 + 0.1:.2f}%,"
@@ -107,21 +106,16 @@ def test_one_verdict_for_max_failed_and_objectives(real_runs):
     assert both.message.startswith(f"{n:,} of ") and "; objective p50<0.001ms broken" in both.message
 
 
-def test_failed_statuses_from_requests_csv_when_the_summary_lacks_them(real_runs):
+def test_the_summarys_failed_statuses_are_the_rows_failed_statuses(real_runs):
+    """What throttled objectives and the ramp count: summary.json's failed_statuses, as requests.csv has them."""
     run = real_runs.stress
-    summary = summary_of(run)
-    summary.pop("failed_statuses", None)
-    got, source = with_failed_statuses(summary, run)
-    assert source == "requests.csv"
+    got = summary_of(run)
     rows = pd.read_csv(run / "requests.csv", keep_default_na=False, na_values=[""])
     failed = rows[~rows.auxiliary & ~rows.ok]
     assert got["failed_statuses"] == {"404": real_runs.missing_tags} == {"404": len(failed)}
     assert got["per_method"]["GET manifest"]["failed_statuses"] == {"404": real_runs.missing_tags}
     assert sum(sum(g["failed_statuses"].values()) for g in got["per_node"].values()) == real_runs.missing_tags
     assert all(g["failed_statuses"] == {} for k, g in got["per_method"].items() if k != "GET manifest")
-    # a summary that has them is used as it is
-    marked = dict(summary, failed_statuses={"429": 3})
-    assert with_failed_statuses(marked, run) == (marked, "summary.json")
 
 
 def test_offered_and_achieved_rates_of_real_runs(real_runs):
