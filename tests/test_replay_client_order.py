@@ -69,6 +69,9 @@ def replay_blob_gets(tmp_path, warmed, nodes, **client_info) -> dict[str, list[F
     def latency(method: str, path: str) -> float:
         return BLOB_LATENCY_S if method == "GET" and "/blobs/" in path else 0.0
 
+    # hash routing may put all three clients on one node: 9 blob GETs at once, more than write_config's 8 slots
+    # (a ninth would wait for a slot, not for its client's order)
+    client_info.setdefault("threads", 12)
     with FaultProxy(reg.host, latency=latency) as proxy:
         cfg = write_config(tmp_path, trace, [proxy.address], [n.address for n in nodes], **client_info)
         summary = run_replay(cfg, tmp_path / "run", quiet=True)
