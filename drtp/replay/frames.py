@@ -16,6 +16,11 @@ nothing it would have to compute per request:
 * ``refused`` — registries whose secret (of the generation given) the registry
   refused although it had worked before: the master renews it once and sends the
   nodes the new one (a frame of its own, sent as soon as the node sees it);
+* ``health`` — the node's own load (CPU, engine lag, requests in flight) per
+  interval of the run, each interval once after it is over: whether the node
+  could keep up (``replayer`` in summary.json, the gauges of stats_history.csv);
+* ``live`` — only when the master exports live metrics: the frame's trace
+  requests counted per registry, method, kind and outcome with latency buckets;
 * ``model`` — in the stream's last frame only: the node's whole
   :class:`~drtp.replay.summary.ResultsModel`, which the master merges into the
   run's summary.  Histograms merge exactly, so the summary's percentiles are
@@ -112,6 +117,36 @@ class IntervalPart(msgspec.Struct, array_like=True, gc=False):
     latency: list  # LogHistogram.state() of the latencies of those that succeeded
 
 
+class HealthPart(msgspec.Struct, array_like=True, gc=False):
+    """The node's own load in interval ``index`` of the run (the same intervals as :class:`IntervalPart`): what
+    tells whether the node, rather than the registry, set the pace and the latencies it recorded."""
+
+    index: int
+    cpu: float  # share of one core the node's process used (user + system) over the interval: 1.0 = a whole core
+    lag_ms: float  # p99 of how late the node's engine handled what was due (event loop or scheduler), ms
+    in_flight: int  # the most trace requests the node had running at once in the interval
+
+
+# upper bounds (seconds) of the latency buckets of live metrics: sub-millisecond ones for a registry on the
+# same host, up to a minute for a large layer far away; Prometheus's own histograms use the same bounds
+LIVE_BUCKETS_S: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+
+class LivePart(msgspec.Struct, array_like=True, gc=False):
+    """The frame's trace requests of one registry, method, kind and outcome, for live metrics: built on the node
+    only when the run exports them (``RunSpec.live``), so the master adds parts, never rows."""
+
+    registry: str  # base URL
+    method: str
+    kind: str  # "manifest" or "blob"
+    outcome: str  # drtp.replay.outcome
+    count: int
+    buckets: list[int]  # per LIVE_BUCKETS_S bound, not cumulative, then one more: above the last bound
+    sum_s: float  # the sum of their latencies (latency_s)
+
+
 class Refusal(msgspec.Struct, array_like=True, gc=False):
     """A registry refused the secret of ``generation`` that it took before (a node asks for a renewal)."""
 
@@ -127,6 +162,8 @@ class ResultFrame(msgspec.Struct, array_like=True, gc=False):
     intervals: list[IntervalPart] = []
     model: dict | None = None
     refused: list[Refusal] = []
+    health: list[HealthPart] = []  # the node's load per interval, each interval once, as soon as it is over
+    live: list[LivePart] = []  # only when the run exports live metrics
 
 
 _encode = msgspec.msgpack.Encoder().encode

@@ -147,6 +147,7 @@ class RunSpec(msgspec.Struct, omit_defaults=True):
     on_time_s: float = 0.0
     stats_interval_s: float = 1.0
     client: ClientModel = msgspec.field(default_factory=ClientModel)  # per trace client: order, connections, agent
+    live: bool = False  # the master exports live metrics: frames carry LivePart counts (drtp.replay.frames)
 
 
 class Batch(msgspec.Struct):
