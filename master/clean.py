@@ -35,9 +35,7 @@ from pathlib import Path
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
-from drtp.master.experiment import registry_config, run_name
 from drtp.master.plan import registry_for
-from drtp.master.warmup import load_map
 from drtp.registry.auth import auth_for, config_auth
 from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
@@ -116,6 +114,9 @@ def targets(cfg: Config, only: str | None) -> dict[str, Pushed]:
 
 def warmup_maps(cfg: Config, chosen: Iterable[str]) -> dict[Path, set[str]]:
     """Each warmup map the config names → the registries (base URLs) that write into it."""
+    # here, not at the top: drtp.master.experiment brings the whole replay, which every ``drtp`` process would load
+    from drtp.master.experiment import registry_config, run_name
+
     maps: dict[Path, set[str]] = defaultdict(set)
     plain = {registry_base(r) for r in cfg.registry}
     # slurm.each_registry: the master job replayed each address as an experiment entry of its own
@@ -140,6 +141,8 @@ def read_maps(cfg: Config, pushed: dict[str, Pushed], required: bool) -> tuple[i
 
     A registry without any map is bad input when ``required`` (no runs given: nothing would be cleaned there).
     """
+    from drtp.master.warmup import load_map  # here: it brings the replay's modules (see warmup_maps)
+
     maps = warmup_maps(cfg, pushed)
     found = {base for path, bases in maps.items() if path.is_file() for base in bases}
     n, missing = 0, []
