@@ -5,8 +5,10 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from drtp.master.registry_metrics import RegistryMetrics
 from drtp.registry.local import LocalRegistry
 from drtp.registry.metrics import ScrapeError, handler_of, labels_text, parse, scrape, window
 
@@ -96,3 +98,26 @@ def test_an_endpoint_that_does_not_answer_is_a_scrape_error(tmp_path: Path) -> N
     with LocalRegistry(tmp_path / "reg") as reg:  # its API port has no metrics page: 404
         with pytest.raises(ScrapeError, match="127.0.0.1"):
             scrape([f"http://127.0.0.1:{reg.port}/metrics-nowhere"], timeout=2)
+
+
+def test_a_reading_that_fails_mid_run_is_a_warning_and_the_window_spans_the_good_ones(tmp_path: Path) -> None:
+    """A metrics page that cannot be read once is a warning; the window runs from the first good reading to
+    the last, and registry_metrics.csv keeps only the good ones."""
+    page = tmp_path / "metrics.txt"
+    elapsed = iter([0.0, 1.0, 2.0])
+    recorder = RegistryMetrics(tmp_path / "registry_metrics.csv", {"reg": [page.as_uri()]}, lambda: next(elapsed), 1.0)
+    page.write_text(PAGE)
+    recorder.read_all()
+    page.unlink()  # the endpoint is gone for one reading
+    recorder.read_all()
+    page.write_text(PAGE.replace("} 7", "} 12"))
+    recorder.read_all()
+    recorder.file.close()
+
+    side = recorder.registry_side([], lambda repository: "reg")["reg"]
+    assert "metrics.txt" in side["warning"]
+    assert side["window_s"] == [0.0, 2.0]
+    assert side["requests"] == 5 and side["drtp_requests"] == 0
+    assert side["slices"][0]["registry_requests"] == 5
+    kept = pd.read_csv(tmp_path / "registry_metrics.csv")
+    assert sorted(kept.elapsed_s.unique()) == [0.0, 2.0]
