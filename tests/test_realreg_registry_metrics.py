@@ -5,11 +5,14 @@ is a warning, never a failed run."""
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
 import yaml
 
+from drtp.analysis.registry_side import CLIENT, REGISTRY, fig_registry_side
+from drtp.analysis.results_analysis import analyze_results, analyze_runs
 from drtp.config import ConfigError, load_config
 from drtp.master.experiment import run_experiment
 from drtp.master.run import run_replay
@@ -34,6 +37,14 @@ def warmed(tmp_path_factory, nodes):
         yield reg, raw
 
 
+@pytest.fixture(scope="module")
+def metered(tmp_path_factory, warmed):
+    """A run of the warmed registry that read its metrics: (registry, summary, run directory)."""
+    reg, raw = warmed
+    d = tmp_path_factory.mktemp("metered")
+    return reg, _run(d, raw, {reg.host: reg.metrics_url}), d / "run"
+
+
 def _run(tmp_path, raw: dict, metrics: dict) -> dict:
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({**raw, "registry_metrics": metrics}))
     return run_replay(load_config(tmp_path / "config.yaml"), tmp_path / "run", quiet=True, stats_interval_s=0.5)
@@ -51,18 +62,16 @@ def _close(a: int, b: int) -> bool:
     return abs(a - b) <= max(0.02 * max(a, b), 8)
 
 
-def test_a_run_keeps_the_registrys_metrics_and_counts_as_the_registry_did(tmp_path, warmed):
-    reg, raw = warmed
-    summary = _run(tmp_path, raw, {reg.host: reg.metrics_url})
-
-    samples = pd.read_csv(tmp_path / "run" / "registry_metrics.csv")
+def test_a_run_keeps_the_registrys_metrics_and_counts_as_the_registry_did(metered):
+    reg, summary, run_dir = metered
+    samples = pd.read_csv(run_dir / "registry_metrics.csv")
     assert list(samples.columns) == ["elapsed_s", "registry", "metric", "labels", "value"]
     assert set(samples.registry) == {reg.host}
     assert samples.elapsed_s.nunique() >= 2  # before the first request and after the last, at least
     assert (samples.metric == "registry_http_requests_total").any()
 
     side = summary["registry_side"][reg.host]
-    assert side == json.loads((tmp_path / "run" / "summary.json").read_text())["registry_side"][reg.host]
+    assert side == json.loads((run_dir / "summary.json").read_text())["registry_side"][reg.host]
     assert "warning" not in side
     # the registry's own count of the run's window agrees with its access log over the same window
     logged = _logged_in_window(reg, summary, side)
@@ -82,6 +91,28 @@ def test_a_run_keeps_the_registrys_metrics_and_counts_as_the_registry_did(tmp_pa
     assert slices[("blob", "GET")]["registry_mean_ms"] > 0
     low, high = slices[("blob", "GET")]["registry_p50_bucket_ms"]
     assert high is None or low < high
+
+
+def test_the_report_draws_both_sides_means_from_the_summary(metered, tmp_path):
+    reg, summary, run_dir = metered
+    out = tmp_path / "analysis"
+    analyze_results([run_dir], out, log=lambda line: None)
+    assert (out / "registry_side.png").stat().st_size > 0
+    html = (out / "report.html").read_text()
+    assert "Client and registry" in html and "registry_p50_bucket_ms" in html
+
+    results, _ = analyze_runs([run_dir])
+    (run,) = results
+    fig = fig_registry_side(results)
+    (ax,) = fig.axes
+    bars = {c.get_label(): [p.get_width() for p in c.patches] for c in ax.containers}
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    slices = summary["registry_side"][reg.host]["slices"]
+    assert labels == [f"{s['handler']} {s['method']}" for s in slices]
+    for key, label in (("drtp_mean_ms", CLIENT), ("registry_mean_ms", REGISTRY)):
+        drawn = bars[label]
+        assert drawn == pytest.approx([s[key] if s[key] is not None else math.nan for s in slices], nan_ok=True)
+    assert sum(1 for s in slices if s["drtp_mean_ms"] and s["registry_mean_ms"]) >= 3
 
 
 def test_a_metrics_page_that_cannot_be_read_is_a_warning_not_a_failed_run(tmp_path, warmed, caplog):
