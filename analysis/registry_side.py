@@ -34,12 +34,21 @@ TABLE_COLUMNS = [
 ]
 
 
+def _slice(s) -> bool:
+    """A slice as drtp writes it (a summary.json edited by hand or by another tool may hold anything)."""
+    return isinstance(s, dict) and isinstance(s.get("handler"), str) and isinstance(s.get("method"), str)
+
+
 def registry_blocks(results: dict[str, dict]) -> dict[str, dict[str, dict]]:
     """Per run, its summary's ``registry_side`` entries that hold slices (runs without any left out)."""
     out = {}
     for run, r in results.items():
-        block = (r.get("replayer_summary") or {}).get("registry_side") or {}
-        entries = {reg: e for reg, e in block.items() if isinstance(e, dict) and e.get("slices")}
+        block = (r.get("replayer_summary") or {}).get("registry_side")
+        entries = {}
+        for registry, entry in block.items() if isinstance(block, dict) else ():
+            slices = entry.get("slices") if isinstance(entry, dict) else None
+            if isinstance(slices, list) and any(_slice(s) for s in slices):
+                entries[registry] = {**entry, "slices": [s for s in slices if _slice(s)]}
         if entries:
             out[run] = entries
     return out
@@ -47,9 +56,11 @@ def registry_blocks(results: dict[str, dict]) -> dict[str, dict[str, dict]]:
 
 def bucket_text(bounds: list | None) -> str:
     """A quantile's bucket as text: ``5–10`` (ms), ``> 250`` above the largest finite bound, empty when unknown."""
-    if not bounds:
+    if not isinstance(bounds, list) or len(bounds) != 2 or not isinstance(bounds[0], (int, float)):
         return ""
     low, high = bounds
+    if not isinstance(high, (int, float, type(None))):
+        return ""
     return f"> {low:g}" if high is None else f"{low:g}–{high:g}"
 
 
@@ -72,7 +83,9 @@ def registry_side_table(results: dict[str, dict]) -> pd.DataFrame:
 
 
 def _mean(value) -> float:
-    return float(value) if value is not None and math.isfinite(value) else np.nan
+    """A mean as drawn: NaN (no bar) where the slice has none."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else np.nan
 
 
 @figure

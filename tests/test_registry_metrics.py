@@ -121,3 +121,17 @@ def test_a_reading_that_fails_mid_run_is_a_warning_and_the_window_spans_the_good
     assert side["slices"][0]["registry_requests"] == 5
     kept = pd.read_csv(tmp_path / "registry_metrics.csv")
     assert sorted(kept.elapsed_s.unique()) == [0.0, 2.0]
+
+
+def test_a_registry_side_edited_into_nonsense_is_skipped_not_a_crash() -> None:
+    """summary.json may come from elsewhere: slices that are not drtp's are left out of the table and figure."""
+    from drtp.analysis.registry_side import fig_registry_side, registry_side_table
+
+    good = {"handler": "blob", "method": "GET", "drtp_mean_ms": 3.0, "registry_mean_ms": 1.0}
+    side = {"error": "text", "r": {"slices": [1, {"handler": 2}, {**good, "registry_p50_bucket_ms": ["a", None]}]}}
+    results = {"a": {"replayer_summary": {"registry_side": side}}, "b": {"replayer_summary": {"registry_side": []}}}
+    table = registry_side_table(results)
+    assert table[["run", "registry", "handler", "method"]].values.tolist() == [["a", "r", "blob", "GET"]]
+    assert table.registry_p50_bucket_ms.tolist() == [""]
+    (ax,) = fig_registry_side(results).axes
+    assert [p.get_width() for c in ax.containers for p in c.patches] == [3.0, 1.0]
