@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
 from drtp.analysis.plotting import Charts, cdf_line, clip_note, draw_charts, figure, new_figure, no_data, palette
+from drtp.analysis.registry_side import fig_registry_side, registry_blocks
 from drtp.analysis.results import TRACE_ROW, failure_table, group_key
 from drtp.units import MS_PER_S
 
@@ -239,6 +240,9 @@ FIGURES: dict[str, Callable[..., Figure]] = {
     "failures": fig_failures,
     "lateness": fig_lateness,
 }
+# drawn only when a run has their data, and otherwise not named at all: they show what a run opted into
+# (a registry's own metrics), which most runs have not
+OPT_IN_FIGURES: dict[str, Callable[..., Figure]] = {"registry_side": fig_registry_side}
 
 
 def left_out(results: dict[str, dict]) -> dict[str, str]:
@@ -259,4 +263,8 @@ def left_out(results: dict[str, dict]) -> dict[str, str]:
 def draw_all(results: dict[str, dict], frames: dict[str, pd.DataFrame], out: Path) -> Charts:
     """Every chart that has data as ``out/<name>.png``; the others named, with the reason, in ``left_out``."""
     makers = {name: functools.partial(make, results, frames) for name, make in FIGURES.items()}
+    if registry_blocks(results):
+        makers["registry_side"] = functools.partial(OPT_IN_FIGURES["registry_side"], results, frames)
+    else:  # an earlier analysis's chart must not pass for this one's
+        (out / "registry_side.png").unlink(missing_ok=True)
     return draw_charts(makers, left_out(results), out)

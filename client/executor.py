@@ -304,7 +304,19 @@ class Executor:
             if outcome == HTTP and not error:
                 error = f"HTTP {r.status}"
         aux.append(
-            AuxResult(method, what, r.status, start, latency, r.bytes, error, outcome, r.attempts, r.retry_after())
+            AuxResult(
+                method,
+                what,
+                r.status,
+                start,
+                latency,
+                r.bytes,
+                error,
+                outcome,
+                r.attempts,
+                r.retry_after(),
+                r.challenges,
+            )
         )
         return r
 
@@ -395,6 +407,7 @@ def result_of(
         attempts=r.attempts,
         aux=aux,
         retry_after=r.retry_after(),
+        challenges=r.challenges,
     )
 
 

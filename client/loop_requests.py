@@ -129,7 +129,7 @@ class LoopRequests:
         agent = req.user_agent
         start = self.clock()
         r = await self._authenticated(conns, server, req.method, target, headers, agent)
-        attempts = r.attempts
+        attempts, challenges = r.attempts, r.challenges
         for _ in range(MAX_REDIRECTS):
             if r.status not in REDIRECTS:
                 break
@@ -140,7 +140,8 @@ class LoopRequests:
             server = (u.scheme, u.netloc)
             target = u.path + ("?" + u.query if u.query else "")
             r = await self._authenticated(conns, server, req.method, target, headers, agent)
-        r.attempts = attempts
+            challenges += r.challenges
+        r.attempts, r.challenges = attempts, challenges
         latency = self.clock() - start
         return result_of(req, r, start, latency, object_digest(req, r), [])
 
@@ -173,6 +174,7 @@ class LoopRequests:
             return r
         again, _, _ = await self._challenged(self.connection(conns, server), auth, method, target, headers, agent)
         again.attempts += r.attempts  # both sends are the trace request's
+        again.challenges += r.challenges
         if again.status == 401:
             again.error = auth.refusal("sent again with the renewed secret: refused too")
         return again
@@ -204,7 +206,9 @@ class LoopRequests:
             return r, auth.secret_refused(sent, r.status, e, generation), generation
         if again and not auth.replaced_under(method, sent, generation):
             sent = auth.header(path)
+            challenged = r
             r = await self._send(conn, method, target, {**headers, **sent} if headers else sent, agent)
+            r.challenges = challenged.challenges + 1  # the 401's round trip: the registry served it too
             auth.answered(sent, r.status)
         return r, auth.secret_refused(sent, r.status, None, generation), generation
 

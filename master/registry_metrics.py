@@ -9,7 +9,10 @@ registry's metrics witness the run, they are not the run.
 
 ``registry_side`` puts the registry's figures for the window between the first and the
 last good reading beside drtp's own for the same slices (handler and method): the
-requests drtp sent — trace and helper requests, every attempt — and their mean latency.
+requests drtp sent — trace and helper requests, every attempt, and the extra round trip
+of each 401 auth challenge answered by sending the request again (the registry served
+and counted that 401 too) — and their mean latency; and both totals (``requests``,
+``drtp_requests``).
 """
 
 from __future__ import annotations
@@ -109,12 +112,16 @@ class RegistryMetrics:
             entry: dict = {"endpoints": len(self.endpoints[registry])}
             if registry in self.warnings:
                 entry["warning"] = self.warnings[registry]
+            own_total = sum(part[0] for part in mine.get(registry, {}).values())
             if registry not in self.first or self.first[registry] is self.last[registry]:
-                entry["slices"] = []
+                entry.update(requests=None, drtp_requests=own_total, slices=[])  # no window: nothing to compare
                 block[registry] = entry
                 continue
             entry["window_s"] = self.window_s[registry]
             seen = window(self.first[registry], self.last[registry])
+            # every request the registry completed in the window (its own probes too), and all drtp sent in it
+            entry["requests"] = round(sum(part.requests for part in seen.values()))
+            entry["drtp_requests"] = own_total
             slices = []
             for handler, method in sorted(set(seen) | set(mine.get(registry, {}))):
                 theirs = seen.get((handler, method))
@@ -138,14 +145,17 @@ class RegistryMetrics:
 def drtp_side(
     rows: Iterable[ResultRow], registry_of: Callable[[str], str]
 ) -> dict[str, dict[tuple[str, str], tuple[int, float, int]]]:
-    """Per registry, per (handler, method): (sends, sum of latencies in s, rows with a latency)."""
+    """Per registry, per (handler, method): (sends, sum of latencies in s, rows with a latency).
+
+    A row's sends are its attempts and the 401 challenges answered by sending it again: each reached the
+    registry, which counts it under the same handler and method."""
     out: dict[str, dict[tuple[str, str], list]] = {}
     for row in rows:
         if row.attempts < 1:  # never sent (lost, or a helper that failed before it)
             continue
         key = (handler_of(row.method, row.kind, row.reference), row.method)
         part = out.setdefault(registry_of(row.repository), {}).setdefault(key, [0, 0.0, 0])
-        part[0] += row.attempts
+        part[0] += row.attempts + row.challenges
         if row.latency_s is not None:
             part[1] += row.latency_s
             part[2] += 1

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 
 @dataclass(frozen=True)
 class Logged:
@@ -73,3 +75,20 @@ def user_agents(log_path: Path, offset: int = 0, settle_s: float = 0.3) -> list[
         for entry in log_entries(log_path, offset, settle_s)
         if str(entry.get("msg", "")).startswith("response completed")
     ]
+
+
+def served_between(log_path: Path, from_epoch: float, to_epoch: float, settle_s: float = 0.3) -> list[Logged]:
+    """The requests the registry logged as answered from ``from_epoch`` to ``to_epoch`` (Unix seconds, by the
+    log line's own time): those it completed, and those it refused for their credentials (status 401)."""
+    out = []
+    for entry in log_entries(log_path, 0, settle_s):
+        msg = str(entry.get("msg", ""))
+        completed = msg.startswith("response completed")
+        if not (completed or msg.startswith("error authorizing context")):
+            continue
+        at = pd.Timestamp(entry["time"]).value / 1e9  # RFC 3339 with nanoseconds
+        if from_epoch <= at <= to_epoch:
+            status = int(entry["http.response.status"]) if completed else 401
+            path, _, query = entry["http.request.uri"].partition("?")
+            out.append(Logged(entry["http.request.method"], path, status, query))
+    return out

@@ -5,8 +5,10 @@ from __future__ import annotations
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from drtp.master.registry_metrics import RegistryMetrics
 from drtp.registry.local import LocalRegistry
 from drtp.registry.metrics import ScrapeError, handler_of, labels_text, parse, scrape, window
 
@@ -96,3 +98,40 @@ def test_an_endpoint_that_does_not_answer_is_a_scrape_error(tmp_path: Path) -> N
     with LocalRegistry(tmp_path / "reg") as reg:  # its API port has no metrics page: 404
         with pytest.raises(ScrapeError, match="127.0.0.1"):
             scrape([f"http://127.0.0.1:{reg.port}/metrics-nowhere"], timeout=2)
+
+
+def test_a_reading_that_fails_mid_run_is_a_warning_and_the_window_spans_the_good_ones(tmp_path: Path) -> None:
+    """A metrics page that cannot be read once is a warning; the window runs from the first good reading to
+    the last, and registry_metrics.csv keeps only the good ones."""
+    page = tmp_path / "metrics.txt"
+    elapsed = iter([0.0, 1.0, 2.0])
+    recorder = RegistryMetrics(tmp_path / "registry_metrics.csv", {"reg": [page.as_uri()]}, lambda: next(elapsed), 1.0)
+    page.write_text(PAGE)
+    recorder.read_all()
+    page.unlink()  # the endpoint is gone for one reading
+    recorder.read_all()
+    page.write_text(PAGE.replace("} 7", "} 12"))
+    recorder.read_all()
+    recorder.file.close()
+
+    side = recorder.registry_side([], lambda repository: "reg")["reg"]
+    assert "metrics.txt" in side["warning"]
+    assert side["window_s"] == [0.0, 2.0]
+    assert side["requests"] == 5 and side["drtp_requests"] == 0
+    assert side["slices"][0]["registry_requests"] == 5
+    kept = pd.read_csv(tmp_path / "registry_metrics.csv")
+    assert sorted(kept.elapsed_s.unique()) == [0.0, 2.0]
+
+
+def test_a_registry_side_edited_into_nonsense_is_skipped_not_a_crash() -> None:
+    """summary.json may come from elsewhere: slices that are not drtp's are left out of the table and figure."""
+    from drtp.analysis.registry_side import fig_registry_side, registry_side_table
+
+    good = {"handler": "blob", "method": "GET", "drtp_mean_ms": 3.0, "registry_mean_ms": 1.0}
+    side = {"error": "text", "r": {"slices": [1, {"handler": 2}, {**good, "registry_p50_bucket_ms": ["a", None]}]}}
+    results = {"a": {"replayer_summary": {"registry_side": side}}, "b": {"replayer_summary": {"registry_side": []}}}
+    table = registry_side_table(results)
+    assert table[["run", "registry", "handler", "method"]].values.tolist() == [["a", "r", "blob", "GET"]]
+    assert table.registry_p50_bucket_ms.tolist() == [""]
+    (ax,) = fig_registry_side(results).axes
+    assert [p.get_width() for c in ax.containers for p in c.patches] == [3.0, 1.0]

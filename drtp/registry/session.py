@@ -119,8 +119,11 @@ class Session:
         client); ``agent``: its User-Agent, if not the session's."""
         headers = headers or {}
         sent = (client, agent) if client is not None or agent is not None else None
+        challenges = 0  # a hop's challenges are round trips of this request's, whichever hop answers
         for _ in range(MAX_REDIRECTS + 1):
             r = self._send_authenticated(method, url, body, headers, keep_body, sent)
+            challenges += r.challenges
+            r.challenges = challenges
             if r.status in REDIRECTS and method in IDEMPOTENT and r.header("location"):
                 url = urljoin(url, r.header("location"))
                 continue
@@ -147,6 +150,7 @@ class Session:
             return r
         again, _, _ = self._challenged(auth, method, url, body, headers, keep_body, sent)
         again.attempts += r.attempts  # both sends are the trace request's
+        again.challenges += r.challenges
         if again.status == 401:
             again.error = auth.refusal("sent again with the renewed secret: refused too")
         return again
@@ -170,7 +174,9 @@ class Session:
             return r, auth.secret_refused(sent, r.status, e, generation), generation
         if again and not auth.replaced_under(method, sent, generation):
             sent = auth.header(path)
+            challenged = r
             r = self._send(method, url, body, {**headers, **sent}, keep_body, sent_as)
+            r.challenges = challenged.challenges + 1  # the 401's round trip: the registry served it too
             auth.answered(sent, r.status)
         return r, auth.secret_refused(sent, r.status, None, generation), generation
 

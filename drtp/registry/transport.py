@@ -61,10 +61,12 @@ class Response:
 
     ``outcome`` is empty for an answer read completely, else the drtp.replay.outcome
     class of the failure with ``error`` saying what happened (``status`` 0 then);
-    ``attempts`` counts the sends (more than one only with opt-in retries).
+    ``attempts`` counts the sends (more than one only with opt-in retries); ``challenges`` the 401 answers
+    to this request that an auth challenge turned into one more send (each a round trip the registry served
+    and counted, though the request's answer is the send after it).
     """
 
-    __slots__ = ("status", "headers", "bytes", "error", "outcome", "attempts", "body")
+    __slots__ = ("status", "headers", "bytes", "error", "outcome", "attempts", "challenges", "body")
 
     def __init__(
         self,
@@ -81,6 +83,7 @@ class Response:
         self.error = error
         self.outcome = outcome
         self.attempts = attempts
+        self.challenges = 0
         self.body = b""  # kept only for ``request(keep_body=True)``: a registry's bodies are counted, not kept
 
     @classmethod

@@ -168,6 +168,7 @@ class AuxResult(msgspec.Struct, array_like=True, gc=False):
     outcome: str = "ok"  # drtp.replay.outcome: ok, http, timeout, refused, reset, truncated, tls, protocol…
     attempts: int = 1
     retry_after: float | None = None  # the answer's Retry-After, in seconds (None: the answer had none)
+    challenges: int = 0  # 401 auth challenges answered by sending it again (each one more round trip)
 
 
 class ReplayResult(msgspec.Struct, gc=False, omit_defaults=True):
@@ -186,6 +187,7 @@ class ReplayResult(msgspec.Struct, gc=False, omit_defaults=True):
     attempts: int = 1  # how often it was sent (> 1 only with client_info.retries)
     aux: list[AuxResult] = []
     retry_after: float | None = None  # the answer's Retry-After, in seconds (None: the answer had none)
+    challenges: int = 0  # 401 auth challenges answered by sending it again (each one more round trip)
 
 
 def registry_base(entry: str) -> str:

@@ -47,6 +47,8 @@ class ResultRow(msgspec.Struct, gc=False):
     auxiliary: bool  # a protocol helper request issued for the trace request written before it
     # the answer's Retry-After in seconds (an HTTP-date made seconds from the answer's arrival); None: it had none
     retry_after_s: float | None = None
+    # 401 auth challenges answered by sending it again: round trips the registry served beside ``attempts``
+    challenges: int = 0
 
 
 COLUMNS: tuple[str, ...] = ResultRow.__struct_fields__
@@ -101,6 +103,7 @@ def trace_row(node: str, req: ReplayRequest, res: ReplayResult) -> ResultRow:
         error=failure_text(outcome, res.status, res.error),
         auxiliary=False,
         retry_after_s=None if res.retry_after is None else round(res.retry_after, TIME_DIGITS),
+        challenges=res.challenges,
     )
 
 
@@ -157,6 +160,7 @@ def aux_row(node: str, req: ReplayRequest, a: AuxResult) -> ResultRow:
         error=failure_text(a.outcome, a.status, a.error),
         auxiliary=True,
         retry_after_s=None if a.retry_after is None else round(a.retry_after, TIME_DIGITS),
+        challenges=a.challenges,
     )
 
 
