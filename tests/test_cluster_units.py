@@ -248,6 +248,28 @@ def test_run_config_of_registries_each_registry_and_one_run():
     assert one["registries"] == [ENTRIES[0]] and replay_mode(one) == "run"
 
 
+def test_repeat_reaches_the_master_jobs_replay(tmp_path, env):
+    """``repeat: N`` (from the file or ``--set``) is in the run config the master job replays, whichever command
+    replays it: drtp run (warmup then run, each of which reads it) or drtp experiment."""
+    from drtp.cluster.submission import write_run_config
+    from drtp.config_overrides import parse_set
+
+    single = tmp_path / "one.yaml"
+    single.write_text(yaml.safe_dump({**CFG, "repeat": 4}))
+    experiment = tmp_path / "two.yaml"
+    entries = [{"id": i, "url": f"http://127.0.0.1:500{n}", "insecure": True} for n, i in enumerate("ab")]
+    experiment.write_text(yaml.safe_dump({**{k: v for k, v in CFG.items() if k != "registry"}, "registries": entries}))
+    for path, sets, mode in (
+        (single, [], "run"),
+        (experiment, [parse_set("repeat=3"), parse_set("repeat_state=reuse")], "experiment"),
+    ):
+        exp_dir = tmp_path / f"exp-{mode}"
+        exp_dir.mkdir()
+        assert write_run_config(exp_dir, raw_config(path, sets), False) == mode
+        replayed = load_config(exp_dir / "run-config.yaml")
+        assert (replayed.repeat, replayed.repeat_state) == ((4, "fresh") if mode == "run" else (3, "reuse"))
+
+
 def test_cluster_config_checked_like_drtp_experiment(tmp_path, env):
     path = _schema_only(_entries_config(tmp_path))
     assert check_run_config(load_config(path)) == "experiment"
