@@ -50,13 +50,17 @@ def namespace(k: int) -> str:
     return f"rep{k}-"
 
 
+def repetition_map(path: Path, k: int) -> Path:
+    """The warmup map of repetition ``k`` under ``fresh``: ``<stem>-rep<k><suffix>`` beside ``path``."""
+    return path.with_name(f"{path.stem}-rep{k}{path.suffix}")
+
+
 def repetition_config(cfg: Config, k: int) -> Config:
     """The config repetition ``k`` replays with: under ``fresh``, its namespace and its own warmup map; under
     ``reuse``, the config itself (the same repositories and map for every repetition)."""
     if cfg.repeat_state == "reuse":
         return cfg
-    out = Path(cfg.warmup.output)
-    warm = msgspec.structs.replace(cfg.warmup, output=str(out.with_name(f"{out.stem}-rep{k}{out.suffix}")))
+    warm = msgspec.structs.replace(cfg.warmup, output=str(repetition_map(Path(cfg.warmup.output), k)))
     return msgspec.structs.replace(cfg, namespace=namespace(k), warmup=warm)
 
 

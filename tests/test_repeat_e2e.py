@@ -232,3 +232,25 @@ def test_resume_refuses_a_directory_of_the_other_layout(tmp_path, capsys) -> Non
         assert main(["run", "-c", config, "--resume", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("drtp run: error: --resume: ") and expected in err and "\n" not in err
+
+
+def test_warmup_with_repeat_warms_each_repetitions_repositories(tmp_path) -> None:
+    """``drtp warmup`` of a config with ``repeat: 2`` (what a Slurm or deploy job runs before ``drtp run``) warms
+    the repositories each repetition will replay into, each into its own map."""
+    import urllib.request
+
+    trace = make_trace(tmp_path / "trace.json", requests=40, span=5.0)
+    with LocalRegistry(tmp_path / "registry") as reg:
+        write_config(tmp_path, trace, [reg.host], ["127.0.0.1:9"])
+        data = yaml.safe_load((tmp_path / "config.yaml").read_text())
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump({**data, "repeat": 2}))
+        assert main(["warmup", "-c", str(tmp_path / "config.yaml"), "-q"]) == 0
+        with urllib.request.urlopen(f"{reg.url}/v2/_catalog?n=1000") as answer:
+            catalog = json.load(answer)["repositories"]
+    maps = {k: [json.loads(line) for line in (tmp_path / f"warmup-map-rep{k}.jsonl").read_text().splitlines()]
+            for k in (1, 2)}  # fmt: skip
+    for k, entries in maps.items():
+        assert entries and all(e["repository"].startswith(f"rep{k}-") for e in entries)
+    warmed = {e["repository"] for entries in maps.values() for e in entries}
+    assert warmed <= set(catalog) and {r.split("-")[0] for r in warmed} == {"rep1", "rep2"}
+    assert not (tmp_path / "warmup-map.jsonl").exists()
