@@ -24,9 +24,13 @@ pytestmark = pytest.mark.registry
 SLOWER_S = 0.015  # the proxy holds each blob GET's answer this long
 
 
+def is_blob_get(method: str, path: str) -> bool:
+    return method == "GET" and "/blobs/" in path and "/uploads/" not in path
+
+
 def blob_get_latency(method: str, path: str) -> float:
     """The slower registry: the same one, each blob GET answered 15 ms later."""
-    return SLOWER_S if method == "GET" and "/blobs/" in path and "/uploads/" not in path else 0.0
+    return SLOWER_S if is_blob_get(method, path) else 0.0
 
 
 def _started(stdout: str) -> list[str]:
@@ -61,7 +65,7 @@ def test_four_interleaved_runs_a_side_find_a_15ms_slower_blob_get_worse(tmp_path
         code = main(["experiment", "-c", str(tmp_path / "exp.yaml"), "--repeat", "4", "--out", str(exp), "-q"])
         assert code == 0, capsys.readouterr().err[-2000:]
         assert not proxy.errors
-        slowed = [f for f in proxy.forwarded if blob_get_latency(f.method, f.path) and is_replayed(f.method, f.path)]
+        slowed = [f for f in proxy.forwarded if is_blob_get(f.method, f.path) and is_replayed(f.method, f.path)]
     status = json.loads((exp / "experiment.json").read_text())
     # interleaved: A B A B …, each run in <id>/rep-<k>/
     assert list(status) == [f"{r}/rep-{k}" for k in range(1, 5) for r in ("base", "slow")]
