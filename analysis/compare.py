@@ -257,8 +257,8 @@ def compare_values(
     p = float(stats.mannwhitneyu(b, c, alternative="two-sided").pvalue)
     if len(b) < min_runs or len(c) < min_runs:
         verdict = "inconclusive"
-    elif change is None:
-        verdict = "worse" if LOWER_IS_BETTER[stat] else "better"  # from zero to something
+    elif change is None:  # from zero to something: no ratio, but the test still decides
+        verdict = "same" if p >= alpha else "worse" if LOWER_IS_BETTER[stat] else "better"
     elif p >= alpha or abs(change) < noise:
         verdict = "same"
     else:
