@@ -152,7 +152,8 @@ def run_series(
                 print(f"== {name} {part.key}: done before, skipped")
             continue
         if not quiet:
-            print(f"== {name} {part.key} ({part.url})", flush=True)
+            into = f"; repositories {part.cfg.namespace}…" if part.cfg.namespace else ""
+            print(f"== {name} {part.key} ({part.url}{into})", flush=True)
         t0 = time.perf_counter()
         try:
             sub = part.cfg
