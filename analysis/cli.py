@@ -64,7 +64,7 @@ def cmd_analyze_compare(args: argparse.Namespace) -> int:
     from drtp.outputs import prepare_output_dir
 
     comparison = compare_runs(args.baseline, args.candidate, alpha=args.alpha, noise=args.noise / 100)
-    print(format_rows(comparison.rows))
+    print(format_rows(comparison.rows, comparison.meta))
     if args.out:
         out = Path(args.out)
         prepare_output_dir(out, "--out")

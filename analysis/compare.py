@@ -18,6 +18,12 @@ the Go team's benchstat does:
   throughput are better);
 * runs whose value lies more than 3 MADs from their side's median are flagged.
 
+Latency is the one each run is judged on by its own summary and ``--slo``
+(drtp.replay.slo.judged_latency): ``response_s`` for rate-mode runs — from each
+request's intended start, so a registry that stalls cannot hide it by slowing the
+sender — and ``latency_s`` otherwise; runs of both kinds are not compared.  A run
+whose summary says it did not complete (a repetition interrupted) is left out, named.
+
 One run against one run: its requests are not independent draws, so the interval comes
 from the run cut into :data:`BLOCKS` consecutive time blocks, each block's figures made by
 the same results model as the run's summary; the verdict stays ``inconclusive``.
@@ -34,6 +40,7 @@ import pandas as pd
 
 from drtp.analysis.results import load_run, run_model
 from drtp.errors import DrtpError
+from drtp.replay.slo import judged_latency
 from drtp.replay.summary import ResultsModel
 
 STATS = ("p50", "p90", "p99", "mean", "throughput", "failed")
@@ -76,9 +83,10 @@ class Row:
     note: str = ""
 
 
-def slice_values(part: dict) -> dict[str, float]:
-    """The statistics of one summary slice (``summary.json``'s top level or a ``per_method`` entry)."""
-    latency = part.get("latency_s") or {}
+def slice_values(part: dict, latency_key: str = "latency_s") -> dict[str, float]:
+    """The statistics of one summary slice (``summary.json``'s top level or a ``per_method`` entry);
+    ``latency_key``: the latency the run is judged on (:func:`drtp.replay.slo.judged_latency`)."""
+    latency = part.get(latency_key) or {}
     requests = part.get("requests") or 0
 
     def ms(key: str) -> float:
@@ -95,11 +103,13 @@ def slice_values(part: dict) -> dict[str, float]:
     }
 
 
-def summary_values(summary: dict) -> dict[tuple[str, str], float]:
-    """(slice, stat) -> value of one run, from its summary."""
-    out = {(ALL, s): v for s, v in slice_values(summary).items()}
+def summary_values(summary: dict, latency_key: str | None = None) -> dict[tuple[str, str], float]:
+    """(slice, stat) -> value of one run, from its summary; latency as the run's summary and ``--slo`` judge it
+    (``response_s`` in rate mode: from each request's intended start), unless ``latency_key`` says which."""
+    key = latency_key or judged_latency(summary)
+    out = {(ALL, s): v for s, v in slice_values(summary, key).items()}
     for name, part in (summary.get("per_method") or {}).items():
-        out.update({(name, s): v for s, v in slice_values(part).items()})
+        out.update({(name, s): v for s, v in slice_values(part, key).items()})
     return out
 
 
@@ -132,13 +142,38 @@ def run_dirs(arg: str) -> list[Path]:
     raise DrtpError(f"{arg}: not a run directory (no requests.csv) nor a folder of rep-*/ runs")
 
 
-def load_side(args: list[str]) -> tuple[list[Path], list[dict]]:
-    dirs = [d for a in args for d in run_dirs(a)]
-    summaries = []
-    for d in dirs:
+def load_side(args: list[str], option: str, left_out: list[str] | None = None) -> tuple[list[Path], list[dict]]:
+    """A side's run directories and summaries.  A run whose summary says it did not complete (interrupted, a
+    node lost, a write failed: its figures cover part of the trace) is left out, named in ``left_out``: a
+    repetition cut short keeps the finished ones comparable."""
+    dirs, summaries = [], []
+    for d in (d for a in args for d in run_dirs(a)):
         df, summary = load_run(d)
-        summaries.append(summary if "per_method" in summary else run_model(df, summary).summary())
+        if summary.get("complete") is False:
+            if left_out is not None:
+                left_out.append(f"{d}: {summary.get('incomplete_reason') or 'incomplete'}")
+            continue
+        if "per_method" not in summary:  # an older summary.json: the same model, fed from requests.csv
+            summary = {**run_model(df, summary).summary(), "mode": summary.get("mode")}
+        dirs.append(d)
+        summaries.append(summary)
+    if not dirs:
+        raise DrtpError(f"{option} {' '.join(args)}: no complete run (each summary.json says complete: false)")
     return dirs, summaries
+
+
+def latency_measure(bdirs: list[Path], bsum: list[dict], cdirs: list[Path], csum: list[dict]) -> str:
+    """The latency both sides are judged on: ``latency_s``, or ``response_s`` when the runs are in rate mode,
+    as their summaries and ``--slo`` judge them; runs of both kinds measure different things: refused."""
+    kinds = {d: judged_latency(s) for d, s in zip(bdirs + cdirs, bsum + csum, strict=True)}
+    if len(set(kinds.values())) > 1:
+        rate = next(d for d, k in kinds.items() if k == "response_s")
+        other = next(d for d, k in kinds.items() if k != "response_s")
+        raise DrtpError(
+            f"{rate}: a rate-mode run (latency from each request's intended start, response_s) cannot be compared "
+            f"with {other} (latency from the actual start, latency_s): compare runs of one mode"
+        )
+    return next(iter(kinds.values()))
 
 
 def side_of(labels: list[str], summaries: list[dict]) -> Side:
@@ -222,8 +257,8 @@ def compare_values(
     p = float(stats.mannwhitneyu(b, c, alternative="two-sided").pvalue)
     if len(b) < min_runs or len(c) < min_runs:
         verdict = "inconclusive"
-    elif change is None:
-        verdict = "worse" if LOWER_IS_BETTER[stat] else "better"  # from zero to something
+    elif change is None:  # from zero to something: no ratio, but the test still decides
+        verdict = "same" if p >= alpha else "worse" if LOWER_IS_BETTER[stat] else "better"
     elif p >= alpha or abs(change) < noise:
         verdict = "same"
     else:
@@ -278,8 +313,9 @@ def compare_runs(
     baseline_args: list[str], candidate_args: list[str], *, alpha: float = ALPHA, noise: float = NOISE
 ) -> Comparison:
     """The comparison of two sets of runs (run directories, or folders of rep-*/ runs)."""
-    bdirs, bsum = load_side(baseline_args)
-    cdirs, csum = load_side(candidate_args)
+    left_out: list[str] = []
+    bdirs, bsum = load_side(baseline_args, "--baseline", left_out)
+    cdirs, csum = load_side(candidate_args, "--candidate", left_out)
     labels = _labels(bdirs + cdirs)
     blabels, clabels = labels[: len(bdirs)], labels[len(bdirs) :]
     meta = {
@@ -288,10 +324,15 @@ def compare_runs(
         "alpha": alpha,
         "noise": noise,
         "min_runs": MIN_RUNS,
+        "latency": latency_measure(bdirs, bsum, cdirs, csum),
+        "left_out": left_out,
     }
     if len(bdirs) == 1 and len(cdirs) == 1:
         bblocks = block_summaries(*load_run(bdirs[0]))
         cblocks = block_summaries(*load_run(cdirs[0]))
+        for blocks, whole in ((bblocks, bsum[0]), (cblocks, csum[0])):
+            for block in blocks:  # a block's summary has no mode: it is judged as its run is
+                block["mode"] = whole.get("mode")
         note = f"1 run a side: interval from {BLOCKS} time blocks of each run; a verdict needs {MIN_RUNS} runs a side"
         meta["method"] = "time blocks"
         bside = side_of([f"{blabels[0]}#{i}" for i in range(len(bblocks))], bblocks)
@@ -339,8 +380,15 @@ def _pct(v: float | None, stat: str) -> str:
     return f"{100 * v:+.2f}pt" if stat == "failed" else f"{100 * v:+.1f}%"
 
 
-def format_rows(rows: list[Row]) -> str:
-    """A console table in benchstat's manner: medians, change with its interval, p, verdict ("~": same)."""
+LATENCY_NOTES = {
+    "latency_s": "latency: from each request's actual start (latency_s)",
+    "response_s": "latency: from each request's intended start (response_s: rate mode, as --slo judges it)",
+}
+
+
+def format_rows(rows: list[Row], meta: dict | None = None) -> str:
+    """A console table in benchstat's manner: medians, change with its interval, p, verdict ("~": same);
+    ``meta`` (the comparison's) adds which latency was compared and the runs left out."""
     head = ("slice", "stat", "baseline", "candidate", "change [95% interval]", "p", "verdict")
     lines = [head]
     for r in rows:
@@ -362,7 +410,10 @@ def format_rows(rows: list[Row]) -> str:
     }
     for b, c in sorted(few):
         notes.add(f"warning: {b} baseline and {c} candidate runs: a verdict needs {MIN_RUNS} runs a side")
-    return "\n".join(text + sorted(notes))
+    meta = meta or {}
+    extra = [LATENCY_NOTES[meta["latency"]]] if meta.get("latency") in LATENCY_NOTES else []
+    extra += [f"left out (not complete): {why}" for why in meta.get("left_out", [])]
+    return "\n".join(text + sorted(notes) + extra)
 
 
 def write_outputs(comparison: Comparison, out: Path) -> list[Path]:

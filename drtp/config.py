@@ -222,10 +222,19 @@ class Config(_Section):
     results: str = "results"  # where run directories go
     slurm: Slurm | None = None  # drtp slurm (docs/cluster.md)
     deploy: Deploy | None = None  # drtp deploy (docs/cluster.md)
+    # drtp run / experiment: replay this many times (interleaved across an experiment's registries), each
+    # repetition into rep-<k>/ of the run's directory (drtp/master/repeat.py)
+    repeat: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1
+    # fresh: each repetition replays into repositories of its own (prefix rep<k>-), warmed up for it;
+    # reuse: every repetition replays into the same repositories, as left by the one before
+    repeat_state: Literal["fresh", "reuse"] = "fresh"
 
     # where the file was loaded from (errors name it); relative paths are resolved against its folder
     base_dir: str = "."
     source: str = "<config>"
+    # set by drtp itself, never by a file: the repository prefix of one repetition (rep<k>-), put after each
+    # registry's own prefix by drtp.registry.repo_names
+    namespace: str = ""
 
     def trace_paths(self) -> list[Path]:
         """The trace files, ``trace.location`` joined with each of ``trace.traces``."""
@@ -344,7 +353,7 @@ def _note_unused_port(cfg: Config) -> None:
 def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the config must be a mapping of keys, not {type(data).__name__}")
-    for internal in ("base_dir", "source"):
+    for internal in ("base_dir", "source", "namespace"):
         if internal in data:
             raise ConfigError(f"{source}: unknown key '{internal}'")
     data = _expand(data, source, "")
@@ -530,6 +539,8 @@ def redacted(cfg: Config, full: bool = False) -> dict:
     data = _every_key(cfg) if full else msgspec.to_builtins(cfg)
     data.pop("base_dir", None)
     data.pop("source", None)
+    if not data.get("namespace"):  # only a repetition's config has one (config.json of its run records it)
+        data.pop("namespace", None)
     return mask(data)
 
 

@@ -1,7 +1,8 @@
 """``drtp clean``: remove from a registry what drtp pushed there, and nothing else.
 
 What drtp pushed is what its own records say: the warmup map of each registry
-(``warmup.output``; ``<stem>-<id><suffix>`` per entry of ``registries:``),
+(``warmup.output``; ``<stem>-<id><suffix>`` per entry of ``registries:``; with ``repeat: N``,
+``<stem>[-<id>]-rep<k><suffix>`` per repetition),
 the ``requests.csv`` of the runs named with ``--run`` (a manifest PUT or a blob
 upload or mount the registry accepted, with the digest it got, and the helper
 pushes of the minimal config blob), and the preflight's probe blob, which the
@@ -133,6 +134,10 @@ def warmup_maps(cfg: Config, chosen: Iterable[str]) -> dict[Path, set[str]]:
         for e in cfg.registries:
             if registry_base(e.url) == base:
                 maps[cfg.path(registry_config(cfg, e).warmup.output)].add(base)
+    if cfg.repeat > 1 and cfg.repeat_state == "fresh":  # each repetition warmed repositories of its own
+        from drtp.master.repeat import repetition_map
+
+        return {repetition_map(path, k): bases for path, bases in maps.items() for k in range(1, cfg.repeat + 1)}
     return maps
 
 

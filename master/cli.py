@@ -87,6 +87,15 @@ def rate_overrides(args: argparse.Namespace) -> None:
         value = getattr(args, option, None)
         if value is not None:
             args.overrides.append(Override(f"client_info.{key}", value, f"--{option}"))
+    if getattr(args, "repeat", None) is not None:
+        args.overrides.append(Override("repeat", args.repeat, "--repeat"))
+
+
+REPEAT_HELP = (
+    "replay N times, each run into rep-<k>/ of --out (an experiment: interleaved across its registries, A B A B), "
+    "each into repositories of its own (prefix rep<k>-) warmed up for it unless repeat_state: reuse; the exit "
+    "code is the worst of the runs'; default: the config's repeat (1)"
+)
 
 
 def add_rate_options(p: argparse.ArgumentParser) -> None:
@@ -139,13 +148,19 @@ def cmd_warmup(args: argparse.Namespace) -> int:
         raise DrtpError(
             f"{args.config}: has a 'registries:' list: use 'drtp experiment -c CONFIG' (warmup + run per registry)"
         )
+    from drtp.master.repeat import repetition_configs
+
+    # repeat: N (fresh): each repetition's repositories and map, as drtp run --repeat replays them
+    subs = repetition_configs(cfg) if cfg.repeat_state == "fresh" else [cfg]
     if args.fresh:
         from drtp.registry.repo_hooks import created_path
 
-        path = cfg.path(cfg.warmup.output)
-        for done in (path, created_path(path)):  # the map, and the repositories its hooks created
-            done.unlink(missing_ok=True)
-    run_warmup(cfg)
+        for sub in subs:
+            path = sub.path(sub.warmup.output)
+            for done in (path, created_path(path)):  # the map, and the repositories its hooks created
+                done.unlink(missing_ok=True)
+    for sub in subs:
+        run_warmup(sub)
     return 0
 
 
@@ -164,6 +179,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     budget = failure_budget(args, cfg)
     wanted = objectives(args, cfg)
     out = Path(args.out) if args.out else default_out(cfg)
+    if cfg.repeat > 1:  # repetitions: a series of runs, recorded and judged as an experiment's registries
+        from drtp.exit_codes import worst
+        from drtp.master.experiment import run_series
+        from drtp.master.repeat import run_parts
+
+        status = run_series(
+            run_parts(cfg, out), out, cfg.repeat, resume=args.resume, budget=budget,
+            stats_interval_s=args.stats_interval, objectives=wanted, what="run",
+        )  # fmt: skip
+        return worst(s["exit_code"] for s in status.values())
+    if args.resume:
+        from drtp.master.repeat import check_layout
+
+        check_layout([out], 1)
     summary = run_replay(cfg, out, resume=args.resume, stats_interval_s=args.stats_interval)
     verdict = judge(summary, budget, wanted)
     say(args, verdict.message, verdict.code)
@@ -203,6 +232,8 @@ def cmd_ramp(args: argparse.Namespace) -> int:
         raise DrtpError(f"{args.config}: has a 'registries:' list: a ramp runs against one registry ('registry:')")
     if cfg.client_info.engine == "loop":
         raise DrtpError(f"{cfg.source}: key 'client_info.engine': a ramp runs in rate mode, which needs 'threads'")
+    if cfg.repeat > 1:
+        raise DrtpError(f"{cfg.source}: key 'repeat': a ramp runs once (its steps are the series); remove the key")
     if args.to is not None and args.to < args.start:
         raise DrtpError(f"--to {args.to:g}: below --from {args.start:g}")
     wanted = objectives(args, cfg)
@@ -333,6 +364,7 @@ def register(sub) -> None:
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP)
     p.add_argument("--slo", metavar="EXPR", help=SLO_HELP)
     add_rate_options(p)
+    p.add_argument("--repeat", type=positive_int, metavar="N", help=REPEAT_HELP)
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     add_stats_interval_option(p)
     add_progress_options(p)
@@ -351,6 +383,7 @@ def register(sub) -> None:
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP + ", for each registry's run")
     p.add_argument("--slo", metavar="EXPR", help=SLO_HELP + "; for each registry's run")
     add_rate_options(p)
+    p.add_argument("--repeat", type=positive_int, metavar="N", help=REPEAT_HELP)
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     add_stats_interval_option(p)
     add_progress_options(p)

@@ -9,6 +9,11 @@ summary.json tagged with ``registry_id``), with its own warmup map
 registry: ok (the run completed), its exit code (drtp.exit_codes: 1 when more
 of its trace requests failed than ``max_failed`` allows), the error (one line),
 and the run's headline numbers; the command exits with the highest code.
+
+With ``repeat: N`` (``--repeat N``) each registry runs N times, interleaved (repetition 1 of
+every registry, then repetition 2 …; drtp.master.repeat says why), into
+``<experiment>/<id>/rep-<k>/``, and experiment.json has an entry ``<id>/rep-<k>`` per run.
+``drtp run --repeat N`` goes through the same series (:func:`run_series`) with one registry list.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from drtp.cli_options import refusal
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
+from drtp.master.repeat import Part, check_layout, rep_dir, repetition_config
 from drtp.master.results_dir import write_failed
 from drtp.master.run import run_replay
 from drtp.master.verdict import judge
@@ -75,6 +81,22 @@ def check_experiment(cfg: Config) -> None:
     config_auth(cfg)  # a mistake in any entry (http without insecure, missing password…) stops before any run
 
 
+def experiment_parts(cfg: Config, out: Path) -> list[Part]:
+    """The runs of an experiment: each registry in turn, or, with ``repeat: N``, repetition 1 of every
+    registry, then repetition 2 of every registry… (interleaved: A B A B …) into ``<id>/rep-<k>/``."""
+    parts = []
+    for k in range(1, cfg.repeat + 1):
+        for entry in cfg.registries:
+            sub = registry_config(cfg, entry)
+            if cfg.repeat == 1:
+                parts.append(Part(entry.id, sub, out / entry.id, entry.url, warm=True, registry_id=entry.id))
+            else:
+                run_dir = rep_dir(out / entry.id, k)
+                sub = repetition_config(sub, k)
+                parts.append(Part(f"{entry.id}/rep-{k}", sub, run_dir, entry.url, True, entry.id, k))
+    return parts
+
+
 def run_experiment(
     cfg: Config,
     out_dir: Path | None = None,
@@ -88,37 +110,71 @@ def run_experiment(
 
     ``objectives`` (``--slo``) are judged on each registry's run, as ``max_failed`` is.
     """
-    budget = budget or FailureBudget(count=0)
-    objectives = objectives or []
     check_experiment(cfg)
     out = out_dir or default_experiment_dir(cfg)
+    return run_series(
+        experiment_parts(cfg, out), out, cfg.repeat, quiet, resume, budget, stats_interval_s, objectives, "experiment"
+    )
+
+
+def run_series(
+    parts: list[Part],
+    out: Path,
+    repeat: int = 1,
+    quiet: bool = False,
+    resume: bool = False,
+    budget: FailureBudget | None = None,
+    stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
+    objectives: list[Objective] | None = None,
+    what: str = "experiment",
+) -> dict:
+    """Run ``parts`` in order (an experiment's registries, a run's repetitions, or both), unattended: a part that
+    fails is recorded and the next one runs; experiment.json records each; returns its content.
+
+    ``what`` names the command in its lines (``drtp experiment``, ``drtp run``).
+    """
+    budget = budget or FailureBudget(count=0)
+    objectives = objectives or []
+    prog = f"drtp {what}"
+    if resume:
+        check_layout(list(dict.fromkeys(p.run_dir.parent if repeat > 1 else p.run_dir for p in parts)), repeat)
     made = prepare_output_dir(out)
     status_path = out / "experiment.json"
     status: dict = json.loads(status_path.read_text()) if resume and status_path.exists() else {}
     for s in status.values():  # written before exit codes were recorded
         s.setdefault("exit_code", int(ExitCode.OK if s.get("ok") else ExitCode.CANNOT_RUN))
-    for entry in cfg.registries:
-        run_dir = out / entry.id
-        prior = status.get(entry.id, {})
+    name = "repetition" if what == "run" else "registry"
+    for part in parts:
+        run_dir = part.run_dir
+        prior = status.get(part.key, {})
         if resume and prior.get("ok") and (run_dir / "summary.json").exists():
             if not quiet:
-                print(f"== registry {entry.id}: done before, skipped")
+                print(f"== {name} {part.key}: done before, skipped")
             continue
         if not quiet:
-            print(f"== registry {entry.id} ({entry.url})", flush=True)
+            into = f"; repositories {part.cfg.namespace}…" if part.cfg.namespace else ""
+            print(f"== {name} {part.key} ({part.url}{into})", flush=True)
         t0 = time.perf_counter()
         try:
-            sub = registry_config(cfg, entry)
-            run_warmup(sub, quiet=quiet)
+            sub = part.cfg
+            if part.warm:
+                run_warmup(sub, quiet=quiet)
             resumed = resume and (run_dir / "requests.csv").exists()
             summary = run_replay(sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s)
-            summary["registry_id"] = entry.id
-            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
+            if part.registry_id is not None:
+                summary["registry_id"] = part.registry_id
+            if part.repetition is not None:  # which replicate this is, for the analyses that group them
+                summary["repetition"] = part.repetition
+                summary["repeat"] = repeat
+                summary["repeat_state"] = sub.repeat_state
+                summary["namespace"] = sub.namespace
+            if part.registry_id is not None or part.repetition is not None:
+                (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
             verdict = judge(summary, budget, objectives)
-            status[entry.id] = {
+            status[part.key] = {
                 "ok": True,
                 "exit_code": int(verdict.code),
-                "url": entry.url,
+                "url": part.url,
                 "requests": summary["requests"],
                 "failed": summary["failed"],
                 "throughput_rps": summary["throughput_rps"],
@@ -126,30 +182,45 @@ def run_experiment(
                 "objectives": {j.objective.text: j.held for j in verdict.objectives},
                 "wall_s": time.perf_counter() - t0,
             }
+            if part.repetition is not None:
+                status[part.key]["repetition"] = part.repetition
             if verdict.message and not quiet:
-                what = f"registry {entry.id}: {verdict.message}"
-                line = refusal("drtp experiment", what) if verdict.code else f"drtp experiment: warning: {what}"
+                what_line = f"{name} {part.key}: {verdict.message}"
+                line = refusal(prog, what_line) if verdict.code else f"{prog}: warning: {what_line}"
                 print(line, file=sys.stderr, flush=True)
         except DrtpError as e:
-            status[entry.id] = {"ok": False, "exit_code": int(e.exit_code), "url": entry.url, "error": str(e)}
+            status[part.key] = {"ok": False, "exit_code": int(e.exit_code), "url": part.url, "error": str(e)}
             if e.exit_code == ExitCode.BAD_INPUT:
-                # the trace and config are the same for every registry: the next one would be refused alike
-                if made and len(status) == 1:  # nothing was run: no experiment folder claims otherwise
+                # the trace and config are the same for every part: the next one would be refused alike
+                if made and len(status) == 1:  # nothing was run: no folder claims otherwise
                     shutil.rmtree(out, ignore_errors=True)
                 else:
                     _write_status(status_path, status)
                 raise
-        except Exception as e:  # noqa: BLE001 - unattended: a bug in one registry's part must not stop the rest
+        except Exception as e:  # noqa: BLE001 - unattended: a bug in one part must not stop the rest
             error = f"{type(e).__name__}: {e}"[:500]
-            status[entry.id] = {"ok": False, "exit_code": int(ExitCode.CANNOT_RUN), "url": entry.url, "error": error}
-            (out / f"{entry.id}-error.txt").write_text(traceback.format_exc())
-        if not status[entry.id]["ok"] and not quiet:
-            print(f"registry {entry.id}: FAILED: {status[entry.id]['error']}", flush=True)
+            status[part.key] = {"ok": False, "exit_code": int(ExitCode.CANNOT_RUN), "url": part.url, "error": error}
+            (out / f"{part.key.replace('/', '-')}-error.txt").write_text(traceback.format_exc())
+        if not status[part.key]["ok"] and not quiet:
+            print(f"{name} {part.key}: FAILED: {status[part.key]['error']}", flush=True)
         _write_status(status_path, status)
     if not quiet:
-        good = [i for i, s in status.items() if s["ok"]]
-        print(f"experiment: {len(good)} of {len(status)} registries ok → {out}/ (experiment.json)")
-        if good:
-            runs = " ".join(str(out / i) for i in good)
-            print(f"compare: drtp analyze results {runs} --out {out / 'analysis'}")
+        _closing_lines(status, parts, out, name, repeat)
     return status
+
+
+def _closing_lines(status: dict, parts: list[Part], out: Path, name: str, repeat: int) -> None:
+    """What ran, and the command that compares it."""
+    good = [i for i, s in status.items() if s["ok"]]
+    head = "experiment" if name == "registry" else "run"
+    counted = "registries" if repeat == 1 else "runs"
+    print(f"{head}: {len(good)} of {len(status)} {counted} ok → {out}/ (experiment.json)")
+    if not good:
+        return
+    if repeat == 1:
+        runs = " ".join(str(out / i) for i in good)
+        print(f"compare: drtp analyze results {runs} --out {out / 'analysis'}")
+        return
+    sides = list(dict.fromkeys(p.run_dir.parent for p in parts))  # each registry's folder of rep-<k>/
+    if len(sides) >= 2:
+        print(f"compare: drtp analyze compare --baseline {sides[0]} --candidate {sides[1]} --out {out / 'compare'}")

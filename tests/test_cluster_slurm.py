@@ -171,6 +171,29 @@ def test_slurm_submit_replays_through_jobs(tmp_path, cluster, trace, registry):
     assert re.search(rf"master: job {master_id} COMPLETED", status.stdout)
 
 
+def test_repeat_reaches_the_master_job(tmp_path, cluster, trace, registry):
+    """``--set repeat=2`` on ``slurm submit``: the master job's warmup and run replay two repetitions, each into
+    repositories of its own, into run/rep-<k>/, gathered with their experiment.json."""
+    config = write_config(tmp_path, trace, registry.host, cluster)
+    offset = registry.log_path.stat().st_size
+    argv = ["slurm", "submit", "-c", str(config), "--name", "rep", "--set", "repeat=2"]
+    proc = drtp(argv, cluster.env(DRTP_TOKEN=TOKEN))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = tmp_path / "results" / "rep"
+    for k in (1, 2):
+        check_results(results / f"rep-{k}", trace)
+        assert json.loads((results / f"rep-{k}" / "summary.json").read_text())["namespace"] == f"rep{k}-"
+    status = json.loads((results / "experiment.json").read_text())
+    assert [(key, s["exit_code"]) for key, s in status.items()] == [("rep-1", 0), ("rep-2", 0)]
+    time.sleep(0.3)
+    with open(registry.log_path, "rb") as f:
+        f.seek(offset)
+        uris = [json.loads(line).get("http.request.uri", "") for line in f if b'"http.request.uri"' in line]
+    trace_repos = {u.split("/")[2] for u in uris if u.startswith("/v2/") and u.count("/") > 3}
+    assert {r.split("-")[0] for r in trace_repos if r.startswith("rep")} == {"rep1", "rep2"}
+    assert all(r.startswith(("rep1-", "rep2-")) for r in trace_repos), trace_repos
+
+
 def test_each_registry_in_turn_on_one_allocation(tmp_path, cluster, trace, registry):
     """registry: [a, b] with each_registry: a run per address; a's registries: entry (its prefix) stays with a's run
     alone, b (no entry) runs as a plain address."""

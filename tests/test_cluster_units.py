@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 import yaml
 
@@ -248,6 +249,28 @@ def test_run_config_of_registries_each_registry_and_one_run():
     assert one["registries"] == [ENTRIES[0]] and replay_mode(one) == "run"
 
 
+def test_repeat_reaches_the_master_jobs_replay(tmp_path, env):
+    """``repeat: N`` (from the file or ``--set``) is in the run config the master job replays, whichever command
+    replays it: drtp run (warmup then run, each of which reads it) or drtp experiment."""
+    from drtp.cluster.submission import write_run_config
+    from drtp.config_overrides import parse_set
+
+    single = tmp_path / "one.yaml"
+    single.write_text(yaml.safe_dump({**CFG, "repeat": 4}))
+    experiment = tmp_path / "two.yaml"
+    entries = [{"id": i, "url": f"http://127.0.0.1:500{n}", "insecure": True} for n, i in enumerate("ab")]
+    experiment.write_text(yaml.safe_dump({**{k: v for k, v in CFG.items() if k != "registry"}, "registries": entries}))
+    for path, sets, mode in (
+        (single, [], "run"),
+        (experiment, [parse_set("repeat=3"), parse_set("repeat_state=reuse")], "experiment"),
+    ):
+        exp_dir = tmp_path / f"exp-{mode}"
+        exp_dir.mkdir()
+        assert write_run_config(exp_dir, raw_config(path, sets), False) == mode
+        replayed = load_config(exp_dir / "run-config.yaml")
+        assert (replayed.repeat, replayed.repeat_state) == ((4, "fresh") if mode == "run" else (3, "reuse"))
+
+
 def test_cluster_config_checked_like_drtp_experiment(tmp_path, env):
     path = _schema_only(_entries_config(tmp_path))
     assert check_run_config(load_config(path)) == "experiment"
@@ -393,3 +416,34 @@ def test_clean_finds_the_warmup_maps_of_each_registrys_runs(tmp_path):
     }
     assert warmup_maps(cfg, [registry_base(r) for r in cfg.registry]) == written
     assert sorted(p.name for p in written) == ["map-1-127.0.0.1_5001.jsonl", "map-2-127.0.0.1_5002.jsonl"]
+
+
+def test_clean_finds_the_warmup_map_of_each_repetition(tmp_path):
+    """repeat: N (fresh): each repetition warmed repositories of its own into a map of its own; drtp clean reads
+    exactly those maps, for a run and for each entry of an experiment."""
+    from drtp.config import config_from_dict
+    from drtp.master.clean import warmup_maps
+    from drtp.master.experiment import experiment_parts
+    from drtp.master.repeat import run_parts
+    from drtp.replay.messages import registry_base
+
+    run = config_from_dict(
+        {"registry": ["127.0.0.1:5001"], "warmup": {"output": str(tmp_path / "map.jsonl")}, "repeat": 3},
+        base_dir=str(tmp_path),
+    )
+    written = {run.path(p.cfg.warmup.output): {"http://127.0.0.1:5001"} for p in run_parts(run, tmp_path)}
+    assert warmup_maps(run, ["http://127.0.0.1:5001"]) == written
+    assert sorted(p.name for p in written) == ["map-rep1.jsonl", "map-rep2.jsonl", "map-rep3.jsonl"]
+    entries = [{"id": i, "url": f"http://127.0.0.1:500{n}", "insecure": True} for n, i in enumerate("ab")]
+    exp = config_from_dict(
+        {"registries": entries, "warmup": {"output": str(tmp_path / "map.jsonl")}, "repeat": 2},
+        base_dir=str(tmp_path),
+    )
+    written = {}
+    for p in experiment_parts(exp, tmp_path):
+        written.setdefault(exp.path(p.cfg.warmup.output), set()).add(registry_base(p.url))
+    assert warmup_maps(exp, [registry_base(e["url"]) for e in entries]) == written
+    assert len(written) == 4 and (tmp_path / "map-b-rep2.jsonl") in written
+    # reuse: one map, the registry's own, for every repetition
+    reuse = msgspec.structs.replace(run, repeat_state="reuse")
+    assert warmup_maps(reuse, ["http://127.0.0.1:5001"]) == {tmp_path / "map.jsonl": {"http://127.0.0.1:5001"}}

@@ -75,3 +75,9 @@ def test_the_table_warns_when_runs_are_too_few() -> None:
     assert p50.verdict == "inconclusive" and p50.baseline == 10.5 and p50.candidate == 20.5
     text = format_rows(rows)
     assert "a verdict needs 4 runs a side" in text and "+95.2%" in text
+
+
+def test_from_zero_to_something_is_judged_by_the_test_too() -> None:
+    # a baseline median of 0 leaves no ratio: the verdict still needs the runs to differ
+    assert compare_values("p50", [0.0] * 4, [5.0, 6.0, 7.0, 8.0])[-1] == "worse"
+    assert compare_values("p50", [0.0, 0.0, 9.0, 10.0, 0.0], [5.0, 6.0, 0.0, 11.0, 0.0])[-1] == "same"

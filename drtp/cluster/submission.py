@@ -165,8 +165,11 @@ class Experiment:
         self.state.update(replay=mode, each_registry=each)
         if resume:
             self.state["resumed"] = self.state.get("resumed", 0) + 1
-        # drtp run --resume continues a requests.csv; without one there is nothing to continue
-        resume = resume and (mode == EXPERIMENT or (self.dir / "run" / "requests.csv").exists())
+        # drtp run --resume continues a requests.csv (a repetition's, with repeat: N); without one there is
+        # nothing to continue
+        run = self.dir / "run"
+        started = (run / "requests.csv").exists() or any(run.glob("rep-*/requests.csv"))
+        resume = resume and (mode == EXPERIMENT or started)
         env = dict(os.environ)
         if cfg.client_info.token:  # the jobs inherit it (sbatch --export=ALL); scripts never hold it
             env["DRTP_TOKEN"] = cfg.client_info.token

@@ -110,25 +110,31 @@ class RepositoryMap:
         self._from: dict[str, str] = {}  # registry name -> trace name
 
     @classmethod
-    def from_entry(cls, entry: RegistryEntry, source: str = "<config>") -> RepositoryMap:
+    def from_entry(cls, entry: RegistryEntry, source: str = "<config>", namespace: str = "") -> RepositoryMap:
+        """The entry's names; ``namespace`` (a repetition's ``rep<k>-``) goes after the entry's own prefix, so a
+        name keeps the shape the entry's registry takes (``myorg/`` + ``rep2-`` + ``user-repo``)."""
         where = f"{source}: registries[{entry.id}]"
-        return cls(entry.repository_map, entry.repository, where, collect=bool(entry.create_repository))
+        prefix = entry.repository + namespace
+        return cls(entry.repository_map, prefix, where, collect=bool(entry.create_repository))
 
     @classmethod
     def for_config(cls, cfg: Config) -> RepositoryMap:
         """The map of a single-registry config (an experiment's per-registry config); none otherwise.
 
         A config with several ``registries:`` entries replays them one at a time
-        (``drtp experiment``), each through its own single-entry config.
+        (``drtp experiment``), each through its own single-entry config.  A repetition's config
+        (``cfg.namespace``, drtp.master.repeat) puts its prefix before every name, whatever the registries.
         """
         if len(cfg.registries) == 1:
-            return cls.from_entry(cfg.registries[0], cfg.source)
+            return cls.from_entry(cfg.registries[0], cfg.source, cfg.namespace)
         named = next((e for e in cfg.registries if e.repository or e.repository_map != "prefix"), None)
         if named is not None:  # one run spreads the trace over the registries: no entry's names could be kept
             raise ConfigError(
                 f"{cfg.source}: registries[{named.id}]: its repository names ('repository', 'repository_map') hold "
                 f"only when it is replayed on its own: run 'drtp experiment' (one registry after another)"
             )
+        if cfg.namespace:
+            return cls("prefix", cfg.namespace, f"{cfg.source}: repetition {cfg.namespace!r}")
         return cls()
 
     def map(self, name: str) -> str:

@@ -1,0 +1,111 @@
+"""Repeated runs (``--repeat N``, ``repeat: N``): the same replay N times, each a replicate of the others.
+
+One run a side cannot say whether two registries differ (``drtp analyze compare`` needs
+4 runs a side for a verdict): runs of one setup differ with the machine, the network and
+the registry's caches, so the run is the unit of evidence.  Repetitions are what make
+runs replicates:
+
+* **Interleaved.** An experiment runs repetition 1 of every registry, then repetition 2 of
+  every registry, and so on (A B A B …, drtp.master.experiment): a drift of the
+  machine or the network over the series then touches every side alike, instead of
+  all of A's runs before all of B's.
+* **Each from the same state.** A trace that pushes changes the registry: a second
+  replay into the same repositories finds the layers and tags the first one pushed
+  (uploads become mounts or no-ops, pulls of new tags succeed), so it measures
+  something else.  With ``repeat_state: fresh`` (the default) repetition ``k`` replays
+  into repositories of its own — every repository name gets the prefix ``rep<k>-``
+  after the registry's own prefix (``repository:``; drtp.registry.repo_names), so
+  ``user/repo`` becomes ``rep2-user/repo`` — warmed up for it, with its own warmup
+  map (``<warmup.output stem>-rep<k><suffix>``).  The price: N times the warmup's
+  pushes and the registry's storage.  ``repeat_state: reuse`` replays every
+  repetition into the same repositories, each after the one before: no extra
+  storage, but repetition 2 on measures a registry that already holds what
+  repetition 1 pushed.
+
+Each repetition's results go to ``rep-<k>/`` (k from 1) of the run's directory (an
+experiment's: of each registry's), a run directory like any other, whose summary.json
+says ``repetition`` and ``repeat``.  The series is recorded in ``experiment.json``
+(one entry per repetition, as an experiment's per registry), which ``--resume`` reads
+to skip the finished ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from drtp.config import Config
+from drtp.errors import DrtpError
+
+
+def rep_dir(run_dir: Path, k: int) -> Path:
+    """The directory of repetition ``k`` (from 1) of the run whose directory is ``run_dir``."""
+    return run_dir / f"rep-{k}"
+
+
+def namespace(k: int) -> str:
+    """The repository prefix of repetition ``k`` under ``repeat_state: fresh``."""
+    return f"rep{k}-"
+
+
+def repetition_map(path: Path, k: int) -> Path:
+    """The warmup map of repetition ``k`` under ``fresh``: ``<stem>-rep<k><suffix>`` beside ``path``."""
+    return path.with_name(f"{path.stem}-rep{k}{path.suffix}")
+
+
+def repetition_config(cfg: Config, k: int) -> Config:
+    """The config repetition ``k`` replays with: under ``fresh``, its namespace and its own warmup map; under
+    ``reuse``, the config itself (the same repositories and map for every repetition)."""
+    if cfg.repeat_state == "reuse":
+        return cfg
+    warm = msgspec.structs.replace(cfg.warmup, output=str(repetition_map(Path(cfg.warmup.output), k)))
+    return msgspec.structs.replace(cfg, namespace=namespace(k), warmup=warm)
+
+
+def repetition_configs(cfg: Config) -> list[Config]:
+    """The config of each repetition, in order (one, ``cfg`` itself, when the config repeats nothing)."""
+    if cfg.repeat <= 1:
+        return [cfg]
+    return [repetition_config(cfg, k) for k in range(1, cfg.repeat + 1)]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One run of a series (drtp.master.experiment.run_series): a registry's, a repetition's, or both."""
+
+    key: str  # its name in experiment.json: the registry's id, "rep-<k>", or "<id>/rep-<k>"
+    cfg: Config  # the config it replays with (one registry; a repetition's namespace and warmup map)
+    run_dir: Path
+    url: str  # the registry (or registries) it replays against, for experiment.json
+    warm: bool  # warm up before it: an experiment always does, a run's repetition in a namespace of its own
+    registry_id: str | None = None
+    repetition: int | None = None
+
+
+def run_parts(cfg: Config, out: Path) -> list[Part]:
+    """The repetitions of ``drtp run --repeat N`` (one registry list, replayed N times in turn)."""
+    url = ", ".join(cfg.registry)
+    fresh = cfg.repeat_state == "fresh"
+    return [
+        Part(f"rep-{k}", sub, rep_dir(out, k), url, warm=fresh, repetition=k)
+        for k, sub in enumerate(repetition_configs(cfg), 1)
+    ]
+
+
+def check_layout(run_dirs: list[Path], repeat: int) -> None:
+    """Before a ``--resume``: each run directory (a registry's, or the run's) holds the layout this series
+    continues, not the other one (a single run where repetitions are asked for, or the reverse), which the
+    resumed series would mix with or pass over."""
+    for run_dir in run_dirs:
+        if repeat > 1 and (run_dir / "requests.csv").exists():
+            raise DrtpError(
+                f"--resume: {run_dir} holds a single run (requests.csv), not repetitions (rep-<k>/): "
+                "resume it without --repeat (repeat: 1)"
+            )
+        if repeat <= 1 and rep_dir(run_dir, 1).is_dir():
+            raise DrtpError(
+                f"--resume: {run_dir} holds repetitions (rep-<k>/): resume them with the --repeat N "
+                "(repeat: N) they were started with"
+            )
