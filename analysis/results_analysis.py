@@ -21,6 +21,8 @@ from drtp.analysis.results import (
     trace_latencies,
 )
 from drtp.analysis.results_figures import draw_all
+from drtp.analysis.views import Selection, run_groups, seed_views, select
+from drtp.analysis.views_figures import draw_views
 
 CAPTIONS = {
     "latency_cdf": "Latency CDFs per request type (method + kind), successful requests, in ms; "
@@ -32,6 +34,11 @@ CAPTIONS = {
     "is not drawn (its requests count in the average); dotted line = the run's average.",
     "failures": "Failed trace requests per outcome class (drtp.replay.outcome: anything but ok is a failure).",
     "lateness": "As-is mode: how late each request started after its intended time (start − intended, ms).",
+    "latency_size": "Mean latency of successful trace requests against object size (bytes on the wire), per "
+    "request type, one line per group, each point a size bin (decades from 1 kB; x = the bin's mean size).",
+    "mean_latency": "Mean latency per group: all GET and total push per request (the thesis's), image pulls "
+    "and pushes per image (spans); bar = mean of the group's run means, error bar = 95 % t interval over "
+    "its runs (none for one run).",
 }
 
 
@@ -44,11 +51,22 @@ def load_runs(run_dirs: list[str | Path]) -> tuple[dict[str, pd.DataFrame], dict
 
 
 def analyze_runs(
-    run_dirs: list[str | Path], trace_files: list[str] | None = None
+    run_dirs: list[str | Path],
+    trace_files: list[str] | None = None,
+    selection: Selection | None = None,
+    left_out: dict[str, dict] | None = None,
 ) -> tuple[dict[str, dict], dict[str, pd.DataFrame]]:
     """(results, frames) keyed by run label; with ``trace_files`` also the trace's recorded latencies
-    as the run ``ibm-trace-data`` (only the records the runs replayed, when their trace ids match)."""
+    as the run ``ibm-trace-data`` (only the records the runs replayed, when their trace ids match).
+
+    With a ``selection`` every number is made of the rows inside it; ``left_out`` (when given) receives,
+    per run, how many rows it left out and why."""
     frames, summaries = load_runs(run_dirs)
+    if selection is not None:
+        for run, df in frames.items():
+            frames[run], dropped = select(df, selection)
+            if left_out is not None:
+                left_out[run] = dropped
     results = {run: analyze_run(df, summaries[run]) for run, df in frames.items()}
     if trace_files:
         ids: set[str] = set()
@@ -60,16 +78,29 @@ def analyze_runs(
 
 
 def analyze_results(
-    run_dirs: list[str | Path], out: Path, trace_files: list[str] | None = None, log=print
+    run_dirs: list[str | Path],
+    out: Path,
+    trace_files: list[str] | None = None,
+    log=print,
+    groups: list[list[str]] | None = None,
+    selection: Selection | None = None,
 ) -> dict[str, dict]:
     """Analyze runs (and the trace's recorded latencies).
 
-    Writes results.json, runs.csv, latency.csv, failures.csv, failed_statuses.csv, PNG figures and report.html
+    ``run_dirs`` are run directories or folders of ``rep-*/`` runs; ``groups`` the ``--group NAME=RUN…``
+    word lists (drtp.analysis.views.run_groups); ``selection`` the window and latency cut every number obeys.
+    Writes results.json, runs.csv, latency.csv, failures.csv, failed_statuses.csv, the views' views.json,
+    latency_size.csv, image_latency.csv, mean_latency.csv, image_operations.csv, PNG figures and report.html
     into ``out``;
     a chart with nothing to draw is left out, and the report and ``log`` say which and why.
     """
     out.mkdir(parents=True, exist_ok=True)
-    results, frames = analyze_runs(run_dirs, trace_files)
+    selection = selection or Selection()
+    grouped = run_groups([str(d) for d in run_dirs], groups)
+    left_out: dict[str, dict] = {}
+    results, frames = analyze_runs(grouped.dirs, trace_files, selection, left_out)
+    labels = run_labels(grouped.dirs)
+    group_runs = {name: [labels[i] for i in members] for name, members in grouped.groups.items()}
     for run, r in results.items():
         if run != TRACE_ROW:
             why = ", ".join(f"{c} {n:,}" for c, n in r["failures"].items())
@@ -92,6 +123,7 @@ def analyze_results(
     nodes = node_table(results)
     charts = draw_all(results, frames, out)
     log(charts.note())
+    views_section = _write_views(frames, group_runs, selection, left_out, out, log)
     sections = [
         Section("Runs", tables=[("", runs)], text=[f"Run directories: {', '.join(str(d) for d in run_dirs)}."]),
         with_charts(
@@ -133,6 +165,7 @@ def analyze_results(
         ),
         with_charts(Section("Lateness"), charts, CAPTIONS, "lateness"),
         Section("Client nodes", tables=[("", nodes)] if not nodes.empty else []),
+        views_section,
     ]
     write_report(
         out / "report.html",
@@ -141,3 +174,57 @@ def analyze_results(
         intro="Numbers include every request (the same as each run's summary.json); plots clip only where labelled.",
     )
     return results
+
+
+def _write_views(
+    frames: dict[str, pd.DataFrame],
+    groups: dict[str, list[str]],
+    selection: Selection,
+    left_out: dict[str, dict],
+    out: Path,
+    log,
+) -> Section:
+    """The studies' views (drtp.analysis.views): files, figures, console lines and the report's section."""
+    runs = {run: df for run, df in frames.items() if run != TRACE_ROW}
+    views = seed_views(runs, groups, selection)
+    views.left_out = left_out
+    (out / "views.json").write_text(json.dumps(views.to_json(), indent=1, default=str))
+    views.latency_size.to_csv(out / "latency_size.csv", index=False)
+    views.per_run.to_csv(out / "image_latency.csv", index=False)
+    views.bars.to_csv(out / "mean_latency.csv", index=False)
+    views.operations.to_csv(out / "image_operations.csv", index=False)
+    text = [f"Rows: {selection.describe()}."]
+    for run, dropped in left_out.items():
+        if any(dropped.values()):
+            line = (
+                f"{run}: left out {dropped['outside_window']:,} rows outside the window, "
+                f"{dropped['over_max_latency']:,} over the latency cut ({dropped['over_max_latency_failed']:,} "
+                "of them failed)"
+            )
+            log(line)
+            text.append(line + ".")
+    if any(len(members) > 1 for members in groups.values()) or len(groups) < len(runs):
+        text.append("Groups: " + "; ".join(f"{g} = {', '.join(m)}" for g, m in groups.items()) + ".")
+    text.append(
+        "An image pull runs from its manifest GET to the end of its last layer GET (layers of the same client and "
+        "repository until its next manifest GET, none starting over 60 s after the pull's requests so far); an "
+        "image push from its first upload request to the end of its manifest PUT. Both count only operations "
+        "that moved a layer; 'without_layers' counts the others. all GET = every GET, total push = every PUT, "
+        "per request."
+    )
+    charts = draw_views(views, out)
+    log(charts.note())
+    section = Section(
+        "Latency by object size, image pulls and pushes",
+        text=text,
+        tables=[
+            (title, table.set_index(index))
+            for title, table, index in (
+                ("Mean latency per group (ms; interval over runs)", views.bars, "group"),
+                ("Per run (ms)", views.per_run, "run"),
+                ("Latency by object size (ms)", views.latency_size, "group"),
+            )
+            if not table.empty
+        ],
+    )
+    return with_charts(section, charts, CAPTIONS, "latency_size", "mean_latency")
