@@ -121,9 +121,9 @@ def analyze_results(
     statuses.to_csv(out / "failed_statuses.csv")
     helper_statuses = status_table(results, helpers=True)
     nodes = node_table(results)
+    views_section = _write_views(frames, group_runs, selection, left_out, out, log)
     charts = draw_all(results, frames, out)
     log(charts.note())
-    views_section = _write_views(frames, group_runs, selection, left_out, out, log)
     sections = [
         Section("Runs", tables=[("", runs)], text=[f"Run directories: {', '.join(str(d) for d in run_dirs)}."]),
         with_charts(
