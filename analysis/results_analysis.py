@@ -23,6 +23,7 @@ from drtp.analysis.results import (
 from drtp.analysis.results_figures import draw_all
 from drtp.analysis.views import Selection, run_groups, seed_views, select
 from drtp.analysis.views_figures import draw_views
+from drtp.errors import DrtpError
 
 CAPTIONS = {
     "latency_cdf": "Latency CDFs per request type (method + kind), successful requests, in ms; "
@@ -65,6 +66,8 @@ def analyze_runs(
     if selection is not None:
         for run, df in frames.items():
             frames[run], dropped = select(df, selection)
+            if frames[run]["auxiliary"].all() and not df["auxiliary"].all():  # an empty "success" says nothing
+                raise DrtpError(f"{selection.options()}: no trace request of the run {run} is left")
             if left_out is not None:
                 left_out[run] = dropped
     results = {run: analyze_run(df, summaries[run]) for run, df in frames.items()}

@@ -66,6 +66,15 @@ class Selection:
     window: tuple[float, float] | None = None  # [from, to) seconds from the run's start
     max_latency_s: float | None = None
 
+    def options(self) -> str:
+        """The options that made this selection, as given on the command line (for a refusal)."""
+        given = []
+        if self.window:
+            given.append(f"--window {self.window[0]:g}:{self.window[1]:g}s")
+        if self.max_latency_s is not None:
+            given.append(f"--max-latency {self.max_latency_s:g}s")
+        return " ".join(given) or "the selection"
+
     def describe(self) -> str:
         parts = []
         if self.window:

@@ -41,6 +41,12 @@ ROWS = [
     ("c4", "PATCH", "blob", "team/base", 5.005, 0.050, 3_000_000, 202),
     ("c4", "PUT", "blob", "team/base", 5.056, 0.010, 0, 201),
     ("c4", "PUT", "manifest", "team/base", 5.070, 0.020, 900, 201),
+    # a push (c6, team/base) of one layer: the lone PUT at 20 s is over 60 s before it, so in no push;
+    # the push runs from 150.000 to 150.030 + 0.010
+    ("c6", "PUT", "blob", "team/base", 20.000, 0.010, 0, 201),
+    ("c6", "POST", "blob", "team/base", 150.000, 0.004, 0, 202),
+    ("c6", "PUT", "blob", "team/base", 150.005, 0.020, 1_000, 201),
+    ("c6", "PUT", "manifest", "team/base", 150.030, 0.010, 900, 201),
     # a failed pull (c5): its layer GET got a 500 after 2.5 s
     ("c5", "GET", "manifest", "team/app", 10.000, 0.005, 1_500, 200),
     ("c5", "GET", "blob", "team/app", 10.010, 2.500, 0, 500),
@@ -51,9 +57,9 @@ HELPER = ("c4", "POST", "blob", "team/base", 5.001, 9.0, 0, 202)  # a helper req
 
 # by hand, all rows:
 #   all GET ok: 10 100 50 20 5 8 30 10 40 5 ms → n 10, mean 27.8; 1 failed (c5's layer)
-#   total push (every PUT): 10 20 500 ms → n 3, mean 176.67
+#   total push (every PUT): 10 20 500 10 20 10 ms → n 6, mean 95
 #   image pull: pulls with layers 111 (pull 1) and 40 ms (pull 2), c5's failed; c2's without layers
-#   image push: one, 90 ms (sum of its latencies 84 ms)
+#   image push: 90 ms (sum of its latencies 84 ms) and 40 ms (sum 34 ms)
 #   GET layer by size: 1–10 MB: 100, 50 → mean 75; 100 kB–1 MB: 40; 10–100 kB: 20; 1–10 kB: 30, 10 → mean 20
 PULL_SPANS_MS = [111.0, 40.0]
 
@@ -110,21 +116,21 @@ def test_pulls_pushes_and_views_by_hand(tmp_path):
     assert with_layers["ok"].tolist() == [True, True, False]
     assert set(pulls.loc[pulls["layers"] == 0, "client"]) == {"c2"}
     pushes = vw.image_pushes(df)
-    assert len(pushes) == 1
-    push = pushes.iloc[0]
-    assert (push["client"], push["requests"], push["layers"]) == ("c4", 4, 1)
-    assert (push["span_s"], push["sum_s"]) == pytest.approx((0.090, 0.084))
+    assert list(pushes["client"]) == ["c4", "c6"]
+    assert list(pushes["requests"]) == [4, 3] and list(pushes["layers"]) == [1, 1]
+    assert pushes["span_s"].tolist() == pytest.approx([0.090, 0.040])
+    assert pushes["sum_s"].tolist() == pytest.approx([0.084, 0.034])
 
     views = vw.seed_views({"a": df}, {"a": ["a"]}, vw.Selection())
     table = per_run(views, "a")
     assert table.loc["all GET", ["n", "failed"]].tolist() == [10, 1]
     assert table.loc["all GET", "mean_ms"] == pytest.approx(27.8)
-    assert table.loc["total push", "n"] == 3 and table.loc["total push", "mean_ms"] == pytest.approx(530 / 3)
+    assert table.loc["total push", "n"] == 6 and table.loc["total push", "mean_ms"] == pytest.approx(95.0)
     pull = table.loc["image pull"]
     assert (pull["n"], pull["failed"], pull["without_layers"]) == (2, 1, 1)
     assert pull["mean_ms"] == pytest.approx(75.5) and pull["max_ms"] == pytest.approx(111.0)
     assert pull["p50_ms"] == pytest.approx(40.0)  # nearest rank 1 of 2
-    assert table.loc["image push", "mean_ms"] == pytest.approx(90.0)
+    assert table.loc["image push", ["n", "mean_ms"]].tolist() == pytest.approx([2, 65.0])
 
     size = views.latency_size
     layers = size[size["request"] == "GET blob"].set_index("size_bin")
@@ -135,7 +141,10 @@ def test_pulls_pushes_and_views_by_hand(tmp_path):
     assert layers.loc["1 MB–10 MB", ["size_low_bytes", "size_high_bytes"]].tolist() == [1e6, 1e7]
     # the failed 500 and the helper are in no bin; the bodiless POST is in the first
     assert size.set_index("request").loc["POST blob", "size_bin"] == "0 B–1 kB"
-    assert size.set_index("request").loc["POST blob", "n"] == 1
+    assert size.set_index("request").loc["POST blob", "n"] == 2
+    # 1,000 bytes is on an edge: in the bin it starts
+    put = size[size["request"] == "PUT blob"].set_index("size_bin")
+    assert put["n"].to_dict() == {"0 B–1 kB": 3, "1 kB–10 kB": 1}
 
 
 def _analyze(tmp_path: Path, name: str, *argv: str) -> Path:
@@ -174,12 +183,12 @@ def test_cli_writes_the_views_and_the_options_change_them(tmp_path, capsys):
     assert math.isnan(table.loc[("a", "total push"), "mean_ms"])
     results = json.loads((out / "results.json").read_text())
     assert results["a"]["requests"] == 8  # the model's own numbers are of the window too
-    assert "a: left out 9 rows outside the window, 0 over the latency cut" in capsys.readouterr().out
+    assert "a: left out 13 rows outside the window, 0 over the latency cut" in capsys.readouterr().out
 
     # the latency cut: the 500 after 2.5 s, the 500 ms PUT and the 9 s helper are out, and said
     out = _analyze(tmp_path, "cut", str(run), "--max-latency", "200ms")
     table = _per_run(out)
-    assert table.loc[("a", "total push"), "mean_ms"] == pytest.approx(15.0)
+    assert table.loc[("a", "total push"), "mean_ms"] == pytest.approx(14.0)
     assert table.loc[("a", "image pull"), ["n", "failed", "without_layers"]].tolist() == [2, 0, 2]
     assert "3 over the latency cut (1 of them failed)" in capsys.readouterr().out
     saved = json.loads((out / "views.json").read_text())
@@ -222,6 +231,8 @@ def test_groups_and_repetitions_make_bars_with_intervals(tmp_path):
         (["--window", "0:abc"], "--window: not a duration"),
         (["--max-latency", "0"], "--max-latency: must be longer than 0 s"),
         (["--group", "nameless"], "--group: expected NAME=RUN"),
+        (["--window", "300:400s"], "--window 300:400s: no trace request of the run a is left"),
+        (["--max-latency", "1ms"], "--max-latency 0.001s: no trace request of the run a is left"),
     ],
 )
 def test_bad_options_are_one_line(tmp_path, capsys, argv, message):
