@@ -63,6 +63,11 @@ def analyze_runs(
     With a ``selection`` every number is made of the rows inside it; ``left_out`` (when given) receives,
     per run, how many rows it left out and why."""
     frames, summaries = load_runs(run_dirs)
+    # the trace records shown beside the runs: those of the runs' requests (in the window, whatever their latency)
+    ids: set[str] = set()
+    for df in frames.values():
+        in_window = select(df, Selection(window=selection.window))[0] if selection is not None else df
+        ids.update(t for t in in_window["trace_id"] if t)
     if selection is not None:
         for run, df in frames.items():
             frames[run], dropped = select(df, selection)
@@ -72,10 +77,11 @@ def analyze_runs(
                 left_out[run] = dropped
     results = {run: analyze_run(df, summaries[run]) for run, df in frames.items()}
     if trace_files:
-        ids: set[str] = set()
-        for df in frames.values():
-            ids.update(t for t in df["trace_id"] if t)
-        frames[TRACE_ROW] = trace_latencies(trace_files, ids or None)
+        frames[TRACE_ROW] = trace_latencies(trace_files, ids or None)  # the window's requests, by their ids
+        if selection is not None and selection.max_latency_s is not None:  # the recorded latencies obey the cut
+            frames[TRACE_ROW], dropped = select(frames[TRACE_ROW], Selection(max_latency_s=selection.max_latency_s))
+            if left_out is not None:
+                left_out[TRACE_ROW] = dropped
         results[TRACE_ROW] = analyze_run(frames[TRACE_ROW])
     return results, frames
 

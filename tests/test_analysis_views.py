@@ -281,3 +281,19 @@ def test_real_run_pulls_are_the_ones_a_plain_loop_finds(real_runs, tmp_path):
     spans = [p["end"] - p["start"] for p in found if p["layers"] and p["ok"]]
     assert table["n"] == len(spans)
     assert table["mean_ms"] == pytest.approx(1000 * sum(spans) / len(spans))
+
+
+@pytest.mark.registry
+def test_the_cut_applies_to_the_traces_recorded_latencies(real_runs, tmp_path):
+    from drtp.analysis.results import trace_latencies
+
+    ids = set(load_requests(real_runs.stress / "requests.csv")["trace_id"]) - {""}
+    recorded = trace_latencies([str(real_runs.trace)], ids)["latency_s"]  # the records the run replayed
+    cut = float(recorded.median())
+    over = int((recorded > cut).sum())
+    assert over > 0
+    out = _analyze(tmp_path, "cut", str(real_runs.stress), "--trace", str(real_runs.trace), "--max-latency", f"{cut}")
+    results = json.loads((out / "results.json").read_text())
+    assert results["ibm-trace-data"]["latency_s"]["max"] <= cut < float(recorded.max())
+    left_out = json.loads((out / "views.json").read_text())["selection"]["left_out"]
+    assert left_out["ibm-trace-data"]["over_max_latency"] == over
