@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 
-from drtp.cli_options import add_trace_options, positive_duration
+from drtp.cli_options import add_trace_options, duration, positive_duration
 
 
 def _headless() -> None:
@@ -47,13 +48,16 @@ def cmd_analyze_trace(args: argparse.Namespace) -> int:
 def cmd_analyze_results(args: argparse.Namespace) -> int:
     _headless()
     from drtp.analysis.results_analysis import analyze_results
+    from drtp.analysis.views import Selection
     from drtp.outputs import prepare_output_dir
 
     out = Path(args.out)
     prepare_output_dir(out, "--out")
-    analyze_results(args.runs, out, trace_files=args.trace)
+    selection = Selection(window=args.window, max_latency_s=args.max_latency)
+    analyze_results(args.runs, out, trace_files=args.trace, groups=args.group, selection=selection)
     print(
-        f"wrote {out}/results.json, runs.csv, latency.csv, failures.csv, failed_statuses.csv, figures and report.html"
+        f"wrote {out}/results.json, runs.csv, latency.csv, failures.csv, failed_statuses.csv, views.json, "
+        "latency_size.csv, image_latency.csv, mean_latency.csv, image_operations.csv, figures and report.html"
     )
     return 0
 
@@ -93,6 +97,21 @@ def _percent(text: str) -> float:
     if not 0 <= value < 1000:
         raise argparse.ArgumentTypeError(f"must be a percentage from 0, got {text!r}")
     return value
+
+
+def _window(text: str) -> tuple[float, float]:
+    """``FROM:TO`` seconds from a run's start (``0:60s``, ``30s:2m``; an empty end: no limit), FROM < TO."""
+    low, colon, high = text.partition(":")
+    if not colon:
+        raise argparse.ArgumentTypeError(f"expected FROM:TO (e.g. 0:60s), got {text!r}")
+    try:
+        start = duration(low) if low.strip() else 0.0
+        end = duration(high) if high.strip() else math.inf
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"{e} in {text!r} (expected FROM:TO, e.g. 0:60s)") from None
+    if not start < end:
+        raise argparse.ArgumentTypeError(f"FROM must be before TO, got {text!r}")
+    return start, end
 
 
 def register(sub) -> None:
@@ -144,10 +163,35 @@ def register(sub) -> None:
         help="latency, throughput, failures and lateness of replay runs",
         description="Compare replay runs (directories with requests.csv and summary.json).",
     )
-    r.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories written by the replayer")
+    r.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN_DIR",
+        help="run directories written by the replayer, or folders of rep-*/ runs (one group of repeated runs)",
+    )
     r.add_argument("--out", required=True, help="output directory")
     r.add_argument(
         "--trace", nargs="+", metavar="FILE", help="the replayed trace: adds its recorded latencies (ibm-trace-data)"
+    )
+    r.add_argument(
+        "--group",
+        nargs="+",
+        action="append",
+        metavar="NAME=RUN",
+        help="runs that form one group, e.g. --group eu=runs/ecr-eu runs/gcr-eu (repeat for each group); a group's "
+        "bar is the mean of its runs' means with a 95%% interval over them",
+    )
+    r.add_argument(
+        "--window",
+        type=_window,
+        metavar="FROM:TO",
+        help="only requests started in [FROM, TO) of each run, e.g. 0:60s (default: all)",
+    )
+    r.add_argument(
+        "--max-latency",
+        type=positive_duration,
+        metavar="DURATION",
+        help="leave out requests slower than this (e.g. 2s); how many is said (default: none left out)",
     )
     r.set_defaults(func=cmd_analyze_results)
 

@@ -22,6 +22,9 @@ from drtp.analysis.results import (
     trace_latencies,
 )
 from drtp.analysis.results_figures import draw_all
+from drtp.analysis.views import Selection, run_groups, seed_views, select
+from drtp.analysis.views_figures import draw_views
+from drtp.errors import DrtpError
 
 CAPTIONS = {
     "latency_cdf": "Latency CDFs per request type (method + kind), successful requests, in ms; "
@@ -37,6 +40,11 @@ CAPTIONS = {
     "the request to its answer's last byte) and as the registry timed its own handler (its duration histogram's "
     "sum / count). The difference is network, TLS, queueing in the client and the 401 round trip of auth "
     "challenges (docs/analysis.md).",
+    "latency_size": "Mean latency of successful trace requests against object size (bytes on the wire), per "
+    "request type, one line per group, each point a size bin (decades from 1 kB; x = the bin's mean size).",
+    "mean_latency": "Mean latency per group: all GET and total push per request (the thesis's), image pulls "
+    "and pushes per image (spans); bar = mean of the group's run means, error bar = 95 % t interval over "
+    "its runs (none for one run).",
 }
 
 
@@ -49,32 +57,64 @@ def load_runs(run_dirs: list[str | Path]) -> tuple[dict[str, pd.DataFrame], dict
 
 
 def analyze_runs(
-    run_dirs: list[str | Path], trace_files: list[str] | None = None
+    run_dirs: list[str | Path],
+    trace_files: list[str] | None = None,
+    selection: Selection | None = None,
+    left_out: dict[str, dict] | None = None,
 ) -> tuple[dict[str, dict], dict[str, pd.DataFrame]]:
     """(results, frames) keyed by run label; with ``trace_files`` also the trace's recorded latencies
-    as the run ``ibm-trace-data`` (only the records the runs replayed, when their trace ids match)."""
+    as the run ``ibm-trace-data`` (only the records the runs replayed, when their trace ids match).
+
+    With a ``selection`` every number is made of the rows inside it; ``left_out`` (when given) receives,
+    per run, how many rows it left out and why."""
     frames, summaries = load_runs(run_dirs)
+    # the trace records shown beside the runs: those of the runs' requests (in the window, whatever their latency)
+    ids: set[str] = set()
+    for df in frames.values():
+        in_window = select(df, Selection(window=selection.window))[0] if selection is not None else df
+        ids.update(t for t in in_window["trace_id"] if t)
+    if selection is not None:
+        for run, df in frames.items():
+            frames[run], dropped = select(df, selection)
+            if frames[run]["auxiliary"].all() and not df["auxiliary"].all():  # an empty "success" says nothing
+                raise DrtpError(f"{selection.options()}: no trace request of the run {run} is left")
+            if left_out is not None:
+                left_out[run] = dropped
     results = {run: analyze_run(df, summaries[run]) for run, df in frames.items()}
     if trace_files:
-        ids: set[str] = set()
-        for df in frames.values():
-            ids.update(t for t in df["trace_id"] if t)
-        frames[TRACE_ROW] = trace_latencies(trace_files, ids or None)
+        frames[TRACE_ROW] = trace_latencies(trace_files, ids or None)  # the window's requests, by their ids
+        if selection is not None and selection.max_latency_s is not None:  # the recorded latencies obey the cut
+            frames[TRACE_ROW], dropped = select(frames[TRACE_ROW], Selection(max_latency_s=selection.max_latency_s))
+            if left_out is not None:
+                left_out[TRACE_ROW] = dropped
         results[TRACE_ROW] = analyze_run(frames[TRACE_ROW])
     return results, frames
 
 
 def analyze_results(
-    run_dirs: list[str | Path], out: Path, trace_files: list[str] | None = None, log=print
+    run_dirs: list[str | Path],
+    out: Path,
+    trace_files: list[str] | None = None,
+    log=print,
+    groups: list[list[str]] | None = None,
+    selection: Selection | None = None,
 ) -> dict[str, dict]:
     """Analyze runs (and the trace's recorded latencies).
 
-    Writes results.json, runs.csv, latency.csv, failures.csv, failed_statuses.csv, PNG figures and report.html
+    ``run_dirs`` are run directories or folders of ``rep-*/`` runs; ``groups`` the ``--group NAME=RUN…``
+    word lists (drtp.analysis.views.run_groups); ``selection`` the window and latency cut every number obeys.
+    Writes results.json, runs.csv, latency.csv, failures.csv, failed_statuses.csv, the views' views.json,
+    latency_size.csv, image_latency.csv, mean_latency.csv, image_operations.csv, PNG figures and report.html
     into ``out``;
     a chart with nothing to draw is left out, and the report and ``log`` say which and why.
     """
     out.mkdir(parents=True, exist_ok=True)
-    results, frames = analyze_runs(run_dirs, trace_files)
+    selection = selection or Selection()
+    grouped = run_groups([str(d) for d in run_dirs], groups)
+    left_out: dict[str, dict] = {}
+    results, frames = analyze_runs(grouped.dirs, trace_files, selection, left_out)
+    labels = run_labels(grouped.dirs)
+    group_runs = {name: [labels[i] for i in members] for name, members in grouped.groups.items()}
     for run, r in results.items():
         if run != TRACE_ROW:
             why = ", ".join(f"{c} {n:,}" for c, n in r["failures"].items())
@@ -96,6 +136,7 @@ def analyze_results(
     helper_statuses = status_table(results, helpers=True)
     nodes = node_table(results)
     both_sides = registry_side_table(results)
+    views_section = _write_views(frames, group_runs, selection, left_out, out, log)
     charts = draw_all(results, frames, out)
     log(charts.note())
     sections = [
@@ -139,6 +180,7 @@ def analyze_results(
         ),
         with_charts(Section("Lateness"), charts, CAPTIONS, "lateness"),
         Section("Client nodes", tables=[("", nodes)] if not nodes.empty else []),
+        views_section,
     ]
     if not both_sides.empty:  # only runs that read their registry's metrics have the registry's side
         text = (
@@ -155,3 +197,57 @@ def analyze_results(
         intro="Numbers include every request (the same as each run's summary.json); plots clip only where labelled.",
     )
     return results
+
+
+def _write_views(
+    frames: dict[str, pd.DataFrame],
+    groups: dict[str, list[str]],
+    selection: Selection,
+    left_out: dict[str, dict],
+    out: Path,
+    log,
+) -> Section:
+    """The studies' views (drtp.analysis.views): files, figures, console lines and the report's section."""
+    runs = {run: df for run, df in frames.items() if run != TRACE_ROW}
+    views = seed_views(runs, groups, selection)
+    views.left_out = left_out
+    (out / "views.json").write_text(json.dumps(views.to_json(), indent=1, default=str))
+    views.latency_size.to_csv(out / "latency_size.csv", index=False)
+    views.per_run.to_csv(out / "image_latency.csv", index=False)
+    views.bars.to_csv(out / "mean_latency.csv", index=False)
+    views.operations.to_csv(out / "image_operations.csv", index=False)
+    text = [f"Rows: {selection.describe()}."]
+    for run, dropped in left_out.items():
+        if any(dropped.values()):
+            line = (
+                f"{run}: left out {dropped['outside_window']:,} rows outside the window, "
+                f"{dropped['over_max_latency']:,} over the latency cut ({dropped['over_max_latency_failed']:,} "
+                "of them failed)"
+            )
+            log(line)
+            text.append(line + ".")
+    if any(len(members) > 1 for members in groups.values()) or len(groups) < len(runs):
+        text.append("Groups: " + "; ".join(f"{g} = {', '.join(m)}" for g, m in groups.items()) + ".")
+    text.append(
+        "An image pull runs from its manifest GET to the end of its last layer GET (layers of the same client and "
+        "repository until its next manifest GET, none starting over 60 s after the pull's requests so far); an "
+        "image push from its first upload request to the end of its manifest PUT. Both count only operations "
+        "that moved a layer; 'without_layers' counts the others. all GET = every GET, total push = every PUT, "
+        "per request."
+    )
+    charts = draw_views(views, out)
+    log(charts.note())
+    section = Section(
+        "Latency by object size, image pulls and pushes",
+        text=text,
+        tables=[
+            (title, table.set_index(index))
+            for title, table, index in (
+                ("Mean latency per group (ms; interval over runs)", views.bars, "group"),
+                ("Per run (ms)", views.per_run, "run"),
+                ("Latency by object size (ms)", views.latency_size, "group"),
+            )
+            if not table.empty
+        ],
+    )
+    return with_charts(section, charts, CAPTIONS, "latency_size", "mean_latency")

@@ -87,7 +87,7 @@ def test_analyze_results_cli(real_runs, tmp_path, capsys):
     n, failed = summary["requests"], real_runs.missing_tags
     assert f"stress: {n:,} requests, {failed} failed (http {failed}; by status: 404 {failed})" in printed
     assert f"{real_runs.lone_pushes} helper requests, 0 failed" in printed
-    assert (out / "report.html").read_text().count("data:image/png;base64,") == 5
+    assert (out / "report.html").read_text().count("data:image/png;base64,") == 7  # 5 + the views' 2
     assert main(["analyze", "results", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert "run directory not found" in capsys.readouterr().err
 

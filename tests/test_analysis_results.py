@@ -148,7 +148,7 @@ def test_analyze_results_with_trace_row(real_runs, tmp_path):
     assert mine["p50_ms"] == pytest.approx(summary["per_method"]["GET manifest"]["latency_s"]["p50"] * 1000, rel=1e-12)
     assert rs.TRACE_ROW in set(latency["run"])
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 5 and "ibm-trace-data" in html
+    assert html.count("data:image/png;base64,") == 7 and "ibm-trace-data" in html  # 5 + the views' 2
 
 
 def test_violin_clips_only_the_plot(real_runs, tmp_path):
@@ -191,10 +191,10 @@ def test_lateness_chart_only_for_as_is_runs(real_runs, tmp_path, mode):
     html = (out / "report.html").read_text()
     note = "lateness (no run in as-is mode: stress runs have no intended start times)"
     if mode == "stress":
-        assert not (out / "lateness.png").exists() and html.count("data:image/png;base64,") == 4
+        assert not (out / "lateness.png").exists() and html.count("data:image/png;base64,") == 6
         assert "Chart &#x27;lateness&#x27; not drawn: no run in as-is mode" in html and note in lines[-1]
     else:
-        assert (out / "lateness.png").stat().st_size > 0 and html.count("data:image/png;base64,") == 5
+        assert (out / "lateness.png").stat().st_size > 0 and html.count("data:image/png;base64,") == 7
         assert "not drawn:" not in html and "left out" not in lines[-1]
 
 
