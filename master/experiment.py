@@ -21,6 +21,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -37,6 +38,9 @@ from drtp.registry.auth import config_auth
 from drtp.replay.failure_budget import FailureBudget
 from drtp.replay.slo import Objective
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
+
+if TYPE_CHECKING:  # prometheus-client is imported only by a run that exports
+    from drtp.master.live_metrics import LiveMetrics
 
 
 def run_name(i: int, registry: str) -> str:
@@ -83,10 +87,12 @@ def run_experiment(
     budget: FailureBudget | None = None,
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
     objectives: list[Objective] | None = None,
+    live: LiveMetrics | None = None,
 ) -> dict:
     """Each registry's warmup and run in turn; returns experiment.json's content (every entry has ``exit_code``).
 
-    ``objectives`` (``--slo``) are judged on each registry's run, as ``max_failed`` is.
+    ``objectives`` (``--slo``) are judged on each registry's run, as ``max_failed`` is; ``live``: one exporter of
+    live metrics for every registry's run (its ``registry`` label tells them apart).
     """
     budget = budget or FailureBudget(count=0)
     objectives = objectives or []
@@ -111,7 +117,9 @@ def run_experiment(
             sub = registry_config(cfg, entry)
             run_warmup(sub, quiet=quiet)
             resumed = resume and (run_dir / "requests.csv").exists()
-            summary = run_replay(sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s)
+            summary = run_replay(
+                sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s, live=live
+            )
             summary["registry_id"] = entry.id
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
             verdict = judge(summary, budget, objectives)
