@@ -1,0 +1,117 @@
+"""A real Prometheus (Debian ``prometheus``) scrapes ``drtp run --metrics-port`` during a run against the real
+registry; its HTTP API then holds the run's final request count."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from drtp.cli import main
+from drtp.master.warmup import run_warmup
+from drtp.registry.local import LocalRegistry, free_port
+from tests.replay_support import make_trace, write_config
+
+pytestmark = pytest.mark.registry
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+class Prometheus:
+    """``prometheus`` on a free loopback port, scraping ``target`` every second, with its own data directory."""
+
+    def __init__(self, workdir: Path, target: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+                    "scrape_configs": [{"job_name": "drtp", "static_configs": [{"targets": [target]}]}],
+                }
+            )
+        )
+        self.log = workdir / "prometheus.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"prometheus did not start: {self.log.read_text()[-2000:]}")
+            time.sleep(0.2)
+
+    def query(self, expr: str, at: float | None = None) -> list:
+        """``/api/v1/query``'s result for ``expr`` (at ``at``, else now)."""
+        params = {"query": expr} | ({"time": repr(at)} if at is not None else {})
+        url = f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            body = json.load(answer)
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package prometheus)")
+def test_prometheus_scrapes_a_run_and_holds_its_final_request_count(tmp_path, nodes, capsys):
+    metrics_port = free_port()
+    prometheus = Prometheus(tmp_path, f"127.0.0.1:{metrics_port}")
+    try:
+        trace = make_trace(tmp_path / "trace.json", requests=200)
+        with LocalRegistry(tmp_path / "registry") as reg:
+            cfg = write_config(tmp_path, trace, [reg.host], [n.address for n in nodes])
+            run_warmup(cfg, quiet=True)
+            out = tmp_path / "run"
+            capsys.readouterr()
+            # at 80 requests/s the run lasts a few seconds: Prometheus scrapes it while it goes
+            argv = ["run", "-c", cfg.source, "--out", str(out), "--rate", "80", "--metrics-port", str(metrics_port)]
+            assert main([*argv, "-q", "--max-failed", "100%"]) == 0
+        err = capsys.readouterr().err
+        assert f"drtp: live metrics at http://127.0.0.1:{metrics_port}/metrics" in err.splitlines()
+        summary = json.loads((out / "summary.json").read_text())
+        ended = (out / "summary.json").stat().st_mtime
+
+        # every sample Prometheus took (a range selector leaves out the marks it sets once the target is gone)
+        samples: dict[float, float] = {}
+        for series in prometheus.query("drtp_requests_total[2m]"):
+            assert series["metric"]["registry"] == f"http://{reg.host}"
+            for at, value in series["values"]:
+                samples[at] = samples.get(at, 0) + float(value)
+        last = max(samples)
+        assert last >= ended  # a scrape after the run's end: the exporter waited for it
+        assert min(samples.values()) < summary["requests"]  # and scrapes while the run went on
+        (total,) = prometheus.query("sum(drtp_requests_total)", at=last)
+        assert int(float(total["value"][1])) == summary["requests"] == 200
+        (offered,) = prometheus.query("drtp_offered_rps", at=last)
+        assert float(offered["value"][1]) == 80
+        # the latency histogram holds the requests that succeeded, as summary.json's latency does
+        (ok,) = prometheus.query("sum(drtp_request_duration_seconds_count)", at=last)
+        assert int(float(ok["value"][1])) == summary["requests"] - summary["failed"]
+    finally:
+        prometheus.stop()
