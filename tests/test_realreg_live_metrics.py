@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -13,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from drtp.cli import main
 from drtp.master.warmup import run_warmup
 from drtp.registry.local import LocalRegistry, free_port
-from tests.replay_support import make_trace, write_config
+from tests.replay_support import TOKEN, make_trace, write_config
 
 pytestmark = pytest.mark.registry
 
@@ -115,3 +117,73 @@ def test_prometheus_scrapes_a_run_and_holds_its_final_request_count(tmp_path, no
         assert int(float(ok["value"][1])) == summary["requests"] - summary["failed"]
     finally:
         prometheus.stop()
+
+
+class Poller:
+    """Reads the exporter's page every 0.1 s while a command runs: each scrape's samples, {(name, labels): value}."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.pages: list[dict] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.done.wait(0.1):
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as answer:
+                    text = answer.read().decode()
+            except OSError:
+                continue  # not listening yet, or no more
+            page = {}
+            for family in text_string_to_metric_families(text):
+                for s in family.samples:
+                    page[(s.name, tuple(sorted(s.labels.items())))] = s.value
+            self.pages.append(page)
+
+    def stop(self) -> list[dict]:
+        self.done.set()
+        self.thread.join()
+        return self.pages
+
+
+def _sum(page: dict, name: str, **labels) -> float:
+    return sum(v for (n, ls), v in page.items() if n == name and all(dict(ls).get(k) == x for k, x in labels.items()))
+
+
+def test_one_endpoint_serves_every_registry_of_an_experiment(tmp_path, nodes, capsys):
+    """Two registries in turn: each run's count under its own registry label, on the one endpoint."""
+    trace = make_trace(tmp_path / "trace.json", requests=40)
+    port = free_port()
+    with LocalRegistry(tmp_path / "reg-a") as a, LocalRegistry(tmp_path / "reg-b") as b:
+        path = tmp_path / "config.yaml"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "trace": {"location": str(trace.parent), "traces": [trace.name]},
+                    "registries": [{"id": "a", "url": a.url, "insecure": True}, {"id": "b", "url": b.url,
+                                                                                 "insecure": True}],
+                    "client_info": {"client_list": [n.address for n in nodes], "token": TOKEN, "threads": 8},
+                    "warmup": {"output": str(tmp_path / "warmup-map.jsonl"), "threads": 4},
+                    "live_metrics": {"port": port, "linger": 60},  # the config key, as a Slurm job has it
+                }
+            )
+        )  # fmt: skip
+        poller = Poller(f"http://127.0.0.1:{port}/metrics")
+        try:
+            code = main(["experiment", "-c", str(path), "--out", str(tmp_path / "exp"), "-q", "--max-failed", "100%"])
+        finally:
+            pages = poller.stop()
+    assert code == 0
+    assert capsys.readouterr().err.count(f"drtp: live metrics at http://127.0.0.1:{port}/metrics") == 1
+    final = pages[-1]  # the exporter waited for a scrape of its final values: the poller's last one
+    for entry, reg in (("a", a), ("b", b)):
+        summary = json.loads((tmp_path / "exp" / entry / "summary.json").read_text())
+        assert _sum(final, "drtp_requests_total", registry=reg.url) == summary["requests"] == 40
+        ok = _sum(final, "drtp_request_duration_seconds_count", registry=reg.url)
+        assert ok == summary["requests"] - summary["failed"]
+    assert _sum(final, "drtp_in_flight") == 0
+    # while registry b ran, registry a's count stood at its final value: counters only grow, per registry
+    seen_b = [p for p in pages if _sum(p, "drtp_requests_total", registry=b.url) > 0]
+    assert seen_b and all(_sum(p, "drtp_requests_total", registry=a.url) == 40 for p in seen_b)
