@@ -153,14 +153,14 @@ def start_live_metrics(args: argparse.Namespace, cfg):
     It listens before the run checks the registries or sends a request: a port in use or an address that is not
     this machine's is a one-line refusal (exit 2) before anything starts."""
     from drtp.config import listen_host_error
-    from drtp.master.live_metrics import DEFAULT_HOST, DEFAULT_LINGER_S, LiveMetrics, LiveSettings
+    from drtp.master.live_metrics import DEFAULT_HOST, DEFAULT_LINGER_S, MAX_LINGER_S, LiveMetrics, LiveSettings
 
     section = cfg.live_metrics
     port = args.metrics_port if args.metrics_port is not None else (section.port if section else None)
     if port is None:
-        given = "--metrics-host" if args.metrics_host is not None else "--metrics-linger"
-        if args.metrics_host is not None or args.metrics_linger is not None:
-            raise DrtpError(f"{given}: needs --metrics-port PORT (or the config key live_metrics.port)")
+        for option in ("host", "linger"):
+            if getattr(args, f"metrics_{option}") is not None:
+                raise DrtpError(f"--metrics-{option}: needs --metrics-port PORT (or the config key live_metrics.port)")
         return None
     host = args.metrics_host if args.metrics_host is not None else (section.host if section else DEFAULT_HOST)
     if args.metrics_host is not None and (why := listen_host_error(host)):
@@ -168,6 +168,8 @@ def start_live_metrics(args: argparse.Namespace, cfg):
     linger = args.metrics_linger
     if linger is None:
         linger = section.linger if section else DEFAULT_LINGER_S
+    elif linger > MAX_LINGER_S:
+        raise DrtpError(f"--metrics-linger: at most {MAX_LINGER_S:g} s, got {linger:g}")
     options = [f"--metrics-{k} {v}" for k, v in (("port", args.metrics_port), ("host", args.metrics_host)) if v]
     where = " ".join(options) or f"{cfg.source}: key 'live_metrics'"
     live = LiveMetrics(LiveSettings(port, host, linger))

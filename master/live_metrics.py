@@ -50,6 +50,7 @@ from drtp.replay.outcome import OK
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_LINGER_S = 15.0
+MAX_LINGER_S = 3600.0  # a longer wait is a mistake (the config key has the same bound)
 BUCKET_BOUNDS = [floatToGoString(b) for b in LIVE_BUCKETS_S] + ["+Inf"]  # the ``le`` labels, in order
 
 

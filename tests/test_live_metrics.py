@@ -247,6 +247,10 @@ def test_a_port_in_use_or_a_bad_host_is_one_line_before_any_request(tmp_path, ca
     config.write_text(yaml.safe_dump(raw))
     err = _refused(capsys, ["run", "-c", str(config), "--metrics-host", "127.0.0.1"])
     assert err == "drtp run: error: --metrics-host: needs --metrics-port PORT (or the config key live_metrics.port)"
+    err = _refused(capsys, ["run", "-c", str(config), "--metrics-linger", "5"])
+    assert err == "drtp run: error: --metrics-linger: needs --metrics-port PORT (or the config key live_metrics.port)"
+    err = _refused(capsys, ["run", "-c", str(config), "--metrics-port", "1", "--metrics-linger", "2h"])
+    assert err == "drtp run: error: --metrics-linger: at most 3600 s, got 7200"
     err = _refused(capsys, ["run", "-c", str(config), "--metrics-port", "70000"])
     assert err.startswith("drtp run: error: --metrics-port: not a port number: '70000'")
 
