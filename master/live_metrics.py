@@ -51,6 +51,7 @@ from drtp.replay.outcome import OK
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_LINGER_S = 15.0
 MAX_LINGER_S = 3600.0  # a longer wait is a mistake (the config key has the same bound)
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # listen on every address of the machine
 BUCKET_BOUNDS = [floatToGoString(b) for b in LIVE_BUCKETS_S] + ["+Inf"]  # the ``le`` labels, in order
 
 
@@ -64,7 +65,9 @@ class LiveSettings:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        """Where to scrape: listening on every address (0.0.0.0, ::), the machine's name (a Slurm job's node)."""
+        host = socket.gethostname() if self.host in WILDCARD_HOSTS else self.host
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}/metrics"
 
 

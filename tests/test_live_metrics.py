@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 import threading
 import urllib.request
 from collections import Counter
@@ -273,3 +274,10 @@ def test_config_key_errors_name_the_key(tmp_path, section, key):
         load_config(path)
     text = str(e.value)
     assert text.startswith(f"{path}: ") and f"'{key}'" in text and "\n" not in text, text
+
+
+def test_the_address_said_is_one_to_scrape():
+    assert LiveSettings(9464).url == "http://127.0.0.1:9464/metrics"
+    assert LiveSettings(9464, "::1").url == "http://[::1]:9464/metrics"
+    # listening on every address: the machine's name, which a Prometheus elsewhere can reach (not 0.0.0.0)
+    assert LiveSettings(9464, "0.0.0.0").url == f"http://{socket.gethostname()}:9464/metrics"
