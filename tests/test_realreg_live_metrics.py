@@ -189,3 +189,24 @@ def test_one_endpoint_serves_every_registry_of_an_experiment(tmp_path, nodes, ca
     # while registry b ran, registry a's count stood at its final value: counters only grow, per registry
     seen_b = [p for p in pages if _sum(p, "drtp_requests_total", registry=b.url) > 0]
     assert seen_b and all(_sum(p, "drtp_requests_total", registry=a.url) == 40 for p in seen_b)
+
+
+def test_a_ramp_s_steps_share_one_endpoint_and_each_offers_its_rate(tmp_path, nodes, capsys):
+    trace = make_trace(tmp_path / "trace.json", requests=60)
+    port = free_port()
+    with LocalRegistry(tmp_path / "registry") as reg:
+        cfg = write_config(tmp_path, trace, [reg.host], [n.address for n in nodes])
+        run_warmup(cfg, quiet=True)
+        poller = Poller(f"http://127.0.0.1:{port}/metrics")
+        try:
+            argv = ["ramp", "-c", cfg.source, "--out", str(tmp_path / "ramp"), "--from", "20", "--step", "20"]
+            argv += ["--to", "40", "--step-duration", "1", "--slo", "p99<60s", "-q", "--metrics-port", str(port)]
+            assert main(argv) == 0
+        finally:
+            pages = poller.stop()
+    ramp = json.loads((tmp_path / "ramp" / "ramp.json").read_text())
+    assert [s["requests"] for s in ramp["steps"]] == [20, 40]
+    final = pages[-1]
+    assert _sum(final, "drtp_requests_total", registry=f"http://{reg.host}") == 60  # both steps, one counter
+    offered = [p[("drtp_offered_rps", ())] for p in pages if ("drtp_offered_rps", ()) in p]
+    assert offered[0] == 20 and offered[-1] == 40 and sorted(offered) == offered  # each step its own rate
