@@ -154,12 +154,15 @@ class LiveMetrics:
             for p in parts:
                 key = (p.registry, p.method, p.kind, p.outcome)
                 requests[key] = requests.get(key, 0) + p.count
-                h_key = (p.registry, p.method, p.kind)
+                h_key = key[:3]
                 h = latency.get(h_key)
                 if h is None:
                     h = latency[h_key] = _Histogram()
-                if p.outcome == OK:
-                    h.buckets = [a + b for a, b in zip(h.buckets, p.buckets, strict=True)]
+                if p.outcome == OK and len(p.buckets) == len(h.buckets):  # else a node of other bounds: counted only
+                    held = h.buckets
+                    for i, n in enumerate(p.buckets):
+                        if n:  # a frame's requests fill few buckets
+                            held[i] += n
                     h.sum_s += p.sum_s
 
     def health(self, node: str, part: HealthPart) -> None:
