@@ -61,6 +61,18 @@ class Prometheus:
                 raise RuntimeError(f"prometheus did not start: {self.log.read_text()[-2000:]}")
             time.sleep(0.2)
 
+    def wait_scraping(self) -> None:
+        """Until Prometheus has tried its target once (it hands new targets to its scrapers only some seconds
+        after it starts): a run started before would be over before its first scrape."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=10) as answer:
+                targets = json.load(answer)["data"]["activeTargets"]
+            if targets and not targets[0]["lastScrape"].startswith("0001-"):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"prometheus never scraped its target: {self.log.read_text()[-2000:]}")
+
     def query(self, expr: str, at: float | None = None) -> list:
         """``/api/v1/query``'s result for ``expr`` (at ``at``, else now)."""
         params = {"query": expr} | ({"time": repr(at)} if at is not None else {})
@@ -90,6 +102,7 @@ def test_prometheus_scrapes_a_run_and_holds_its_final_request_count(tmp_path, no
             cfg = write_config(tmp_path, trace, [reg.host], [n.address for n in nodes])
             run_warmup(cfg, quiet=True)
             out = tmp_path / "run"
+            prometheus.wait_scraping()
             capsys.readouterr()
             # at 80 requests/s the run lasts a few seconds: Prometheus scrapes it while it goes
             argv = ["run", "-c", cfg.source, "--out", str(out), "--rate", "80", "--metrics-port", str(metrics_port)]
