@@ -32,7 +32,9 @@ setup(
         "tqdm>=4.60",
         "libcachesim>=0.3.5",  # standard eviction policies beside drtp's own caches
         "uhashring>=2",  # consistent hashing of trace clients to client nodes
-        "prometheus-client>=0.17",  # the parser of registries' own metrics (drtp/registry/metrics.py)
+        # the parser of registries' own metrics (drtp/registry/metrics.py); the live metrics exporter
+        # (master/live_metrics.py: start_http_server returns its server and thread since 0.20, to stop it)
+        "prometheus-client>=0.20",
         "scipy>=1.10",  # drtp analyze compare: bootstrap intervals and rank tests (analysis/compare.py)
         "httptools>=0.6",  # the client node's HTTP/1.1 answer parser (llhttp), drtp/registry/transport.py
         "uvloop>=0.17; sys_platform != 'win32'",  # the client node's event loop in stress mode, client/loop_engine.py

@@ -13,7 +13,13 @@ total of ``--rates`` requests/s (a slow registry's rate), to show the cost per
 request stays flat (no fixed cost per frame or per event that grows when frames
 carry few results).
 
+With ``--live-rounds N`` it measures instead what live metrics (``--metrics-port``) cost: N rounds with
+them off and N with them on, alternated (off, on, off, on, …) on the same trace and stand-ins, the
+master's CPU per request (the exporter listens, and the master adds the frames' parts) and the stand-ins'
+(their frame builders count the parts), so the difference can be read against the spread of the rounds.
+
 Usage: python bench/bench_master.py [--requests 100000] [--nodes 1 2 4] [--rates 20000 2000]
+       python bench/bench_master.py --live-rounds 3 [--requests 100000] [--nodes 2] [--rates 2000]
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from unittest.mock import patch
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -153,10 +161,22 @@ def stand_ins(n: int, rate: float) -> tuple[list[str], list[subprocess.Popen]]:
     return [f"127.0.0.1:{p}" for p in ports], procs
 
 
-def one_run(work: Path, trace: Path, registry: str, n_nodes: int, rate: float) -> dict:
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by these processes (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def one_run(work: Path, trace: Path, registry: str, n_nodes: int, rate: float, live: bool | None = None) -> dict:
+    """One run; ``live`` True/False: with live metrics on/off (None: a tree without them, no argument given)."""
     nodes, procs = stand_ins(n_nodes, rate)
+    exporter = None
     try:
-        name = f"n{n_nodes}-r{int(rate)}"
+        name = f"n{n_nodes}-r{int(rate)}" + ("" if live is None else f"-live{int(live)}")
         cfg = {
             "trace": {"location": str(trace.parent), "traces": [trace.name]},
             "registry": [registry],
@@ -168,21 +188,43 @@ def one_run(work: Path, trace: Path, registry: str, n_nodes: int, rate: float) -
         path.write_text(yaml.safe_dump(cfg))
         from drtp.config import load_config
 
+        extra = {}
+        if live:
+            from drtp.master.live_metrics import LiveMetrics, LiveSettings
+
+            exporter = LiveMetrics(LiveSettings(free_port(), linger_s=0))
+            exporter.start()
+            extra["live"] = exporter
+        nodes_before = cpu_s([p.pid for p in procs])
         before = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
-        s = run_replay(load_config(path), work / f"run-{name}", quiet=True)
+        s = run_replay(load_config(path), work / f"run-{name}", quiet=True, **extra)
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_SELF)
+        nodes_cpu = cpu_s([p.pid for p in procs]) - nodes_before
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if exporter is not None:  # the exporter counted every request the run did
+            page = urllib.request.urlopen(exporter.settings.url, timeout=10).read().decode()
+            counted = sum(
+                sample.value
+                for family in text_string_to_metric_families(page)
+                for sample in family.samples
+                if sample.name == "drtp_requests_total"
+            )
+            assert counted == s["requests"], (counted, s["requests"])
         return {
             "nodes": n_nodes,
             "paced_rps": rate or None,
+            "live": live,
             "requests": s["requests"],
             "failed": s["failed"],
             "rate_rps": s["requests"] / wall,
             "master_cpu_us_per_req": cpu / max(1, s["requests"]) * 1e6,
+            "nodes_cpu_us_per_req": nodes_cpu / max(1, s["requests"]) * 1e6,
         }
     finally:
+        if exporter is not None:
+            exporter.stop()
         for p in procs:
             p.terminate()
         for p in procs:
@@ -228,6 +270,49 @@ def measure(requests: int = 100_000, nodes: tuple = (1, 2, 4), rates: tuple = (2
     return {"runs": rows, "read_us_per_req": read_us}
 
 
+def measure_live(requests: int, nodes: tuple, rates: tuple, paced_requests: int, rounds: int) -> list[dict]:
+    """Rows of alternated rounds, live metrics off then on, for each of ``nodes`` stand-ins at full speed and
+    two stand-ins paced to each of ``rates``."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="drtp-bench-live-") as tmp, patch.dict(os.environ, {"DRTP_TOKEN": TOKEN}):
+        work = Path(tmp)
+        (work / "map.jsonl").write_text("")
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            registry = f"127.0.0.1:{srv.server_port}"
+            full = work / "full.json"
+            write_ibm(full, generate(GenerateOptions(requests=requests, seed=1, span_s=3600.0)))
+            paced = work / "paced.json"
+            write_ibm(paced, generate(GenerateOptions(requests=paced_requests, seed=2, span_s=3600.0)))
+            cases = [(full, n, 0.0) for n in nodes] + [(paced, 2, r) for r in rates]
+            for trace, n, rate in cases:
+                for i in range(rounds):
+                    for live in (False, True):
+                        row = one_run(work, trace, registry, n, rate, live=live)
+                        row["round"] = i + 1
+                        rows.append(row)
+        finally:
+            srv.shutdown()
+    return rows
+
+
+def print_live(rows: list[dict]) -> None:
+    """Per case: each round's µs/req off and on, the medians, and the on/off ratio against the rounds' spread."""
+    import statistics
+
+    print(f"{'nodes':>5} {'paced':>6} {'who':>7} {'off µs/req (rounds)':>28} {'on µs/req (rounds)':>28} {'on/off':>7}")
+    cases = sorted({(r["nodes"], r["paced_rps"] or 0) for r in rows}, key=lambda c: (c[1] != 0, c))
+    for nodes, paced in cases:
+        mine = [r for r in rows if r["nodes"] == nodes and (r["paced_rps"] or 0) == paced]
+        for who, key in (("master", "master_cpu_us_per_req"), ("nodes", "nodes_cpu_us_per_req")):
+            off = [r[key] for r in mine if not r["live"]]
+            on = [r[key] for r in mine if r["live"]]
+            shown = " ".join(f"{v:.1f}" for v in off), " ".join(f"{v:.1f}" for v in on)
+            ratio = statistics.median(on) / statistics.median(off)
+            print(f"{nodes:>5} {paced or 'full':>6} {who:>7} {shown[0]:>28} {shown[1]:>28} {ratio:>7.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=100_000)
@@ -235,7 +320,14 @@ def main() -> None:
     ap.add_argument("--rates", type=float, nargs="+", default=[20_000, 2_000], help="paced total rates (req/s)")
     ap.add_argument("--paced-requests", type=int, default=20_000, help="trace length of the paced runs")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--live-rounds", type=int, help="measure live metrics off vs on: this many alternated rounds each")
     args = ap.parse_args()
+    if args.live_rounds:
+        rows = measure_live(args.requests, tuple(args.nodes), tuple(args.rates), args.paced_requests, args.live_rounds)
+        print_live(rows)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return
     res = measure(args.requests, tuple(args.nodes), tuple(args.rates), args.paced_requests)
     rows = res["runs"]
     print(f"reading the trace alone: {res['read_us_per_req']:.2f} µs/req")

@@ -76,6 +76,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def port_number(text: str) -> int:
+    """A TCP port to listen on, 1–65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65_535:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r} (1–65535)")
+    return port
+
+
 def size(text: str) -> int:
     """A size in bytes, with or without a unit (``4MB``, ``1GiB``, ``512``)."""
     from drtp.units import parse_size

@@ -209,6 +209,16 @@ class Deploy(_Section):
     env: dict[str, str] = {}  # extra environment for remote commands (not secrets: use ${VAR} in the config)
 
 
+class LiveMetricsSection(_Section):
+    """``live_metrics:``: serve the run's figures to Prometheus while it goes (as ``--metrics-port``/``--metrics-host``
+    do, which override it), so a batch job that takes no options serves them too (drtp.master.live_metrics)."""
+
+    port: Port
+    host: str = "127.0.0.1"  # the address to listen on: loopback unless another is wanted
+    # at the end: wait this long at most for a scrape of the final values (0: none)
+    linger: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 15.0
+
+
 class Config(_Section):
     trace: TraceSection | None = None
     client_info: ClientInfo = msgspec.field(default_factory=ClientInfo)
@@ -228,6 +238,7 @@ class Config(_Section):
     # fresh: each repetition replays into repositories of its own (prefix rep<k>-), warmed up for it;
     # reuse: every repetition replays into the same repositories, as left by the one before
     repeat_state: Literal["fresh", "reuse"] = "fresh"
+    live_metrics: LiveMetricsSection | None = None  # a Prometheus endpoint of the run (drtp.master.live_metrics)
 
     # where the file was loaded from (errors name it); relative paths are resolved against its folder
     base_dir: str = "."
@@ -460,11 +471,20 @@ def _check_addresses(cfg: Config, source: str) -> None:
             raise ConfigError(f"{source}: key 'registries[{i}].url': {why}")
         _check_repository_names(entry, f"{source}: key 'registries[{i}]")
     _check_metrics(cfg, source)
+    if cfg.live_metrics is not None and (why := listen_host_error(cfg.live_metrics.host)):
+        raise ConfigError(f"{source}: key 'live_metrics.host': {why}")
     for i, node in enumerate(cfg.client_info.client_list):
         if why := host_port_error(node):
             if ":" not in node:  # the original's configs always name the port; client_info.port is not it
                 why += " (name each client node's port: client_info.port is not a default port for them)"
             raise ConfigError(f"{source}: key 'client_info.client_list[{i}]': {why}")
+
+
+def listen_host_error(host: str) -> str | None:
+    """None when ``host`` can be an address to listen on (a name, IPv4 or IPv6 literal); else what is wrong."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,253}|[0-9A-Fa-f:.]{2,45}", host):
+        return f"{host[:200]!r} is not a host name or IP address to listen on (e.g. 127.0.0.1, 0.0.0.0)"
+    return None
 
 
 def metrics_urls(value: str | list[str] | None) -> list[str]:

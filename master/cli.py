@@ -16,7 +16,9 @@ from drtp.cli_options import (
     add_progress_options,
     apply_progress_options,
     config_from_args,
+    duration,
     non_negative_int,
+    port_number,
     positive_duration,
     positive_float,
     positive_int,
@@ -131,6 +133,63 @@ def read_ca_file(path: Path) -> str:
     return text
 
 
+def add_live_metrics_options(p: argparse.ArgumentParser) -> None:
+    """``--metrics-port``, ``--metrics-host``, ``--metrics-linger`` of run, experiment and ramp."""
+    p.add_argument(
+        "--metrics-port",
+        type=port_number,
+        metavar="PORT",
+        help="serve live metrics for Prometheus at http://HOST:PORT/metrics while the run goes (read-only, no "
+        "secrets; default: live_metrics.port, else none)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help="address the live metrics listen on (default: live_metrics.host, else 127.0.0.1: this machine only)",
+    )
+    p.add_argument(
+        "--metrics-linger",
+        type=duration,
+        metavar="SECONDS",
+        help="at the end, wait at most this long for a scrape of the final values (default: live_metrics.linger, "
+        "else 15; 0: none)",
+    )
+
+
+def start_live_metrics(args: argparse.Namespace, cfg):
+    """The live metrics exporter, listening (None: neither the options nor the config ask for one).
+
+    It listens before the run checks the registries or sends a request: a port in use or an address that is not
+    this machine's is a one-line refusal (exit 2) before anything starts."""
+    from drtp.config import listen_host_error
+    from drtp.master.live_metrics import DEFAULT_HOST, DEFAULT_LINGER_S, MAX_LINGER_S, LiveMetrics, LiveSettings
+
+    section = cfg.live_metrics
+    port = args.metrics_port if args.metrics_port is not None else (section.port if section else None)
+    if port is None:
+        for option in ("host", "linger"):
+            if getattr(args, f"metrics_{option}") is not None:
+                raise DrtpError(f"--metrics-{option}: needs --metrics-port PORT (or the config key live_metrics.port)")
+        return None
+    host = args.metrics_host if args.metrics_host is not None else (section.host if section else DEFAULT_HOST)
+    if args.metrics_host is not None and (why := listen_host_error(host)):
+        raise DrtpError(f"--metrics-host: {why}")
+    linger = args.metrics_linger
+    if linger is None:
+        linger = section.linger if section else DEFAULT_LINGER_S
+    elif linger > MAX_LINGER_S:
+        raise DrtpError(f"--metrics-linger: at most {MAX_LINGER_S:g} s, got {linger:g}")
+    options = [f"--metrics-{k} {v}" for k, v in (("port", args.metrics_port), ("host", args.metrics_host)) if v]
+    where = " ".join(options) or f"{cfg.source}: key 'live_metrics'"
+    live = LiveMetrics(LiveSettings(port, host, linger))
+    try:
+        live.start()
+    except (OSError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise DrtpError(f"{where}: cannot serve live metrics on {host}:{port}: {why}") from None
+    return live
+
+
 def say(args: argparse.Namespace, message: str, code: int) -> None:
     """One line on stderr, where scripts look for why the exit code is not 0: a refusal's format, or a
     warning's when the run passed all the same (every failure tolerated, yet nothing succeeded)."""
@@ -165,6 +224,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from drtp.master.live_metrics import exporting
     from drtp.master.run import default_out, run_replay
     from drtp.master.verdict import judge
 
@@ -184,16 +244,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         from drtp.master.experiment import run_series
         from drtp.master.repeat import run_parts
 
-        status = run_series(
-            run_parts(cfg, out), out, cfg.repeat, resume=args.resume, budget=budget,
-            stats_interval_s=args.stats_interval, objectives=wanted, what="run",
-        )  # fmt: skip
+        with exporting(start_live_metrics(args, cfg)) as live:
+            status = run_series(
+                run_parts(cfg, out), out, cfg.repeat, resume=args.resume, budget=budget,
+                stats_interval_s=args.stats_interval, objectives=wanted, what="run", live=live,
+            )  # fmt: skip
         return worst(s["exit_code"] for s in status.values())
     if args.resume:
         from drtp.master.repeat import check_layout
 
         check_layout([out], 1)
-    summary = run_replay(cfg, out, resume=args.resume, stats_interval_s=args.stats_interval)
+    with exporting(start_live_metrics(args, cfg)) as live:
+        summary = run_replay(cfg, out, resume=args.resume, stats_interval_s=args.stats_interval, live=live)
     verdict = judge(summary, budget, wanted)
     say(args, verdict.message, verdict.code)
     return verdict.code
@@ -202,6 +264,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_experiment(args: argparse.Namespace, cfg=None) -> int:
     from drtp.exit_codes import worst
     from drtp.master.experiment import run_experiment
+    from drtp.master.live_metrics import exporting
 
     apply_progress_options(args)
     if cfg is None:
@@ -213,9 +276,11 @@ def cmd_experiment(args: argparse.Namespace, cfg=None) -> int:
     budget = failure_budget(args, cfg)
     wanted = objectives(args, cfg)
     out = Path(args.out) if args.out else None
-    status = run_experiment(
-        cfg, out, resume=args.resume, budget=budget, stats_interval_s=args.stats_interval, objectives=wanted
-    )
+    with exporting(start_live_metrics(args, cfg)) as live:
+        status = run_experiment(
+            cfg, out, resume=args.resume, budget=budget, stats_interval_s=args.stats_interval, objectives=wanted,
+            live=live,
+        )  # fmt: skip
     return worst(s["exit_code"] for s in status.values())
 
 
@@ -223,6 +288,7 @@ def cmd_ramp(args: argparse.Namespace) -> int:
     import datetime as _dt
 
     from drtp.exit_codes import ExitCode
+    from drtp.master.live_metrics import exporting
     from drtp.master.ramp import RampPlan, run_ramp
 
     apply_progress_options(args)
@@ -244,7 +310,10 @@ def cmd_ramp(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else cfg.path(cfg.results) / f"ramp-{stamp}"
     plan = RampPlan(args.start, args.step, args.to, args.step_duration)
     slo_text = ",".join(o.text for o in wanted)
-    ramp = run_ramp(cfg, out, plan, wanted, slo_text, quiet=args.quiet, stats_interval_s=args.stats_interval)
+    with exporting(start_live_metrics(args, cfg)) as live:
+        ramp = run_ramp(
+            cfg, out, plan, wanted, slo_text, quiet=args.quiet, stats_interval_s=args.stats_interval, live=live
+        )
     knee = ramp["knee_rps"]
     if not args.quiet:
         print(
@@ -367,6 +436,7 @@ def register(sub) -> None:
     p.add_argument("--repeat", type=positive_int, metavar="N", help=REPEAT_HELP)
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     add_stats_interval_option(p)
+    add_live_metrics_options(p)
     add_progress_options(p)
     p.set_defaults(func=cmd_run)
 
@@ -386,6 +456,7 @@ def register(sub) -> None:
     p.add_argument("--repeat", type=positive_int, metavar="N", help=REPEAT_HELP)
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     add_stats_interval_option(p)
+    add_live_metrics_options(p)
     add_progress_options(p)
     p.set_defaults(func=cmd_experiment)
 
@@ -417,6 +488,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=non_negative_int, help="poisson arrivals: the random seed")
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
     add_stats_interval_option(p)
+    add_live_metrics_options(p)
     add_progress_options(p)
     p.set_defaults(func=cmd_ramp)
 

@@ -26,6 +26,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -43,6 +44,9 @@ from drtp.registry.auth import config_auth
 from drtp.replay.failure_budget import FailureBudget
 from drtp.replay.slo import Objective
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
+
+if TYPE_CHECKING:  # prometheus-client is imported only by a run that exports
+    from drtp.master.live_metrics import LiveMetrics
 
 
 def run_name(i: int, registry: str) -> str:
@@ -105,15 +109,26 @@ def run_experiment(
     budget: FailureBudget | None = None,
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
     objectives: list[Objective] | None = None,
+    live: LiveMetrics | None = None,
 ) -> dict:
     """Each registry's warmup and run in turn; returns experiment.json's content (every entry has ``exit_code``).
 
-    ``objectives`` (``--slo``) are judged on each registry's run, as ``max_failed`` is.
+    ``objectives`` (``--slo``) are judged on each registry's run, as ``max_failed`` is; ``live``: one exporter of
+    live metrics for every registry's run (its ``registry`` label tells them apart).
     """
     check_experiment(cfg)
     out = out_dir or default_experiment_dir(cfg)
     return run_series(
-        experiment_parts(cfg, out), out, cfg.repeat, quiet, resume, budget, stats_interval_s, objectives, "experiment"
+        experiment_parts(cfg, out),
+        out,
+        cfg.repeat,
+        quiet,
+        resume,
+        budget,
+        stats_interval_s,
+        objectives,
+        "experiment",
+        live,
     )
 
 
@@ -127,11 +142,13 @@ def run_series(
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
     objectives: list[Objective] | None = None,
     what: str = "experiment",
+    live: LiveMetrics | None = None,
 ) -> dict:
     """Run ``parts`` in order (an experiment's registries, a run's repetitions, or both), unattended: a part that
     fails is recorded and the next one runs; experiment.json records each; returns its content.
 
-    ``what`` names the command in its lines (``drtp experiment``, ``drtp run``).
+    ``what`` names the command in its lines (``drtp experiment``, ``drtp run``); ``live``: one exporter of live
+    metrics for every part's run.
     """
     budget = budget or FailureBudget(count=0)
     objectives = objectives or []
@@ -160,7 +177,9 @@ def run_series(
             if part.warm:
                 run_warmup(sub, quiet=quiet)
             resumed = resume and (run_dir / "requests.csv").exists()
-            summary = run_replay(sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s)
+            summary = run_replay(
+                sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s, live=live
+            )
             if part.registry_id is not None:
                 summary["registry_id"] = part.registry_id
             if part.repetition is not None:  # which replicate this is, for the analyses that group them

@@ -29,6 +29,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -46,6 +47,9 @@ from drtp.replay.stats_file import DEFAULT_INTERVAL_S
 from drtp.replay.summary import BEHIND_SHARE
 from drtp.trace.reader import TraceReader
 from drtp.trace.records import TraceRecord
+
+if TYPE_CHECKING:  # prometheus-client is imported only by a run that exports
+    from drtp.master.live_metrics import LiveMetrics
 
 RAMP_FILE = "ramp.json"
 RAMP_FIGURE = "ramp.png"
@@ -150,8 +154,10 @@ def run_ramp(
     slo_text: str,
     quiet: bool = False,
     stats_interval_s: float = DEFAULT_INTERVAL_S,
+    live: LiveMetrics | None = None,
 ) -> dict:
-    """Run the ramp's steps into ``out``; returns ramp.json's content."""
+    """Run the ramp's steps into ``out``; returns ramp.json's content.  ``live``: one exporter of live metrics for
+    every step (each step offers its rate: ``drtp_offered_rps``)."""
     made = prepare_output_dir(out, "--out")
     trace = TraceLoop(cfg)
     try:
@@ -186,6 +192,7 @@ def run_ramp(
                 source=lambda records=records: [records],
                 preflight=i == 0,
                 planner=planner,
+                live=live,
             )
             entry = step_entry(rate, replay.run(), run_dir, objectives)
             ramp["steps"].append(entry)

@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -60,6 +61,9 @@ from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_
 from drtp.replay.stats_file import STATS_FILE
 from drtp.trace.reader import TraceReader, completion_stamped
 from drtp.trace.records import TraceRecord, Uri
+
+if TYPE_CHECKING:  # prometheus-client is imported only by a run that exports
+    from drtp.master.live_metrics import LiveMetrics
 
 log = logging.getLogger(__name__)  # -v / verbose: true shows the run's steps
 
@@ -98,15 +102,18 @@ class Replay:
         source: Callable[[], Iterable[list[TraceRecord]]] | None = None,
         preflight: bool = True,
         planner: Planner | None = None,
+        live: LiveMetrics | None = None,
     ) -> None:
         """``source``: the records to replay, in batches, instead of the config's trace (``drtp ramp`` gives
         each step its share); ``preflight`` False when the registries were just checked (a ramp's later steps);
         ``planner``: one that planned the records before these (a ramp's earlier steps), so what they pushed
-        — a layer's new digest, an image's blobs, an upload's pairing — is known to the records that follow.
+        — a layer's new digest, an image's blobs, an upload's pairing — is known to the records that follow;
+        ``live``: the exporter of live metrics (already listening) that this run's frames feed.
         """
         self.cfg = cfg
         self.source = source
         self.preflight = preflight
+        self.live = live  # nodes count LiveParts for it; the master adds them per frame
         self.resume = resume  # continue an interrupted run in out_dir: skip the trace ids it completed
         self.skip: set[str] = set()
         self.offset = 0.0  # resume: new starts count on from the interrupted run's last end
@@ -224,7 +231,11 @@ class Replay:
             on_time_s=ci.on_time_ms / 1000,
             stats_interval_s=self.stats_interval_s,
             client=self.client,
+            live=self.live is not None,
         )
+        if self.live is not None:
+            self.live.offered_rps(self.rate)
+            self.live.announce()
         try:
             for name, link in self.links.items():
                 link.start(msgspec.structs.replace(spec, node=name))  # the node writes its rows under this name
@@ -586,6 +597,8 @@ class Replay:
             except queue.Empty:
                 break
         self._flush_results()
+        if self.live is not None:
+            self.live.in_flight(len(self.inflight))
         if self.bar is not None:
             # once per drain: a bar update (and a look at the clock) per result would cost the master CPU
             self.bar.set_failed(self.results.failed)
@@ -605,6 +618,10 @@ class Replay:
             self.results.node_model(node, frame.model)
         if frame.refused and self.renewal is not None:
             self.renewal.refused(frame.refused)
+        if self.live is not None:
+            self.live.add_parts(frame.live)
+            for part in frame.health:
+                self.live.health(node, part)
         inflight, planner = self.inflight, self.planner
         feedback = {res.seq: res for res in frame.feedback} if frame.feedback else {}
         n = 0
@@ -643,6 +660,7 @@ def run_replay(
     quiet: bool = False,
     resume: bool = False,
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
+    live: LiveMetrics | None = None,
 ) -> dict:
     out = out_dir or default_out(cfg)
-    return Replay(cfg, out, quiet=quiet, resume=resume, stats_interval_s=stats_interval_s).run()
+    return Replay(cfg, out, quiet=quiet, resume=resume, stats_interval_s=stats_interval_s, live=live).run()

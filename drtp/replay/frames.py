@@ -41,6 +41,7 @@ in stress mode nothing is late, and every frame may wait.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import math
@@ -52,7 +53,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec
+from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import OK
 from drtp.replay.result_row import ResultRow, cells, rows_of
 from drtp.replay.stats_file import STATS_COUNTS
@@ -182,6 +183,33 @@ def csv_text(lines: Iterable[Iterable]) -> bytes:
     return out.getvalue().encode()
 
 
+class LiveTally:
+    """A frame's trace rows counted for live metrics, per registry, method, kind and outcome (:class:`LivePart`).
+
+    Made only when the run exports live metrics: the node, which makes every row anyway, adds each once here,
+    so the master's exporter adds a few parts per frame instead of looking at rows."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        # (registry, method, kind, outcome) -> [count, buckets (per LIVE_BUCKETS_S bound, then above), sum_s]
+        self.counts: dict[tuple[str, str, str, str], list] = {}
+
+    def add(self, registry: str, row: ResultRow) -> None:
+        key = (registry, row.method, row.kind, row.outcome)
+        acc = self.counts.get(key)
+        if acc is None:
+            acc = self.counts[key] = [0, [0] * (len(LIVE_BUCKETS_S) + 1), 0.0]
+        acc[0] += 1
+        latency = row.latency_s
+        if latency is not None:  # a row without an end (lost) counts as a request, not as a latency
+            acc[1][bisect.bisect_left(LIVE_BUCKETS_S, latency)] += 1  # the first bound >= latency: le semantics
+            acc[2] += latency
+
+    def parts(self) -> list[LivePart]:
+        return [LivePart(*key, count, buckets, sum_s) for key, (count, buckets, sum_s) in self.counts.items()]
+
+
 class IntervalStats:
     """The figures of one interval of stats_history.csv: its count columns (drtp.replay.stats_file
     ``STATS_COUNTS``, one slot each) and a latency histogram to merge."""
@@ -226,6 +254,8 @@ class FrameBuilder:
         self.node = spec.node
         self.interval_s = spec.stats_interval_s
         self.model = ResultsModel(spec.timed, spec.on_time_s)
+        self.live = spec.live  # count LiveParts (only when the master exports live metrics)
+        self.bases: dict[str, str] = {}  # a request's registry -> its base URL, the parts' registry
 
     def frame(self, finished: Iterable[Finished]) -> bytes:
         rows: list[ResultRow] = []
@@ -235,6 +265,7 @@ class FrameBuilder:
         failed = 0
         add = self.model.add
         iv = self.interval_s
+        live = LiveTally() if self.live else None
         for req, res in finished:
             done.append(req.seq)
             if req.op != "get":
@@ -249,8 +280,18 @@ class FrameBuilder:
                     if stats is None:
                         stats = intervals[index] = IntervalStats()
                     stats.add_row(row)
+                    if live is not None:
+                        live.add(self._base(req.registry), row)
         parts = [s.part(i) for i, s in intervals.items()]
-        return pack(ResultFrame(csv_text(map(cells, rows)), done, failed, feedback, parts))
+        live_parts = live.parts() if live is not None else []
+        return pack(ResultFrame(csv_text(map(cells, rows)), done, failed, feedback, parts, live=live_parts))
+
+    def _base(self, registry: str) -> str:
+        """``registry`` (as a request names it) as a base URL, the label live metrics give it."""
+        base = self.bases.get(registry)
+        if base is None:
+            base = self.bases[registry] = registry_base(registry)
+        return base
 
     def refusals(self, refused: list[Refusal]) -> bytes:
         """A frame that only reports refused secrets."""
