@@ -83,10 +83,11 @@ def run_experiment(
     budget: FailureBudget | None = None,
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
     objectives: list[Objective] | None = None,
+    max_replayer_limited: bool = False,
 ) -> dict:
     """Each registry's warmup and run in turn; returns experiment.json's content (every entry has ``exit_code``).
 
-    ``objectives`` (``--slo``) are judged on each registry's run, as ``max_failed`` is.
+    ``objectives`` (``--slo``) and ``max_replayer_limited`` are judged on each registry's run, as ``max_failed`` is.
     """
     budget = budget or FailureBudget(count=0)
     objectives = objectives or []
@@ -114,7 +115,7 @@ def run_experiment(
             summary = run_replay(sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s)
             summary["registry_id"] = entry.id
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
-            verdict = judge(summary, budget, objectives)
+            verdict = judge(summary, budget, objectives, max_replayer_limited)
             status[entry.id] = {
                 "ok": True,
                 "exit_code": int(verdict.code),
@@ -124,6 +125,7 @@ def run_experiment(
                 "throughput_rps": summary["throughput_rps"],
                 "latency_p50_s": summary["latency_s"].get("p50"),
                 "objectives": {j.objective.text: j.held for j in verdict.objectives},
+                "replayer_limited": summary["replayer_limited"],
                 "wall_s": time.perf_counter() - t0,
             }
             if verdict.message and not quiet:

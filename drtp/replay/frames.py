@@ -227,7 +227,8 @@ class FrameBuilder:
         self.interval_s = spec.stats_interval_s
         self.model = ResultsModel(spec.timed, spec.on_time_s)
 
-    def frame(self, finished: Iterable[Finished]) -> bytes:
+    def frame(self, finished: Iterable[Finished], health: list[HealthPart] | None = None) -> bytes:
+        """A frame of ``finished`` requests, with the node's ``health`` parts not sent yet."""
         rows: list[ResultRow] = []
         done: list[int] = []
         feedback: list[ReplayResult] = []
@@ -250,15 +251,19 @@ class FrameBuilder:
                         stats = intervals[index] = IntervalStats()
                     stats.add_row(row)
         parts = [s.part(i) for i, s in intervals.items()]
-        return pack(ResultFrame(csv_text(map(cells, rows)), done, failed, feedback, parts))
+        return pack(ResultFrame(csv_text(map(cells, rows)), done, failed, feedback, parts, health=health or []))
+
+    def health(self, health: list[HealthPart]) -> bytes:
+        """A frame of the node's health alone: no result came, yet a stalled registry must show the node's load."""
+        return pack(ResultFrame(health=health))
 
     def refusals(self, refused: list[Refusal]) -> bytes:
         """A frame that only reports refused secrets."""
         return pack(ResultFrame(refused=refused))
 
-    def last(self) -> bytes:
-        """The stream's last frame: the node's whole model."""
-        return pack(ResultFrame(model=self.model.state()))
+    def last(self, health: list[HealthPart] | None = None) -> bytes:
+        """The stream's last frame: the node's whole model (and its health parts not sent yet)."""
+        return pack(ResultFrame(model=self.model.state(), health=health or []))
 
 
 class FrameReader:
