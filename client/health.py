@@ -30,7 +30,8 @@ reached so far, so a loop blocked for a whole interval shows in it, not only
 in the interval where the tick finally fired.  Each finished interval becomes
 one :class:`~drtp.replay.frames.HealthPart`, taken once by the result stream
 (:meth:`take`); the run's last, partial interval comes with the stream's last
-frame (:meth:`finish`) when it covers at least half an interval or is the run's only one.
+frame (:meth:`finish`), its CPU share over its own length: requests ended in it
+too, and its row of stats_history.csv would otherwise lack the node.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from collections.abc import Callable
 from drtp.replay.frames import HealthPart
 
 TICK_S = 0.01  # the lag tick's period: 100 samples per second, a p99 that is not just the worst sample
-MIN_LAST_SHARE = 0.5  # the run's last, partial interval is sent when it covers at least this share of one
 
 
 def p99(samples: list[float]) -> float:
@@ -74,7 +74,6 @@ class HealthMeter:
         self.begin = 0.0  # run-clock time of the current window's start (the first one may start late)
         self.cpu_begin = 0.0
         self.stopped = False
-        self.closed_any = False  # an interval was closed: a short last one is then left out
 
     # -- the engines' ticks ----------------------------------------------------------------------
 
@@ -105,7 +104,6 @@ class HealthMeter:
         share = (cpu - self.cpu_begin) / wall if wall > 0 else 0.0
         running = self.running()
         self.parts.append(HealthPart(self.index, round(share, 4), round(p99(self.samples) * 1000, 3), self.peak))
-        self.closed_any = True
         self.samples = []
         self.peak = running  # what still runs is in flight in the next interval too
         self.index += 1
@@ -125,17 +123,14 @@ class HealthMeter:
         return parts
 
     def finish(self) -> None:
-        """Stop measuring (the run's requests are over): the partial last interval joins the parts to send when
-        it covers at least ``MIN_LAST_SHARE`` of an interval (a few milliseconds' CPU share says little) or is
-        the run's only one.  Idempotent."""
+        """Stop measuring (the run's requests are over): the partial last interval joins the parts to send.
+        Idempotent."""
         with self.lock:
             if self.stopped:
                 return
             self.stopped = True
-            if self.index is None:
-                return
-            now = max(self.clock(), self.begin)
-            if not self.closed_any or now - self.begin >= MIN_LAST_SHARE * self.interval_s:
+            if self.index is not None:
+                now = max(self.clock(), self.begin)
                 self._close(now, now)
 
     # -- the two engines' timers ---------------------------------------------------------------------

@@ -30,7 +30,6 @@ from drtp.replay.frames import HealthPart
 CPU_LIMIT = 0.90  # share of one core: a node at or above it was short of CPU in that interval
 LAG_LIMIT_MS = 10.0  # engine lag p99 at or above this many ms: the node handled what was due late
 LIMITED_PERCENT = 10  # a node limited in at least this % of the run's intervals makes the run replayer-limited
-MIN_LAST_SHARE = 0.5  # the master's last, partial interval counts when it covers at least this share of one
 
 
 def nearest_rank(values: list[float], q: float) -> float | None:
@@ -85,19 +84,22 @@ class ReplayerHealth:
     # -- summary.json ----------------------------------------------------------------------------
 
     def limited(self) -> dict | None:
-        """The node that limited the run (the most limited intervals; ties: the first name), or None."""
+        """The node that limited the run, or None: of the nodes limited in enough intervals, the one limited in
+        the most; between equals, the one with the worst lag (then CPU) in them."""
         run_intervals = {i for parts in self.nodes.values() for i in parts}
         n = len(run_intervals)
         if n == 0:
             return None
-        worst = None
-        for node in sorted(self.nodes):
-            hits = sorted(i for i, p in self.nodes[node].items() if limited(p))
-            if hits and 100 * len(hits) >= LIMITED_PERCENT * n and (worst is None or len(hits) > len(worst[1])):
-                worst = (node, hits)
-        if worst is None:
+        candidates = []
+        for node, parts in self.nodes.items():
+            hits = sorted(i for i, p in parts.items() if limited(p))
+            if hits and 100 * len(hits) >= LIMITED_PERCENT * n:
+                worst_lag = max(parts[i].lag_ms for i in hits)
+                worst_cpu = max(parts[i].cpu for i in hits)
+                candidates.append(((len(hits), worst_lag, worst_cpu), node, hits))
+        if not candidates:
             return None
-        node, hits = worst
+        _, node, hits = max(candidates, key=lambda c: c[0])
         parts = self.nodes[node]
         cpu = sum(parts[i].cpu >= CPU_LIMIT for i in hits)
         lag = sum(parts[i].lag_ms >= LAG_LIMIT_MS for i in hits)
@@ -177,26 +179,23 @@ class MasterCpu:
         self.index: int | None = None
         self.begin = 0.0
         self.cpu_begin = 0.0
-        self.closed_any = False
 
     def start(self) -> None:
         self.thread.start()
 
     def stop(self) -> None:
-        """Stop sampling; the partial last interval counts when long enough or the run's only one."""
+        """Stop sampling; the partial last interval's share is over its own length."""
         self.stop_event.set()
         if self.thread.ident is None:
             return  # never started
         self.thread.join()
-        now = self.clock()
-        if self.index is not None and (not self.closed_any or now - self.begin >= MIN_LAST_SHARE * self.interval_s):
-            self._close(now)
+        if self.index is not None:
+            self._close(self.clock())
 
     def _close(self, now: float) -> None:
         wall = now - self.begin
         cpu = self.cpu()
         self.health.master(self.index, round((cpu - self.cpu_begin) / wall, 4) if wall > 0 else 0.0)
-        self.closed_any = True
         self.index = math.floor(now / self.interval_s)
         self.begin, self.cpu_begin = now, cpu
 
