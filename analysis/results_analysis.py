@@ -21,6 +21,7 @@ from drtp.analysis.results import (
     trace_latencies,
 )
 from drtp.analysis.results_figures import draw_all
+from drtp.replay.summary import replayer_limited_line
 
 CAPTIONS = {
     "latency_cdf": "Latency CDFs per request type (method + kind), successful requests, in ms; "
@@ -59,6 +60,16 @@ def analyze_runs(
     return results, frames
 
 
+def replayer_banners(summaries: dict[str, dict]) -> list[str]:
+    """A banner per run that was replayer-limited: its latencies are partly the replayer's own."""
+    banners = []
+    for run, summary in summaries.items():
+        line = replayer_limited_line(summary)
+        if line:
+            banners.append(f"Run {run}: {line}.")
+    return banners
+
+
 def analyze_results(
     run_dirs: list[str | Path], out: Path, trace_files: list[str] | None = None, log=print
 ) -> dict[str, dict]:
@@ -70,6 +81,7 @@ def analyze_results(
     """
     out.mkdir(parents=True, exist_ok=True)
     results, frames = analyze_runs(run_dirs, trace_files)
+    summaries = {run: r.get("replayer_summary") or {} for run, r in results.items()}
     for run, r in results.items():
         if run != TRACE_ROW:
             why = ", ".join(f"{c} {n:,}" for c, n in r["failures"].items())
@@ -139,5 +151,6 @@ def analyze_results(
         "Replay results",
         sections,
         intro="Numbers include every request (the same as each run's summary.json); plots clip only where labelled.",
+        banners=replayer_banners(summaries),
     )
     return results

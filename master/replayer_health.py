@@ -16,6 +16,8 @@ limited in at least ``LIMITED_PERCENT`` % of the run's intervals (those in
 which any node reported).  Latencies from such a run are the replayer's as
 much as the registry's: more client nodes, or fewer slots per node, measure
 the registry.
+The line a limited run prints under the console table (and the report's banner) is
+drtp.replay.summary ``replayer_limited_line``: it reads only summary.json.
 """
 
 from __future__ import annotations
@@ -145,18 +147,6 @@ class ReplayerHealth:
         """summary.json's ``replayer_limited`` and ``replayer``."""
         block = self.block()
         return {"replayer_limited": block["limited"] is not None, "replayer": block}
-
-
-def limited_line(summary: dict) -> str | None:
-    """One line for a replayer-limited run (console, logs), None for any other run."""
-    found = (summary.get("replayer") or {}).get("limited")
-    if not summary.get("replayer_limited") or not found:
-        return None
-    return (
-        f"replayer-limited: client node {found['node']} was {found['why']}, from {found['from_s']:g} s to "
-        f"{found['to_s']:g} s: latencies include the replayer's own queueing (use more client nodes or fewer "
-        "threads per node)"
-    )
 
 
 class MasterCpu:

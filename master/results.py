@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from drtp.master.replayer_health import ReplayerHealth, limited_line
+from drtp.master.replayer_health import ReplayerHealth
 from drtp.master.stats_history import StatsHistory
 from drtp.outputs import other_columns
 from drtp.replay.frames import ResultFrame, csv_text
@@ -22,7 +22,7 @@ from drtp.replay.messages import ReplayRequest, ReplayResult
 from drtp.replay.outcome import LOST
 from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_of
 from drtp.replay.slo import judged_latency
-from drtp.replay.summary import PERCENTILES, LogHistogram, ResultsModel, bucket
+from drtp.replay.summary import PERCENTILES, LogHistogram, ResultsModel, bucket, replayer_limited_line
 
 __all__ = ["COLUMNS", "PERCENTILES", "LogHistogram", "RunResults", "bucket", "format_table"]
 
@@ -285,7 +285,7 @@ def format_table(summary: dict) -> str:
         )
     if summary.get("manifests_above_trace_size"):
         lines.append(f"manifests sent bigger than the trace's size: {summary['manifests_above_trace_size']:,}")
-    limited = limited_line(summary)
+    limited = replayer_limited_line(summary)
     if limited:
         lines.append(limited)
     return "\n".join(lines)

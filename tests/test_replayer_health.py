@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
+from drtp.analysis.results_analysis import analyze_results, replayer_banners
 from drtp.cli import main
 from drtp.client.health import HealthMeter
-from drtp.master.replayer_health import CPU_LIMIT, LAG_LIMIT_MS, ReplayerHealth, limited_line
+from drtp.master.replayer_health import CPU_LIMIT, LAG_LIMIT_MS, ReplayerHealth
 from drtp.master.results import format_table
 from drtp.master.stats_history import WRITE_LAG_S, StatsHistory
 from drtp.master.verdict import judge
@@ -26,6 +28,7 @@ from drtp.registry.local import LocalRegistry
 from drtp.replay.failure_budget import FailureBudget
 from drtp.replay.frames import HealthPart
 from drtp.replay.stats_file import STATS_COLUMNS, STATS_FILE
+from drtp.replay.summary import replayer_limited_line
 from tests.replay_support import make_trace, write_config
 
 GAUGES = ["node_cpu_max", "loop_lag_ms_max", "master_cpu"]
@@ -115,11 +118,11 @@ def test_the_verdict_console_line_and_max_replayer_limited():
     assert verdict.code == 1
     assert verdict.message.startswith("replayer-limited (--max-replayer-limited): client node node-7 from 0 s to 1 s")
     assert "\n" not in verdict.message
-    line = limited_line(summary)
+    line = replayer_limited_line(summary)
     assert line.startswith("replayer-limited: client node node-7 ") and "\n" not in line
     fine = {"requests": 10, "failed": 0, "succeeded": 10, **ReplayerHealth(1.0).summary()}
     assert judge(fine, FailureBudget(count=0), max_replayer_limited=True).code == 0
-    assert limited_line(fine) is None
+    assert replayer_limited_line(fine) is None
 
 
 # -- the node's meter ------------------------------------------------------------------------------------------
@@ -270,7 +273,10 @@ def starved(pid: int):
 
 @pytest.mark.registry
 def test_a_slow_as_is_run_on_idle_nodes_is_not_replayer_limited(tmp_path, warmed, nodes):
-    config = _setup(tmp_path, warmed, nodes, wait=True, speedup=2.0)  # 300 requests over 3 s
+    config = _setup(tmp_path, warmed, nodes, wait=True)  # the trace's first 120 requests, over about 2.4 s
+    cfg = yaml.safe_load(Path(config).read_text())
+    cfg["trace"]["limit"] = {"type": "requests", "amount": 120}
+    Path(config).write_text(yaml.safe_dump(cfg))
     run_dir = tmp_path / "run"
     assert main(["run", "-c", config, "--out", str(run_dir), "-q", "--max-replayer-limited"]) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -282,7 +288,7 @@ def test_a_slow_as_is_run_on_idle_nodes_is_not_replayer_limited(tmp_path, warmed
         assert figures["intervals"] >= 2 and 0 < figures["cpu_max"] < CPU_LIMIT and figures["in_flight_max"] >= 1
     assert summary["replayer"]["master"]["cpu_max"] is not None
     _gauges_hold_numbers(run_dir)
-    assert "replayer-limited" not in format_table(summary)
+    assert "replayer-limited" not in format_table(summary) and replayer_banners({"run": summary}) == []
 
 
 @pytest.mark.registry
@@ -303,3 +309,8 @@ def test_a_stress_run_with_a_node_starved_of_cpu_is_replayer_limited_and_names_i
     assert code == 1 and len(lines) == 1 and nodes[0].address in lines[0], err
     stats = _gauges_hold_numbers(run_dir)
     assert stats["loop_lag_ms_max"].max() >= LAG_LIMIT_MS or stats["node_cpu_max"].max() >= CPU_LIMIT
+    # the report says so before any number
+    analyze_results([run_dir], tmp_path / "analysis", log=lambda *_: None)
+    report = (tmp_path / "analysis" / "report.html").read_text()
+    banner = report[report.index("</h1>") : report.index("<nav>")]
+    assert 'class="banner"' in banner and "replayer-limited: client node " + nodes[0].address in banner
