@@ -273,8 +273,10 @@ def add_max_replayer_limited_option(p: argparse.ArgumentParser, ramp: bool = Fal
     """``--max-replayer-limited`` (and ``--no-…``, to override the config's key) of run, experiment and ramp."""
     help_text = MAX_REPLAYER_LIMITED_HELP
     if ramp:
-        help_text = help_text.replace("exit 1 when the run was", "a step that was").replace(
-            "; its latencies", " does not hold (the ramp stops, exit 1); its latencies"
+        help_text = (
+            "a step that was replayer-limited (its summary.json's replayer_limited: a client node at 90%% of a core "
+            "or later than 10 ms in 10%% of the intervals) does not hold: the ramp stops and exits 1; "
+            "default: client_info.max_replayer_limited (off)"
         )
     p.add_argument("--max-replayer-limited", action=argparse.BooleanOptionalAction, default=None, help=help_text)
 

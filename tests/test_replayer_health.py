@@ -19,6 +19,7 @@ import yaml
 from drtp.analysis.results_analysis import analyze_results, replayer_banners
 from drtp.cli import main
 from drtp.client.health import HealthMeter
+from drtp.master.ramp import step_entry
 from drtp.master.replayer_health import CPU_LIMIT, LAG_LIMIT_MS, ReplayerHealth
 from drtp.master.results import format_table
 from drtp.master.stats_history import WRITE_LAG_S, StatsHistory
@@ -314,3 +315,19 @@ def test_a_stress_run_with_a_node_starved_of_cpu_is_replayer_limited_and_names_i
     report = (tmp_path / "analysis" / "report.html").read_text()
     banner = report[report.index("</h1>") : report.index("<nav>")]
     assert 'class="banner"' in banner and "replayer-limited: client node " + nodes[0].address in banner
+
+
+def test_a_ramp_step_keeps_its_rate_shortfall_and_the_replayer_limit_apart(tmp_path):
+    health = ReplayerHealth(1.0)
+    health.add("node-3", [late(0), idle(1)])
+    summary = {
+        "requests": 20, "succeeded": 20, "failed": 0, "failed_statuses": {}, "offered_rps": 10.0,
+        "achieved_rps": 10.0, "response_s": {"p50": 0.01, "p99": 0.02}, "auxiliary": {"requests": 0},
+        **health.summary(),
+    }  # fmt: skip
+    entry = step_entry(10.0, summary, tmp_path / "step-01", [])
+    assert entry["held"] and entry["replayer_limited"] is True and entry["under_offered"] is False
+    strict = step_entry(10.0, summary, tmp_path / "step-01", [], max_replayer_limited=True)
+    assert not strict["held"] and "replayer-limited" in strict["broken"] and "node-3" in strict["broken"]
+    short = step_entry(10.0, {**summary, "achieved_rps": 5.0}, tmp_path / "step-01", [])
+    assert not short["held"] and short["under_offered"] is True and "offered" in short["broken"]
