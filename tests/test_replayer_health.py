@@ -274,6 +274,12 @@ def starved(pid: int):
 
 @pytest.mark.registry
 def test_a_slow_as_is_run_on_idle_nodes_is_not_replayer_limited(tmp_path, warmed, nodes):
+    # the premise is idle nodes: on a machine running twice as many busy processes as it has CPUs, a node
+    # waits for a CPU (and its threads for a GIL holder the kernel put aside) more than 10 ms in some second,
+    # and the run rightly says it was limited (its start lateness then says it fell behind too)
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load > 2 * cpus:
+        pytest.skip(f"the machine is not idle: load average {load:.1f} on {cpus} CPUs")
     config = _setup(tmp_path, warmed, nodes, wait=True)  # the trace's first 120 requests, over about 2.4 s
     cfg = yaml.safe_load(Path(config).read_text())
     cfg["trace"]["limit"] = {"type": "requests", "amount": 120}
