@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
+import drtp
 from drtp.analysis.results_analysis import analyze_results, replayer_banners
 from drtp.cli import main
 from drtp.client.health import HealthMeter
@@ -319,6 +320,13 @@ def test_a_stress_run_with_a_node_starved_of_cpu_is_replayer_limited_and_names_i
     assert code == 1 and len(lines) == 1 and nodes[0].address in lines[0], err
     stats = _gauges_hold_numbers(run_dir)
     assert stats["loop_lag_ms_max"].max() >= LAG_LIMIT_MS or stats["node_cpu_max"].max() >= CPU_LIMIT
+    # read back as written; rebuilt from requests.csv (which cannot know them), the gauges are NaN
+    written = drtp.load_run(run_dir).stats
+    assert written[GAUGES].equals(stats[GAUGES].astype(float))
+    (run_dir / STATS_FILE).rename(tmp_path / STATS_FILE)
+    rebuilt = drtp.load_run(run_dir).stats
+    assert list(rebuilt.columns) == list(STATS_COLUMNS) and rebuilt[GAUGES].isna().all().all()
+    (tmp_path / STATS_FILE).rename(run_dir / STATS_FILE)
     # the report says so before any number
     analyze_results([run_dir], tmp_path / "analysis", log=lambda *_: None)
     report = (tmp_path / "analysis" / "report.html").read_text()
