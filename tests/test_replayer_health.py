@@ -275,18 +275,17 @@ def starved(pid: int):
 
 @pytest.mark.registry
 def test_a_slow_as_is_run_on_idle_nodes_is_not_replayer_limited(tmp_path, warmed, nodes):
-    # the premise is idle nodes: on a machine running twice as many busy processes as it has CPUs, a node
-    # waits for a CPU (and its threads for a GIL holder the kernel put aside) more than 10 ms in some second,
-    # and the run rightly says it was limited (its start lateness then says it fell behind too)
-    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
-    if load > 2 * cpus:
-        pytest.skip(f"the machine is not idle: load average {load:.1f} on {cpus} CPUs")
-    config = _setup(tmp_path, warmed, nodes, wait=True)  # the trace's first 120 requests, over about 2.4 s
+    # the trace's first 60 requests at half their pace: about 25 a second over 2.4 s
+    config = _setup(tmp_path, warmed, nodes, wait=True, speedup=0.5)
     cfg = yaml.safe_load(Path(config).read_text())
-    cfg["trace"]["limit"] = {"type": "requests", "amount": 120}
+    cfg["trace"]["limit"] = {"type": "requests", "amount": 60}
     Path(config).write_text(yaml.safe_dump(cfg))
     run_dir = tmp_path / "run"
-    code = main(["run", "-c", config, "--out", str(run_dir), "-q", "--max-replayer-limited"])
+    # quarter-second intervals: a run of seconds has a dozen, so that one second of a busy neighbour on the
+    # machine (a registry's garbage collection, another process) is not 10 % of them
+    code = main(
+        ["run", "-c", config, "--out", str(run_dir), "-q", "--stats-interval", "0.25", "--max-replayer-limited"]
+    )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["mode"] == "as-is" and summary["failed"] == 0
     # both nodes (the threads engine's sampler) and the master measured every interval they ran
@@ -296,6 +295,12 @@ def test_a_slow_as_is_run_on_idle_nodes_is_not_replayer_limited(tmp_path, warmed
         assert figures["intervals"] >= 2 and 0 < figures["cpu_max"] < CPU_LIMIT and figures["in_flight_max"] >= 1
     assert summary["replayer"]["master"]["cpu_max"] is not None
     _gauges_hold_numbers(run_dir)
+    # the premise of what follows is idle nodes: on a machine running twice as many busy processes as it has
+    # CPUs, a node waits for a CPU (and its threads for a GIL holder the kernel put aside) 10 ms and more,
+    # and the run rightly says it was limited (its start lateness then says it fell behind too)
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load > 2 * cpus:
+        pytest.skip(f"measured, but the machine is not idle (load average {load:.1f} on {cpus} CPUs): not judged")
     # and none of them was short of CPU or late: not limited, exit 0, nothing said
     assert summary["replayer_limited"] is False and summary["replayer"]["limited"] is None, summary["replayer"]
     assert code == 0
