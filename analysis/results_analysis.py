@@ -25,6 +25,7 @@ from drtp.analysis.results_figures import draw_all
 from drtp.analysis.views import Selection, run_groups, seed_views, select
 from drtp.analysis.views_figures import draw_views
 from drtp.errors import DrtpError
+from drtp.replay.summary import replayer_limited_line
 
 CAPTIONS = {
     "latency_cdf": "Latency CDFs per request type (method + kind), successful requests, in ms; "
@@ -91,6 +92,16 @@ def analyze_runs(
     return results, frames
 
 
+def replayer_banners(summaries: dict[str, dict]) -> list[str]:
+    """A banner per run that was replayer-limited: its latencies are partly the replayer's own."""
+    banners = []
+    for run, summary in summaries.items():
+        line = replayer_limited_line(summary)
+        if line:
+            banners.append(f"Run {run}: {line}.")
+    return banners
+
+
 def analyze_results(
     run_dirs: list[str | Path],
     out: Path,
@@ -115,6 +126,7 @@ def analyze_results(
     results, frames = analyze_runs(grouped.dirs, trace_files, selection, left_out)
     labels = run_labels(grouped.dirs)
     group_runs = {name: [labels[i] for i in members] for name, members in grouped.groups.items()}
+    summaries = {run: r.get("replayer_summary") or {} for run, r in results.items()}
     for run, r in results.items():
         if run != TRACE_ROW:
             why = ", ".join(f"{c} {n:,}" for c, n in r["failures"].items())
@@ -195,6 +207,7 @@ def analyze_results(
         "Replay results",
         sections,
         intro="Numbers include every request (the same as each run's summary.json); plots clip only where labelled.",
+        banners=replayer_banners(summaries),
     )
     return results
 

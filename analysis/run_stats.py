@@ -17,7 +17,14 @@ import numpy as np
 import pandas as pd
 
 from drtp.errors import DrtpError
-from drtp.replay.stats_file import DEFAULT_INTERVAL_S, STATS_COLUMNS, STATS_COUNTS, STATS_LATER, STATS_OPTIONAL
+from drtp.replay.stats_file import (
+    DEFAULT_INTERVAL_S,
+    STATS_COLUMNS,
+    STATS_COUNTS,
+    STATS_GAUGES,
+    STATS_LATER,
+    STATS_OPTIONAL,
+)
 from drtp.units import MS_PER_S
 
 
@@ -73,7 +80,8 @@ def stats_from_requests(requests: pd.DataFrame, interval_s: float = DEFAULT_INTE
     run's start in steps of ``interval_s``; the last ends at the run's last end,
     and its rate is over its own length.  ``p50_ms``/``p99_ms`` are nearest-rank
     percentiles of the latencies of the requests that succeeded in the interval
-    (NaN when none did).
+    (NaN when none did).  The gauges (``node_cpu_max``, ``loop_lag_ms_max``,
+    ``master_cpu``) are NaN: the replayer's own load is not in the rows.
     """
     main = requests[~requests["auxiliary"].to_numpy(dtype=bool)]
     if main.empty:
@@ -106,6 +114,8 @@ def stats_from_requests(requests: pd.DataFrame, interval_s: float = DEFAULT_INTE
         _nearest_rank(idx[ok], main["latency_s"].to_numpy(np.float64)[ok] * MS_PER_S, q, n_intervals)
         for q in (0.50, 0.99)
     )
+    for name in STATS_GAUGES:  # the nodes' and the master's own load is not in requests.csv
+        frame[name] = np.nan
     return frame[list(STATS_COLUMNS)]
 
 

@@ -18,10 +18,17 @@ Two parts:
 * ``stress`` — ``drtp run`` in stress mode (event-loop engine, 2 nodes × 16 slots) of
   the successful GETs of a generated trace against one real registry on loopback,
   warmed once; nodes and master of the commit under test; both nodes' user + system CPU
-  over the run (``/proc``) ÷ requests.
+  over the run (``/proc``) ÷ requests, and the master's (this round's own process CPU
+  over ``run_replay``) ÷ requests;
+* ``threads`` — the same with the threads engine (the as-is engine, here without waits):
+  its per-node sampler thread (replayer health) is that engine's own cost.
+
+Replayer health (the nodes' CPU and lag sampling, the master's CPU sampling) costs a tick every 10 ms per
+node and one wake per interval on the master: ``--before`` a commit without it, ``--after`` one with it
+shows whether it shows beyond the rounds' spread.
 
 Usage: python bench/bench_node_cpu.py --before COMMIT [--after COMMIT] [--rounds 5] [--requests 6000]
-       [--part result stress] [--json]   (from a source checkout; ``stress`` needs docker-registry)
+       [--part result stress threads] [--json]   (from a source checkout; ``stress`` needs docker-registry)
 """
 
 from __future__ import annotations
@@ -104,8 +111,9 @@ def result_round(n: int) -> dict:
     return {"us_per_request": once(), "drtp": str(Path(drtp.__file__).parent)}
 
 
-def stress_round(registry: str, trace: str, warm_map: str, work: str) -> dict:
-    """One stress replay under this commit's master and nodes: the nodes' CPU µs per request and the rate."""
+def stress_round(registry: str, trace: str, warm_map: str, work: str, engine: str = "loop") -> dict:
+    """One stress replay under this commit's master and nodes: the nodes' and the master's CPU µs per request
+    and the rate."""
     import shutil
 
     import yaml
@@ -134,7 +142,7 @@ def stress_round(registry: str, trace: str, warm_map: str, work: str) -> dict:
                 "token": "${DRTP_TOKEN}",
                 "batch": 200,
                 "inflight": 2000,
-                "engine": "loop",
+                "engine": engine,
             },
             "warmup": {"output": str(work_dir / "warmup-map.jsonl"), "threads": 4},
             "results": str(work_dir / "results"),
@@ -142,13 +150,15 @@ def stress_round(registry: str, trace: str, warm_map: str, work: str) -> dict:
         (work_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
         pids = [p.pid for p, _ in nodes]
         cpu0 = cpu_s(pids)
+        master0 = time.process_time()
         s = run_replay(load_config(work_dir / "config.yaml"), work_dir / "run", quiet=True)
+        master_us = (time.process_time() - master0) / max(1, s["requests"]) * 1e6
         node_us = (cpu_s(pids) - cpu0) / max(1, s["requests"]) * 1e6
     finally:
         stop_nodes(nodes)
     if s["failed"]:
         raise RuntimeError(f"{s['failed']} of {s['requests']} requests failed")
-    return {"us_per_request": node_us, "rps": s["throughput_rps"], "requests": s["requests"]}
+    return {"us_per_request": node_us, "master_us": master_us, "rps": s["throughput_rps"], "requests": s["requests"]}
 
 
 # -- the parent: exports, the registry, alternated rounds, the table ----------------------------------------
@@ -164,9 +174,9 @@ def alternate(rounds: int, run_before, run_after) -> tuple[list[dict], list[dict
     return before, after
 
 
-def row(part: str, before: list[dict], after: list[dict]) -> dict:
-    b = [r["us_per_request"] for r in before]
-    a = [r["us_per_request"] for r in after]
+def row(part: str, before: list[dict], after: list[dict], key: str = "us_per_request") -> dict:
+    b = [r[key] for r in before]
+    a = [r[key] for r in after]
     out = {
         "part": part,
         "rounds": len(b),
@@ -192,7 +202,7 @@ def measure(before: str, after: str, rounds: int, requests: int, parts: list[str
             runs = [lambda t=t: child(t, "result", str(requests * 5)) for t in trees]
             rows.append(row("result: result_of + frames (µs CPU/request)", *alternate(rounds, *runs)))
             print(format_rows(rows[-1:], before, after), file=sys.stderr)
-        if "stress" in parts:
+        if "stress" in parts or "threads" in parts:
             sys.path.insert(0, str(ROOT / "bench"))
             from bench_replay import config, mixed_trace
 
@@ -207,10 +217,18 @@ def measure(before: str, after: str, rounds: int, requests: int, parts: list[str
                 cfg = load_config(config(work, trace, reg.host, ["127.0.0.1:1"], 16, wait=False))
                 run_warmup(cfg, quiet=True)
                 warm = str(cfg.path(cfg.warmup.output))
-                runs = [lambda t=t: child(t, "stress", reg.host, str(trace), warm, str(work)) for t in trees]
                 child(trees[0], "stress", reg.host, str(trace), warm, str(work))  # warm the registry's caches
-                rows.append(row("stress: node CPU (µs/request, 2 nodes, loop)", *alternate(rounds, *runs)))
-                print(format_rows(rows[-1:], before, after), file=sys.stderr)
+                for part, engine in (("stress", "loop"), ("threads", "threads")):
+                    if part not in parts:
+                        continue
+                    runs = [
+                        lambda t=t, e=engine: child(t, "stress", reg.host, str(trace), warm, str(work), e)
+                        for t in trees
+                    ]
+                    got = alternate(rounds, *runs)
+                    rows.append(row(f"{part}: node CPU (µs/request, 2 nodes, {engine})", *got))
+                    rows.append(row(f"{part}: master CPU (µs/request, {engine})", *got, key="master_us"))
+                    print(format_rows(rows[-2:], before, after), file=sys.stderr)
     return rows
 
 
@@ -237,7 +255,9 @@ def main() -> None:
     ap.add_argument("--after", default="HEAD", help="the commit with the change (default HEAD: commit it first)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=6000, help="requests of a stress round (×5 for result)")
-    ap.add_argument("--part", nargs="+", choices=("result", "stress"), default=["result", "stress"])
+    ap.add_argument(
+        "--part", nargs="+", choices=("result", "stress", "threads"), default=["result", "stress", "threads"]
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     rows = measure(a.before, a.after, a.rounds, a.requests, a.part)

@@ -96,6 +96,7 @@ class LoopRun(RunBook):
         for _ in range(self.slots):
             self._spawn()
         watch = self.loop.call_later(STALL_S / 2, self._watch)
+        self.health.start_on_loop(self.loop)  # the loop's own lag: a tick on it, late when the loop is
         self.loop.run_until_complete(self.all_done)
         watch.cancel()
         self.reads.close()  # the trace clients' idle connections (a client profile's)
@@ -163,8 +164,7 @@ class LoopRun(RunBook):
                 if again:  # its next request may start too (it overlapped this one in the trace)
                     self.ready.append(lane)
                     self._wake(1)
-                self.queued -= 1
-                self.running += 1
+                self._started()
                 return req
             fut = self.loop.create_future()
             self.idle.append(fut)

@@ -25,6 +25,7 @@ from collections import deque
 
 from drtp.client.client_gate import ClientGate, Lane
 from drtp.client.executor import Executor, monotonic_clock
+from drtp.client.health import HealthMeter
 from drtp.replay.frames import Finished, FrameBuilder
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec
 from drtp.replay.outcome import ERROR
@@ -48,6 +49,8 @@ class RunBook:
         # Finished requests (or lists of them), then None at the end; the result stream turns them into frames
         self.results: queue.Queue = queue.Queue()
         self.frames = FrameBuilder(spec)
+        # the node's CPU, engine lag and requests in flight per interval (each engine starts its ticks)
+        self.health = HealthMeter(spec.stats_interval_s, self.clock, lambda: self.running)
         self.gate = ClientGate(spec.client)  # each trace client's waiting requests, and which may start
         self.ready: list | deque = []  # lanes of the gate whose next request may start (how depends on the engine)
         self.queued = 0
@@ -75,9 +78,17 @@ class RunBook:
     def finished(self) -> bool:
         return self.ended and self.queued == 0 and self.running == 0
 
+    def _started(self) -> None:
+        """A trace request starts: one more running (the health meter keeps the interval's most)."""
+        self.queued -= 1
+        self.running += 1
+        if self.running > self.health.peak:
+            self.health.peak = self.running
+
     def _end_stream(self) -> None:
         """End the result stream; first cancel the upload sessions the trace opened and never completed,
         so none outlives the run (off the lock: nothing of the trace is measured any more)."""
+        self.health.finish()  # the run's requests are over: its last interval ends here
         self.executor.close_pools()  # no trace request comes any more: the trace clients' idle connections go
 
         def cancel_then_end() -> None:
@@ -119,6 +130,7 @@ class NodeRun(RunBook):
         for _ in range(self.slots):
             self._spawn()
         threading.Thread(target=self._watch, name="drtp-watch", daemon=True).start()
+        self.health.start_thread("drtp-health")
 
     def _spawn(self) -> None:
         wid = next(self.worker_ids)
@@ -178,8 +190,7 @@ class NodeRun(RunBook):
                         if again:  # its next request may start too (it overlapped this one in the trace)
                             heapq.heappush(self.ready, (lane.queue[0].at or 0.0, next(self.tie), lane))
                             self.cv.notify()
-                        self.queued -= 1
-                        self.running += 1
+                        self._started()
                         return req
                     self.cv.wait(wait)
                 else:

@@ -319,6 +319,7 @@ class NodeService:
             return _json(404, {"error": f"no run {run}"})
         bottle.response.content_type = "application/octet-stream"
         frames = node_run.frames
+        health = node_run.health
 
         def stream():
             last_sent = 0.0
@@ -330,17 +331,20 @@ class NodeService:
                         yield frames.refusals(refused)
                     try:
                         item = node_run.results.get(timeout=KEEPALIVE_S)
-                    except queue.Empty:
-                        yield KEEPALIVE
+                    except queue.Empty:  # no result for a while: the node's health still goes, as it is due
+                        parts = health.take()
+                        yield frames.health(parts) if parts else KEEPALIVE
                         continue
                     finished, ended = gather(item, node_run.results, last_sent, node_run.spec.timed)
                     if finished:
-                        yield frames.frame(finished)
+                        yield frames.frame(finished, health.take())
                         last_sent = time.monotonic()
                     if ended:
-                        yield frames.last()
+                        health.finish()
+                        yield frames.last(health.take())
                         return
             finally:
+                health.finish()  # a stream that broke off: the sampler stops all the same
                 with self.lock:
                     if self.runs.get(run) is node_run and node_run.finished:
                         del self.runs[run]

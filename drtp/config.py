@@ -99,6 +99,8 @@ class ClientInfo(_Section):
     arrivals: Literal["constant", "poisson"] = "constant"  # how rate-mode starts are spaced
     seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None  # poisson arrivals: reproducible
     slo: str | None = None  # objectives a run must hold, e.g. "p99<200ms,failed<1%" (drtp.replay.slo)
+    # true: a replayer-limited run (summary.json's replayer_limited: a client node short of CPU or late) exits 1
+    max_replayer_limited: bool = False
 
 
 class Limit(_Section):

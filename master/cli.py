@@ -54,6 +54,19 @@ def failure_budget(args: argparse.Namespace, cfg) -> FailureBudget:
         raise DrtpError(f"{where}: {e}") from None
 
 
+MAX_REPLAYER_LIMITED_HELP = (
+    "exit 1 when the run was replayer-limited (summary.json's replayer_limited: a client node at 90%% of a core or "
+    "later than 10 ms in 10%% of the intervals; its latencies are partly the replayer's); "
+    "default: client_info.max_replayer_limited (off)"
+)
+
+
+def max_replayer_limited(args: argparse.Namespace, cfg) -> bool:
+    """--max-replayer-limited / --no-max-replayer-limited when given, else client_info.max_replayer_limited."""
+    given = getattr(args, "max_replayer_limited", None)
+    return cfg.client_info.max_replayer_limited if given is None else given
+
+
 SLO_HELP = (
     "objectives the run must hold for exit 0, e.g. 'p99<200ms,failed<1%%,GET blob:p50<50ms' (STAT<VALUE joined by "
     "commas; STAT p50, p90, p99, mean in ms or s, failed or throttled (429s) in %%; optionally 'METHOD kind:' "
@@ -248,6 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             status = run_series(
                 run_parts(cfg, out), out, cfg.repeat, resume=args.resume, budget=budget,
                 stats_interval_s=args.stats_interval, objectives=wanted, what="run", live=live,
+                max_replayer_limited=max_replayer_limited(args, cfg),
             )  # fmt: skip
         return worst(s["exit_code"] for s in status.values())
     if args.resume:
@@ -256,7 +270,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_layout([out], 1)
     with exporting(start_live_metrics(args, cfg)) as live:
         summary = run_replay(cfg, out, resume=args.resume, stats_interval_s=args.stats_interval, live=live)
-    verdict = judge(summary, budget, wanted)
+    verdict = judge(summary, budget, wanted, max_replayer_limited(args, cfg))
     say(args, verdict.message, verdict.code)
     return verdict.code
 
@@ -279,7 +293,7 @@ def cmd_experiment(args: argparse.Namespace, cfg=None) -> int:
     with exporting(start_live_metrics(args, cfg)) as live:
         status = run_experiment(
             cfg, out, resume=args.resume, budget=budget, stats_interval_s=args.stats_interval, objectives=wanted,
-            live=live,
+            live=live, max_replayer_limited=max_replayer_limited(args, cfg),
         )  # fmt: skip
     return worst(s["exit_code"] for s in status.values())
 
@@ -310,15 +324,29 @@ def cmd_ramp(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else cfg.path(cfg.results) / f"ramp-{stamp}"
     plan = RampPlan(args.start, args.step, args.to, args.step_duration)
     slo_text = ",".join(o.text for o in wanted)
+    strict = max_replayer_limited(args, cfg)
     with exporting(start_live_metrics(args, cfg)) as live:
         ramp = run_ramp(
-            cfg, out, plan, wanted, slo_text, quiet=args.quiet, stats_interval_s=args.stats_interval, live=live
+            cfg,
+            out,
+            plan,
+            wanted,
+            slo_text,
+            quiet=args.quiet,
+            stats_interval_s=args.stats_interval,
+            live=live,
+            max_replayer_limited=strict,
         )
     knee = ramp["knee_rps"]
     if not args.quiet:
         print(
             f"knee: {_knee_text(ramp)} ({slo_text}); results in {out}/ (ramp.json, ramp.png, a run directory per step)"
         )
+    limited = [s for s in ramp["steps"] if s["replayer_limited"]]
+    if strict and limited:  # the step that ended the ramp: the knee it leaves is the replayer's, not the registry's
+        step = limited[0]
+        say(args, f"step at {step['rate']:g}/s: {step['broken']}", 1)
+        return ExitCode.TOO_MANY_FAILED
     if knee is None:
         say(args, f"no step held the objectives {slo_text}: the first, at {args.start:g}/s, broke them", 1)
         return ExitCode.TOO_MANY_FAILED
@@ -333,6 +361,18 @@ def _knee_text(ramp: dict) -> str:
     if not ramp.get("broke"):
         return f"none found: every step held, up to {knee:g} requests/s"
     return f"{knee:g} requests/s"
+
+
+def add_max_replayer_limited_option(p: argparse.ArgumentParser, ramp: bool = False) -> None:
+    """``--max-replayer-limited`` (and ``--no-…``, to override the config's key) of run, experiment and ramp."""
+    help_text = MAX_REPLAYER_LIMITED_HELP
+    if ramp:
+        help_text = (
+            "a step that was replayer-limited (its summary.json's replayer_limited: a client node at 90%% of a core "
+            "or later than 10 ms in 10%% of the intervals) does not hold: the ramp stops and exits 1; "
+            "default: client_info.max_replayer_limited (off)"
+        )
+    p.add_argument("--max-replayer-limited", action=argparse.BooleanOptionalAction, default=None, help=help_text)
 
 
 def add_stats_interval_option(p: argparse.ArgumentParser) -> None:
@@ -431,6 +471,7 @@ def register(sub) -> None:
         "--resume", action="store_true", help="continue the interrupted run in --out DIR; completed requests are kept"
     )
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP)
+    add_max_replayer_limited_option(p)
     p.add_argument("--slo", metavar="EXPR", help=SLO_HELP)
     add_rate_options(p)
     p.add_argument("--repeat", type=positive_int, metavar="N", help=REPEAT_HELP)
@@ -451,6 +492,7 @@ def register(sub) -> None:
     p.add_argument("--out", help="experiment directory (default: <results>/experiment-<date>-<time>)")
     p.add_argument("--resume", action="store_true", help="skip registries done in --out DIR, resume the others")
     p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP + ", for each registry's run")
+    add_max_replayer_limited_option(p)
     p.add_argument("--slo", metavar="EXPR", help=SLO_HELP + "; for each registry's run")
     add_rate_options(p)
     p.add_argument("--repeat", type=positive_int, metavar="N", help=REPEAT_HELP)
@@ -480,6 +522,7 @@ def register(sub) -> None:
     p.add_argument("--step-duration", type=positive_duration, required=True, metavar="SECONDS",
                    help="seconds of requests per step (rate × this many requests)")  # fmt: skip
     p.add_argument("--slo", metavar="EXPR", help=SLO_HELP.replace("for exit 0", "at each step"))
+    add_max_replayer_limited_option(p, ramp=True)
     p.add_argument(
         "--arrivals",
         choices=("constant", "poisson"),

@@ -110,10 +110,12 @@ def run_experiment(
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
     objectives: list[Objective] | None = None,
     live: LiveMetrics | None = None,
+    max_replayer_limited: bool = False,
 ) -> dict:
     """Each registry's warmup and run in turn; returns experiment.json's content (every entry has ``exit_code``).
 
-    ``objectives`` (``--slo``) are judged on each registry's run, as ``max_failed`` is; ``live``: one exporter of
+    ``objectives`` (``--slo``) and ``max_replayer_limited`` are judged on each registry's run, as ``max_failed``
+    is; ``live``: one exporter of
     live metrics for every registry's run (its ``registry`` label tells them apart).
     """
     check_experiment(cfg)
@@ -129,6 +131,7 @@ def run_experiment(
         objectives,
         "experiment",
         live,
+        max_replayer_limited,
     )
 
 
@@ -143,12 +146,13 @@ def run_series(
     objectives: list[Objective] | None = None,
     what: str = "experiment",
     live: LiveMetrics | None = None,
+    max_replayer_limited: bool = False,
 ) -> dict:
     """Run ``parts`` in order (an experiment's registries, a run's repetitions, or both), unattended: a part that
     fails is recorded and the next one runs; experiment.json records each; returns its content.
 
     ``what`` names the command in its lines (``drtp experiment``, ``drtp run``); ``live``: one exporter of live
-    metrics for every part's run.
+    metrics for every part's run; ``max_replayer_limited``: a replayer-limited run fails its verdict.
     """
     budget = budget or FailureBudget(count=0)
     objectives = objectives or []
@@ -189,7 +193,7 @@ def run_series(
                 summary["namespace"] = sub.namespace
             if part.registry_id is not None or part.repetition is not None:
                 (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
-            verdict = judge(summary, budget, objectives)
+            verdict = judge(summary, budget, objectives, max_replayer_limited)
             status[part.key] = {
                 "ok": True,
                 "exit_code": int(verdict.code),
@@ -199,6 +203,7 @@ def run_series(
                 "throughput_rps": summary["throughput_rps"],
                 "latency_p50_s": summary["latency_s"].get("p50"),
                 "objectives": {j.objective.text: j.held for j in verdict.objectives},
+                "replayer_limited": summary["replayer_limited"],
                 "wall_s": time.perf_counter() - t0,
             }
             if part.repetition is not None:

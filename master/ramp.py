@@ -8,7 +8,11 @@ again when it ends, so a short trace serves a long ramp.  A step holds when
 it held every objective (drtp.replay.slo, judged on its summary).  Latency is
 judged from each request's intended start, so when drtp itself falls behind
 (too few ``threads`` for the rate, a loaded node) the delay is in the latency
-judged, not hidden; the step's ``behind`` says so apart.  The ramp stops after
+judged, not hidden; the step's ``behind`` says so apart, and a step drtp could
+not even start at its rate (``under_offered``) does not hold.  A step's
+``replayer_limited`` is its summary's (a client node short of CPU or late,
+drtp.master.replayer_health); with ``--max-replayer-limited`` such a step does
+not hold either.  The ramp stops after
 the first step that did not hold, or after the step at ``stop``.
 
 ``ramp.json`` (written after every step, so an interrupted ramp keeps its steps)
@@ -38,7 +42,7 @@ from drtp.errors import DrtpError
 from drtp.master.plan import Planner, with_names
 from drtp.master.results_dir import remove_if_empty, write_failed
 from drtp.master.run import Replay
-from drtp.master.verdict import judge
+from drtp.master.verdict import judge, replayer_limited
 from drtp.outputs import prepare_output_dir
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.failure_budget import FailureBudget
@@ -106,9 +110,17 @@ class TraceLoop:
         return out
 
 
-def step_entry(rate: float, summary: dict, run_dir: Path, objectives: list[Objective]) -> dict:
-    """One step of ramp.json: what was offered and achieved, latency, failures per status, and whether it held."""
-    verdict = judge(summary, FailureBudget(percent=100), objectives)  # only the objectives judge a step
+def step_entry(
+    rate: float, summary: dict, run_dir: Path, objectives: list[Objective], max_replayer_limited: bool = False
+) -> dict:
+    """One step of ramp.json: what was offered and achieved, latency, failures per status, and whether it held.
+
+    ``under_offered``: drtp started the step's requests at under 95 % of the offered rate (the step does not
+    hold); ``replayer_limited``: the step's summary.json's (a client node short of CPU or late), which ends
+    the ramp only with ``max_replayer_limited``.
+    """
+    # only the objectives (and, when asked, the replayer's health) judge a step, never its failures
+    verdict = judge(summary, FailureBudget(percent=100), objectives, max_replayer_limited)
     latency = summary.get(judged_latency(summary)) or {}
     requests = int(summary["requests"])
     statuses = summary["failed_statuses"]
@@ -117,13 +129,16 @@ def step_entry(rate: float, summary: dict, run_dir: Path, objectives: list[Objec
     broke = [j.why for j in verdict.objectives if not j.held]
     # a step drtp could not send at its rate did not show the registry held that rate: it ends the ramp
     # (with the replayer's limit named, not the registry's) rather than let the knee claim it
-    limited = offered is not None and (achieved is None or achieved < BEHIND_SHARE * offered)
-    if limited:
+    under_offered = offered is not None and (achieved is None or achieved < BEHIND_SHARE * offered)
+    if under_offered:
         shown = "none" if achieved is None else f"{achieved:.1f}/s"
         broke.append(
             f"drtp sent {shown} of the {offered:.1f}/s offered: the replayer's limit, not the registry's "
             "(more client nodes or threads)"
         )
+    limited = replayer_limited(summary) if max_replayer_limited else None
+    if limited:
+        broke.append(limited)
     return {
         "rate": rate,
         "offered_rps": summary.get("offered_rps"),
@@ -135,7 +150,8 @@ def step_entry(rate: float, summary: dict, run_dir: Path, objectives: list[Objec
         "throttled": throttled_share(summary),
         "failed_statuses": statuses,
         "held": not broke,
-        "replayer_limited": limited,
+        "under_offered": under_offered,
+        "replayer_limited": bool(summary.get("replayer_limited")),
         "broken": "; ".join(broke) or None,
         "behind": summary.get("behind"),
         "run": run_dir.name,
@@ -155,9 +171,11 @@ def run_ramp(
     quiet: bool = False,
     stats_interval_s: float = DEFAULT_INTERVAL_S,
     live: LiveMetrics | None = None,
+    max_replayer_limited: bool = False,
 ) -> dict:
     """Run the ramp's steps into ``out``; returns ramp.json's content.  ``live``: one exporter of live metrics for
-    every step (each step offers its rate: ``drtp_offered_rps``)."""
+    every step (each step offers its rate: ``drtp_offered_rps``); ``max_replayer_limited``: a replayer-limited
+    step does not hold."""
     made = prepare_output_dir(out, "--out")
     trace = TraceLoop(cfg)
     try:
@@ -194,7 +212,7 @@ def run_ramp(
                 planner=planner,
                 live=live,
             )
-            entry = step_entry(rate, replay.run(), run_dir, objectives)
+            entry = step_entry(rate, replay.run(), run_dir, objectives, max_replayer_limited)
             ramp["steps"].append(entry)
             if entry["held"]:
                 ramp["knee_rps"] = rate

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+from drtp.master.replayer_health import ReplayerHealth
 from drtp.master.stats_history import StatsHistory
 from drtp.outputs import other_columns
 from drtp.replay.frames import ResultFrame, csv_text
@@ -21,7 +22,7 @@ from drtp.replay.messages import ReplayRequest, ReplayResult
 from drtp.replay.outcome import LOST
 from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_of
 from drtp.replay.slo import judged_latency
-from drtp.replay.summary import PERCENTILES, LogHistogram, ResultsModel, bucket
+from drtp.replay.summary import PERCENTILES, LogHistogram, ResultsModel, bucket, replayer_limited_line
 
 __all__ = ["COLUMNS", "PERCENTILES", "LogHistogram", "RunResults", "bucket", "format_table"]
 
@@ -36,10 +37,17 @@ class RunResults:
     """
 
     def __init__(
-        self, out_dir: Path, timed: bool, on_time_s: float, resume: bool = False, history: StatsHistory | None = None
+        self,
+        out_dir: Path,
+        timed: bool,
+        on_time_s: float,
+        resume: bool = False,
+        history: StatsHistory | None = None,
+        replayer: ReplayerHealth | None = None,
     ) -> None:
         self.out_dir = out_dir
         self.history = history  # stats_history.csv: every row goes there too, grouped by interval
+        self.replayer = replayer  # the nodes' health parts (summary.json's replayer block, the history's gauges)
         self.model = ResultsModel(timed, on_time_s)
         self.streamed_failed: dict[str, int] = {}  # node -> failures in its frames whose model is not merged yet
         self.node_models: dict[str, dict] = {}  # node -> its whole model, from its stream's last frame
@@ -116,13 +124,16 @@ class RunResults:
         self._write(csv_text(map(cells, rows)))
 
     def add_frame(self, node: str, frame: ResultFrame) -> None:
-        """A node's frame: its rows appended as they are, its intervals to the history, its failures counted."""
+        """A node's frame: its rows appended as they are, its intervals to the history, its failures counted,
+        its health parts collected."""
         if frame.rows:
             self._write(frame.rows)
         if frame.failed:
             self.streamed_failed[node] = self.streamed_failed.get(node, 0) + frame.failed
         if self.history is not None and frame.intervals:
             self.history.add_parts(frame.intervals)
+        if self.replayer is not None and frame.health:
+            self.replayer.add(node, frame.health)
 
     def node_model(self, node: str, model: dict) -> None:
         """A node's last frame: its whole model, merged when the run settles."""
@@ -274,4 +285,7 @@ def format_table(summary: dict) -> str:
         )
     if summary.get("manifests_above_trace_size"):
         lines.append(f"manifests sent bigger than the trace's size: {summary['manifests_above_trace_size']:,}")
+    limited = replayer_limited_line(summary)
+    if limited:
+        lines.append(limited)
     return "\n".join(lines)

@@ -43,6 +43,7 @@ from drtp.master.plan import HeldRecords, Planner, registry_for, with_names
 from drtp.master.preflight import preflight_all
 from drtp.master.registry_metrics import METRICS_FILE, RegistryMetrics, metrics_endpoints
 from drtp.master.renewal import SecretRenewal
+from drtp.master.replayer_health import MasterCpu, ReplayerHealth
 from drtp.master.results import RunResults, format_table
 from drtp.master.results_dir import ResultsWriteError, remove_if_empty, write_failed
 from drtp.master.routing import Router
@@ -153,6 +154,7 @@ class Replay:
         self.dead: dict[str, dict] = {}
         self.done = 0
         self.results: RunResults | None = None
+        self.replayer: ReplayerHealth | None = None  # the nodes' and the master's load per interval
         self.bar = None
         self.unreported = 0  # results not yet counted on the progress bar
 
@@ -252,12 +254,15 @@ class Replay:
         self.renewal = SecretRenewal(self.sources, self.auths, self.links, run_id)
         self.renewal.start()
         t0 = time.perf_counter()
+        master_cpu = MasterCpu(self.replayer, self._run_clock, self.stats_interval_s)
         try:
             self.registry_metrics = self._registry_metrics()  # its first reading: right before the first request
+            master_cpu.start()
             with progress(total=total, desc="replay", unit="req", final_line=True, quiet=self.quiet) as bar:
                 self.bar = bar
                 stop = self._replay(timed)
         finally:
+            master_cpu.stop()
             self.renewal.stop()
             if self.registry_metrics is not None:
                 self.registry_metrics.stop()  # its last reading: right after the last answer
@@ -293,6 +298,7 @@ class Replay:
             extra["incomplete_reason"] = incomplete
         if self.registry_metrics is not None:
             extra["registry_side"] = self._registry_side()
+        extra.update(self.replayer.summary())
         summary = self._close_results(extra, stop)
         write_original_results(self.cfg, self.out_dir, start_epoch, quiet=self.quiet)  # trace.output, if set
         if not self.quiet:
@@ -319,7 +325,12 @@ class Replay:
         try:
             (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
             history = StatsHistory(self.out_dir / STATS_FILE, self.stats_interval_s, self._run_clock, self.resume)
-            self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000, self.resume, history)
+            self.replayer = ReplayerHealth(self.stats_interval_s, history.gauge)
+            if self.live is not None:  # the nodes' gauges come with their frames (_frame), the master's here
+                self.replayer.on_master_cpu.append(self.live.master_cpu)
+            self.results = RunResults(
+                self.out_dir, timed, self.ci.on_time_ms / 1000, self.resume, history, self.replayer
+            )
         except OSError as e:
             raise write_failed(Path(e.filename) if e.filename else self.out_dir, e) from None
 

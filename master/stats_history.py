@@ -14,7 +14,12 @@ since the run's start, the origin of requests.csv's ``start_s``):
 * ``p50_ms``, ``p99_ms`` — latency percentiles of the interval's requests that
   succeeded, in milliseconds, empty when none did; nearest rank on the same
   0.1 %-wide histogram as summary.json's percentiles (drtp.replay.summary), so
-  both use one definition.
+  both use one definition;
+* ``node_cpu_max``, ``loop_lag_ms_max``, ``master_cpu`` — gauges: the largest
+  value reported for the interval (:meth:`StatsHistory.gauge`, fed by
+  drtp.master.replayer_health), empty when none was.  A gauge that comes after
+  its interval was written is dropped: unlike a count it does not belong to
+  another interval.
 
 A request lost with its node has no end: it counts as a failure in the interval
 in which the master learned of it.  Results reach the master a little after
@@ -37,13 +42,14 @@ from __future__ import annotations
 
 import csv
 import math
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
 from drtp.outputs import os_reason, other_columns
 from drtp.replay.frames import IntervalPart, IntervalStats
 from drtp.replay.result_row import ResultRow
-from drtp.replay.stats_file import STATS_COLUMNS, STATS_COUNTS
+from drtp.replay.stats_file import STATS_COLUMNS, STATS_COUNTS, STATS_GAUGES
 from drtp.units import MS_PER_S
 
 WRITE_LAG_S = 2.0  # how long after an interval's end its row waits for results still on their way
@@ -64,6 +70,10 @@ class StatsHistory:
         self.add: Callable[[ResultRow], None] = self.pending.append
         self.parts: list[IntervalPart] = []  # the nodes' interval parts since they were last grouped
         self.open: dict[int, IntervalStats] = {}  # interval index → the trace requests that ended in it
+        # (index, gauge column, value) reported since they were last grouped: a deque, since the master's CPU
+        # sampler adds from a thread of its own
+        self.gauge_parts: deque[tuple[int, str, float]] = deque()
+        self.gauges: dict[int, dict[str, float]] = {}  # interval index → gauge column → the largest value
         self.error: str | None = None  # why the history stopped, when a write failed
         self.late = 0  # rows that ended in an interval already written (counted in the oldest open one)
         written_until = _last_elapsed(path) if resume and path.exists() else None
@@ -87,6 +97,10 @@ class StatsHistory:
     def add_parts(self, parts: list[IntervalPart]) -> None:
         """A node's intervals from one frame (grouped when an interval is due)."""
         self.parts.extend(parts)
+
+    def gauge(self, index: int, name: str, value: float) -> None:
+        """A gauge column's value for interval ``index`` (the interval keeps the largest reported)."""
+        self.gauge_parts.append((index, name, value))
 
     def tick(self) -> None:
         """Write the intervals whose rows are due (cheap when none is)."""
@@ -133,7 +147,9 @@ class StatsHistory:
         self.error = f"{self.path}: {os_reason(e)}"
         self.pending.clear()
         self.parts.clear()
+        self.gauge_parts.clear()
         self.open = {}
+        self.gauges = {}
         try:
             self.file.close()
         except OSError:
@@ -169,15 +185,24 @@ class StatsHistory:
             if part.index < first:
                 self.late += part.requests
             self._interval(part.index).add_part(part)
+        gauges, pop = self.gauge_parts, self.gauge_parts.popleft
+        while gauges:
+            index, name, value = pop()
+            if index < first:
+                continue  # its interval is written: a gauge is of its own interval or of none
+            got = self.gauges.setdefault(index, {})
+            if value > got.get(name, -math.inf):
+                got[name] = value
 
     def _write(self, index: int, end_s: float) -> None:
         stats = self.open.pop(index, None) or IntervalStats()
-        self.csv.writerow(interval_cells(stats, index * self.interval_s, end_s))
+        self.csv.writerow(interval_cells(stats, index * self.interval_s, end_s, self.gauges.pop(index, {})))
         self.next_index = index + 1
 
 
-def interval_cells(stats: IntervalStats, begin_s: float, end_s: float) -> list:
-    """The CSV cells of one interval, in drtp.replay.stats_file's column order: each column by its kind."""
+def interval_cells(stats: IntervalStats, begin_s: float, end_s: float, gauges: dict[str, float] | None = None) -> list:
+    """The CSV cells of one interval, in drtp.replay.stats_file's column order: each column by its kind
+    (``gauges``: the interval's gauge values by column; a column without one is empty)."""
     length = end_s - begin_s
     latency = stats.latency
     values: dict[str, object] = {name: getattr(stats, name) for name in STATS_COUNTS}
@@ -185,6 +210,10 @@ def interval_cells(stats: IntervalStats, begin_s: float, end_s: float) -> list:
     values["rate_per_s"] = f"{stats.requests / length if length > 0 else 0.0:.3f}"
     values["p50_ms"] = f"{latency.quantile(0.50) * MS_PER_S:.3f}" if latency.n else ""
     values["p99_ms"] = f"{latency.quantile(0.99) * MS_PER_S:.3f}" if latency.n else ""
+    gauges = gauges or {}
+    for name in STATS_GAUGES:
+        value = gauges.get(name)
+        values[name] = "" if value is None else f"{value:.3f}"
     return [values[name] for name in STATS_COLUMNS]
 
 

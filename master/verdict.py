@@ -1,4 +1,5 @@
-"""A finished run's exit code, from its summary, the failure budget (``max_failed``) and the objectives (``--slo``).
+"""A finished run's exit code, from its summary, the failure budget (``max_failed``), the objectives (``--slo``)
+and, when asked (``--max-replayer-limited``), whether the replayer limited the run.
 
 A run that completed but whose requests mostly failed measured a broken
 registry, not its performance; exit 0 would let a script or a Slurm job file it
@@ -6,7 +7,11 @@ as a good result.  The verdict counts every trace request that did not succeed
 (failed answers, requests lost with a dead client node, requests never sent)
 against the budget, and says in one line when nothing succeeded at all.  A
 run that broke one of its objectives (drtp.replay.slo) exits 1 the same way:
-its numbers are real, the registry did not meet them.
+its numbers are real, the registry did not meet them.  With
+``max_replayer_limited`` a replayer-limited run (summary.json's
+``replayer_limited``: a client node short of CPU or late,
+drtp.master.replayer_health) exits 1 too: its latencies are partly the
+replayer's own.
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ class Verdict:
     objectives: list[Judged] = field(default_factory=list)  # each objective and what the run showed
 
 
-def judge(summary: dict, budget: FailureBudget, objectives: list[Objective] | None = None) -> Verdict:
+def judge(
+    summary: dict, budget: FailureBudget, objectives: list[Objective] | None = None, max_replayer_limited: bool = False
+) -> Verdict:
     """The exit code of a completed run (an interrupted or broken-off one never gets here).
 
     ``objectives`` that count throttling read ``failed_statuses`` in ``summary`` (the results model counts them).
+    ``max_replayer_limited``: a replayer-limited run fails (1), its line naming the node and the span.
     """
     total = int(summary.get("trace_requests", summary["requests"]))
     failed = int(summary["failed"]) + int(summary.get("not_sent", 0))
@@ -47,5 +55,20 @@ def judge(summary: dict, budget: FailureBudget, objectives: list[Objective] | No
     missed = broken(judged)
     if missed:
         message = f"{message}; {missed}" if message else missed
-    code = ExitCode.TOO_MANY_FAILED if over_budget or missed else ExitCode.OK
+    limited = replayer_limited(summary) if max_replayer_limited else None
+    if limited:
+        message = f"{message}; {limited}" if message else limited
+    code = ExitCode.TOO_MANY_FAILED if over_budget or missed or limited else ExitCode.OK
     return Verdict(code, failed, total, message, judged)
+
+
+def replayer_limited(summary: dict) -> str | None:
+    """What ``--max-replayer-limited`` refuses, in words; None when the run was not replayer-limited."""
+    if not summary.get("replayer_limited"):
+        return None
+    found = (summary.get("replayer") or {}).get("limited") or {}
+    span = f" from {found['from_s']:g} s to {found['to_s']:g} s" if "from_s" in found else ""
+    return (
+        f"replayer-limited (--max-replayer-limited): client node {found.get('node', '?')}{span} was "
+        f"{found.get('why', 'short of CPU or late')}"
+    )

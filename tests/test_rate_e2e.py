@@ -120,7 +120,7 @@ def test_ramp_against_a_token_bucket_finds_the_knee_at_or_just_below_its_rate(tm
     steps = ramp["steps"]
     knee = ramp["knee_rps"]
     assert ramp["complete"] and ramp["broke"] and (out / "ramp.png").stat().st_size > 0
-    assert not any(s["replayer_limited"] for s in ramp["steps"])  # the registry's limit, not drtp's
+    assert not any(s["under_offered"] for s in ramp["steps"])  # the registry's limit, not drtp's
     assert knee in (BUCKET_RPS - RAMP_STEP, BUCKET_RPS), steps
     # steps at 10, 20, … up to the first that broke, which is the one after the knee, throttled by the bucket
     assert [s["rate"] for s in steps] == [10.0 + RAMP_STEP * i for i in range(len(steps))]

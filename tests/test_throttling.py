@@ -167,7 +167,7 @@ def test_resume_refuses_an_older_versions_files_in_one_line(tmp_path):
 
     stats = tmp_path / "stats_history.csv"
     stats.write_text("elapsed_s,requests,failures,bytes,rate_per_s,p50_ms,p99_ms\n1.000,3,0,12,3.000,1.5,2.0\n")
-    with pytest.raises(DrtpError, match=r"stats_history.csv: written by another drtp version \(no column throttled\)"):
+    with pytest.raises(DrtpError, match=r"stats_history.csv: written by another drtp version \(no column throttled, "):
         StatsHistory(stats, 1.0, lambda: 5.0, resume=True)
     with open(stats, newline="") as f:
         assert len(list(csv.reader(f))) == 2  # untouched

@@ -257,7 +257,8 @@ class FrameBuilder:
         self.live = spec.live  # count LiveParts (only when the master exports live metrics)
         self.bases: dict[str, str] = {}  # a request's registry -> its base URL, the parts' registry
 
-    def frame(self, finished: Iterable[Finished]) -> bytes:
+    def frame(self, finished: Iterable[Finished], health: list[HealthPart] | None = None) -> bytes:
+        """A frame of ``finished`` requests, with the node's ``health`` parts not sent yet."""
         rows: list[ResultRow] = []
         done: list[int] = []
         feedback: list[ReplayResult] = []
@@ -284,7 +285,9 @@ class FrameBuilder:
                         live.add(self._base(req.registry), row)
         parts = [s.part(i) for i, s in intervals.items()]
         live_parts = live.parts() if live is not None else []
-        return pack(ResultFrame(csv_text(map(cells, rows)), done, failed, feedback, parts, live=live_parts))
+        return pack(
+            ResultFrame(csv_text(map(cells, rows)), done, failed, feedback, parts, health=health or [], live=live_parts)
+        )
 
     def _base(self, registry: str) -> str:
         """``registry`` (as a request names it) as a base URL, the label live metrics give it."""
@@ -293,13 +296,17 @@ class FrameBuilder:
             base = self.bases[registry] = registry_base(registry)
         return base
 
+    def health(self, health: list[HealthPart]) -> bytes:
+        """A frame of the node's health alone: no result came, yet a stalled registry must show the node's load."""
+        return pack(ResultFrame(health=health))
+
     def refusals(self, refused: list[Refusal]) -> bytes:
         """A frame that only reports refused secrets."""
         return pack(ResultFrame(refused=refused))
 
-    def last(self) -> bytes:
-        """The stream's last frame: the node's whole model."""
-        return pack(ResultFrame(model=self.model.state()))
+    def last(self, health: list[HealthPart] | None = None) -> bytes:
+        """The stream's last frame: the node's whole model (and its health parts not sent yet)."""
+        return pack(ResultFrame(model=self.model.state(), health=health or []))
 
 
 class FrameReader:

@@ -15,8 +15,10 @@ A new column is a line here, and the code of its kind produces it (a ``count`` n
   (drtp.replay.frames ``IntervalStats``: a slot, its increment in ``add_row``);
   the nodes' parts carry every count by name and the master adds them up;
 * ``gauge`` — a number the master takes the largest of (a node's CPU, an event
-  loop's lag): not used yet; its parts would travel in a mapping of their own
-  beside the counts, merged by ``max``, and be empty when no node reported one;
+  loop's lag, the master's own CPU): the nodes send theirs in the frames' health
+  parts (drtp.replay.frames ``HealthPart``), drtp.master.replayer_health hands
+  them to the history by name, merged by ``max``; empty when none was reported
+  for the interval, and in the rebuild from ``requests.csv`` (which cannot know them);
 * ``time``, ``rate``, ``ms`` — computed by the writer from the interval and its
   counts and latency histogram (``ms`` empty when nothing succeeded; it is the
   latency from the actual start, ``latency_s``, in every mode: in rate mode the
@@ -51,8 +53,21 @@ STATS_TABLE: tuple[StatsColumn, ...] = (
     StatsColumn("rate_per_s", "rate", "requests per second of the interval"),
     StatsColumn("p50_ms", "ms", "median latency of the interval's succeeded requests, ms; empty when none succeeded"),
     StatsColumn("p99_ms", "ms", "99th percentile of the same, ms; empty when none succeeded"),
-)
+    StatsColumn(
+        "node_cpu_max", "gauge", "the busiest client node's CPU (user + system) in the interval, share of one core "
+        "(1.0 = a whole core); empty when no node reported", later=True,
+    ),
+    StatsColumn(
+        "loop_lag_ms_max", "gauge", "the largest p99 of a client node's engine lag in the interval (how late its "
+        "event loop or scheduler handled what was due), ms; empty when no node reported", later=True,
+    ),
+    StatsColumn(
+        "master_cpu", "gauge", "the master process's CPU (user + system) in the interval, share of one core",
+        later=True,
+    ),
+)  # fmt: skip
 STATS_COLUMNS: tuple[str, ...] = tuple(c.name for c in STATS_TABLE)
 STATS_COUNTS: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.kind == "count")
 STATS_OPTIONAL: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.kind in ("ms", "gauge"))
 STATS_LATER: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.later)
+STATS_GAUGES: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.kind == "gauge")

@@ -416,6 +416,19 @@ def behind(offered: float | None, achieved: float | None, late_p99: float | None
     return "fell behind: " + "; ".join(why) if why else None
 
 
+def replayer_limited_line(summary: dict) -> str | None:
+    """One line for a replayer-limited run (summary.json's ``replayer_limited`` and ``replayer.limited``, made by
+    drtp.master.replayer_health): under the console table and in the report's banner.  None for any other run."""
+    found = (summary.get("replayer") or {}).get("limited")
+    if not summary.get("replayer_limited") or not found:
+        return None
+    return (
+        f"replayer-limited: client node {found['node']} was {found['why']}, from {found['from_s']:g} s to "
+        f"{found['to_s']:g} s: latencies include the replayer's own queueing (use more client nodes or fewer "
+        "threads per node)"
+    )
+
+
 def _group(groups: dict[str, Group], key: str) -> Group:
     """The group for ``key``, made on first use (setdefault would build a Group for every row)."""
     g = groups.get(key)

@@ -1,0 +1,163 @@
+"""A client node's own load per interval of the run: whether the node, not the registry, set the pace.
+
+A node that runs out of CPU records its own queueing in every latency it
+measures.  :class:`HealthMeter` measures, per interval of the run (the
+intervals of stats_history.csv: ``stats_interval_s`` wide, counted from the
+run's common start as drtp.replay.frames ``interval_of`` counts them):
+
+* ``cpu`` — the node process's CPU (user + system, every thread) over the
+  interval's wall time: 1.0 is a whole core;
+* ``lag_ms`` — the p99 of how late a timer of the engine fired (see below);
+* ``in_flight`` — the most trace requests running at once.
+
+The lag is a timer's oversleep, measured by a tick every ``TICK_S``:
+
+* on the event-loop engine (client/loop_engine.py) the tick is a callback on
+  the run's own loop (:meth:`HealthMeter.start_on_loop`): it fires late by
+  exactly as long as the loop was busy with other callbacks or the process
+  waited for a CPU, which is how late the loop handles an answer that is ready;
+* on the threads engine (client/scheduler.py) it is a sampler thread sleeping
+  ``TICK_S`` (:meth:`HealthMeter.start_thread`): a worker woken by its request's
+  due time or by an answer needs the GIL and a CPU just as the sampler does, so
+  the sampler's oversleep is the delay any of them meets.  The scheduler's own
+  lateness (a request's actual start minus its intended one) is not used: it
+  also holds the wait for a free worker while every worker waits on a slow
+  registry — a registry's slowness or too few ``threads``, already in
+  summary.json's ``lateness_s`` — and it exists only when a request is due.
+
+A tick still overdue when an interval ends gives that interval the lag it has
+reached so far, so a loop blocked for a whole interval shows in it, not only
+in the interval where the tick finally fired.  Each finished interval becomes
+one :class:`~drtp.replay.frames.HealthPart`, taken once by the result stream
+(:meth:`take`); the run's last, partial interval comes with the stream's last
+frame (:meth:`finish`), its CPU share over its own length: requests ended in it
+too, and its row of stats_history.csv would otherwise lack the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from drtp.replay.frames import HealthPart
+
+TICK_S = 0.01  # the lag tick's period: 100 samples per second, a p99 that is not just the worst sample
+
+
+def p99(samples: list[float]) -> float:
+    """Nearest-rank 99th percentile (0.0 for no samples)."""
+    if not samples:
+        return 0.0
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+class HealthMeter:
+    """One run's health figures per interval, fed by its engine's tick; parts handed to the result stream."""
+
+    def __init__(
+        self, interval_s: float, clock: Callable[[], float], running: Callable[[], int], cpu=time.process_time
+    ) -> None:
+        """``clock``: seconds since the run's common start; ``running``: trace requests running now."""
+        self.interval_s = interval_s
+        self.clock = clock
+        self.running = running
+        self.cpu = cpu
+        self.lock = threading.Lock()  # ticks (loop or sampler thread) against the result stream's take/finish
+        self.peak = 0  # the most requests running at once in the current interval (the engines raise it)
+        self.parts: list[HealthPart] = []  # finished intervals not yet taken
+        self.samples: list[float] = []  # lag samples (s) of the current interval
+        self.index: int | None = None  # the current interval (None until the run's start)
+        self.begin = 0.0  # run-clock time of the current window's start (the first one may start late)
+        self.cpu_begin = 0.0
+        self.stopped = False
+
+    # -- the engines' ticks ----------------------------------------------------------------------
+
+    def tick(self, due: float, now: float) -> None:
+        """A tick due at run-clock ``due`` fired at ``now``: its oversleep is a lag sample."""
+        with self.lock:
+            if self.stopped or now < 0:
+                return
+            if self.index is None:
+                self._open(now)
+            iv = self.interval_s
+            while now >= (self.index + 1) * iv:  # an interval ended: close it (and any the tick slept through)
+                end = (self.index + 1) * iv
+                if due < end:  # this tick was overdue at that end: the interval saw that much lag at least
+                    self.samples.append(end - max(due, self.index * iv))
+                self._close(end, now)
+            self.samples.append(max(0.0, now - due))
+
+    def _open(self, now: float) -> None:
+        self.index = math.floor(now / self.interval_s)
+        self.begin = now
+        self.cpu_begin = self.cpu()
+
+    def _close(self, end: float, now: float) -> None:
+        """Close the current interval at its ``end`` (read at ``now``, a little later) and open the next."""
+        cpu = self.cpu()
+        wall = now - self.begin
+        share = (cpu - self.cpu_begin) / wall if wall > 0 else 0.0
+        running = self.running()
+        self.parts.append(HealthPart(self.index, round(share, 4), round(p99(self.samples) * 1000, 3), self.peak))
+        self.samples = []
+        self.peak = running  # what still runs is in flight in the next interval too
+        self.index += 1
+        if now >= (self.index + 1) * self.interval_s:
+            return  # slept through it as well: the same CPU reading spans both (closed by the caller's loop)
+        self.begin = now
+        self.cpu_begin = cpu
+
+    # -- the result stream ---------------------------------------------------------------------------
+
+    def take(self) -> list[HealthPart]:
+        """The finished intervals not yet sent (each is sent once)."""
+        if not self.parts:  # a lock-free look first: most frames find none
+            return []
+        with self.lock:
+            parts, self.parts = self.parts, []
+        return parts
+
+    def finish(self) -> None:
+        """Stop measuring (the run's requests are over): the partial last interval joins the parts to send.
+        Idempotent."""
+        with self.lock:
+            if self.stopped:
+                return
+            self.stopped = True
+            if self.index is not None:
+                now = max(self.clock(), self.begin)
+                self._close(now, now)
+
+    # -- the two engines' timers ---------------------------------------------------------------------
+
+    def start_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Tick on ``loop`` (call from the loop's thread); stops by itself once :meth:`finish` ran.
+
+        The times are the run's clock (perf_counter), not the loop's: uvloop's clock counts whole milliseconds.
+        """
+        clock = self.clock
+
+        def fire(due: float) -> None:
+            now = clock()
+            self.tick(due, now)
+            if not self.stopped:
+                loop.call_later(TICK_S, fire, now + TICK_S)
+
+        loop.call_later(TICK_S, fire, clock() + TICK_S)
+
+    def start_thread(self, name: str) -> None:
+        """Tick on a thread of its own (the threads engine); it ends once :meth:`finish` ran."""
+
+        def sample() -> None:
+            clock, sleep = self.clock, time.sleep
+            while not self.stopped:
+                due = clock() + TICK_S
+                sleep(TICK_S)
+                self.tick(due, clock())
+
+        threading.Thread(target=sample, name=name, daemon=True).start()

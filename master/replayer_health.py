@@ -1,0 +1,203 @@
+"""Whether a run measured the registry or its own replayer: the client nodes' and the master's load.
+
+A client node that runs short of CPU handles answers late, and every latency
+it records then holds its own queueing.  Each node sends, per interval of the
+run, its CPU, its engine lag and its requests in flight
+(drtp.replay.frames ``HealthPart``, measured by drtp.client.health); the
+master measures its own CPU per interval (:class:`MasterCpu`).
+:class:`ReplayerHealth` collects both: the gauge columns of
+``stats_history.csv`` (``node_cpu_max``, ``loop_lag_ms_max``, ``master_cpu``)
+and summary.json's ``replayer`` block and ``replayer_limited``.
+
+The rule (its constants are here and nowhere else): a node is *limited* in an
+interval when it used at least ``CPU_LIMIT`` of a core or its engine lag p99
+was at least ``LAG_LIMIT_MS``; a run is replayer-limited when one node was
+limited in at least ``LIMITED_PERCENT`` % of the run's intervals (those in
+which any node reported).  Latencies from such a run are the replayer's as
+much as the registry's: more client nodes, or fewer slots per node, measure
+the registry.
+The line a limited run prints under the console table (and the report's banner) is
+drtp.replay.summary ``replayer_limited_line``: it reads only summary.json.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from drtp.replay.frames import HealthPart
+
+CPU_LIMIT = 0.90  # share of one core: a node at or above it was short of CPU in that interval
+LAG_LIMIT_MS = 10.0  # engine lag p99 at or above this many ms: the node handled what was due late
+LIMITED_PERCENT = 10  # a node limited in at least this % of the run's intervals makes the run replayer-limited
+
+
+def nearest_rank(values: list[float], q: float) -> float | None:
+    """The value at rank ceil(q·n) of the sorted values (None for none): the percentile of drtp's files."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def limited(part: HealthPart) -> bool:
+    """Whether the node was short of CPU or late in this interval."""
+    return part.cpu >= CPU_LIMIT or part.lag_ms >= LAG_LIMIT_MS
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+class ReplayerHealth:
+    """The run's health parts by node and the master's CPU by interval; the history's gauges as they come."""
+
+    def __init__(self, interval_s: float, gauge: Callable[[int, str, float], None] | None = None) -> None:
+        """``gauge``: where the gauge columns go (drtp.master.stats_history ``StatsHistory.gauge``)."""
+        self.interval_s = interval_s
+        self.gauge = gauge
+        self.nodes: dict[str, dict[int, HealthPart]] = {}  # node → interval index → its part
+        self.master_cpu: dict[int, float] = {}  # interval index → the master's CPU share
+        # others told of each part as it comes (live metrics: ``LiveMetrics.health`` and ``.master_cpu``)
+        self.on_health: list[Callable[[str, HealthPart], None]] = []
+        self.on_master_cpu: list[Callable[[float], None]] = []
+
+    def add(self, node: str, parts: list[HealthPart]) -> None:
+        """A node's parts from one frame (each interval comes once; a repeated one replaces the first)."""
+        mine = self.nodes.setdefault(node, {})
+        for part in parts:
+            mine[part.index] = part
+            if self.gauge is not None:
+                self.gauge(part.index, "node_cpu_max", part.cpu)
+                self.gauge(part.index, "loop_lag_ms_max", part.lag_ms)
+            for listener in self.on_health:
+                listener(node, part)
+
+    def master(self, index: int, share: float) -> None:
+        """The master's CPU in interval ``index`` (called from :class:`MasterCpu`'s thread)."""
+        self.master_cpu[index] = share
+        if self.gauge is not None:
+            self.gauge(index, "master_cpu", share)
+        for listener in self.on_master_cpu:
+            listener(share)
+
+    # -- summary.json ----------------------------------------------------------------------------
+
+    def limited(self) -> dict | None:
+        """The node that limited the run, or None: of the nodes limited in enough intervals, the one limited in
+        the most; between equals, the one with the worst lag (then CPU) in them."""
+        run_intervals = {i for parts in self.nodes.values() for i in parts}
+        n = len(run_intervals)
+        if n == 0:
+            return None
+        candidates = []
+        for node, parts in self.nodes.items():
+            hits = sorted(i for i, p in parts.items() if limited(p))
+            if hits and 100 * len(hits) >= LIMITED_PERCENT * n:
+                worst_lag = max(parts[i].lag_ms for i in hits)
+                worst_cpu = max(parts[i].cpu for i in hits)
+                candidates.append(((len(hits), worst_lag, worst_cpu), node, hits))
+        if not candidates:
+            return None
+        _, node, hits = max(candidates, key=lambda c: c[0])
+        parts = self.nodes[node]
+        cpu = sum(parts[i].cpu >= CPU_LIMIT for i in hits)
+        lag = sum(parts[i].lag_ms >= LAG_LIMIT_MS for i in hits)
+        why = []
+        if cpu:
+            why.append(f"at or above {CPU_LIMIT:.0%} of a core in {cpu}")
+        if lag:
+            why.append(f"engine lag p99 at or above {LAG_LIMIT_MS:g} ms in {lag}")
+        return {
+            "node": node,
+            "from_s": round(hits[0] * self.interval_s, 3),
+            "to_s": round((hits[-1] + 1) * self.interval_s, 3),
+            "intervals": len(hits),
+            "share": round(len(hits) / n, 4),
+            "why": f"{' and '.join(why)} of the run's {n} intervals "
+            f"(limited in {len(hits)}, at least {LIMITED_PERCENT}% makes the run replayer-limited)",
+        }
+
+    def block(self) -> dict:
+        """summary.json's ``replayer`` block."""
+        nodes = {}
+        for node in sorted(self.nodes):
+            parts = list(self.nodes[node].values())
+            cpu = [p.cpu for p in parts]
+            lag = [p.lag_ms for p in parts]
+            nodes[node] = {
+                "cpu_p50": _r(nearest_rank(cpu, 0.50)),
+                "cpu_max": _r(max(cpu)),
+                "lag_ms_p50": _r(nearest_rank(lag, 0.50)),
+                "lag_ms_p99": _r(nearest_rank(lag, 0.99)),
+                "lag_ms_max": _r(max(lag)),
+                "in_flight_max": max(p.in_flight for p in parts),
+                "intervals": len(parts),
+            }
+        master = list(self.master_cpu.values())
+        return {
+            "nodes": nodes,
+            "master": {"cpu_p50": _r(nearest_rank(master, 0.50)), "cpu_max": _r(max(master, default=None))},
+            "limited": self.limited(),
+        }
+
+    def summary(self) -> dict:
+        """summary.json's ``replayer_limited`` and ``replayer``."""
+        block = self.block()
+        return {"replayer_limited": block["limited"] is not None, "replayer": block}
+
+
+class MasterCpu:
+    """The master process's CPU (user + system, every thread) per interval of the run, on a thread of its own.
+
+    The thread sleeps until each interval's end (one wake per interval: nothing the run would notice) and reads
+    the process's CPU time there; a late wake widens that reading's window, the share stays true over it.
+    """
+
+    def __init__(
+        self, health: ReplayerHealth, clock: Callable[[], float], interval_s: float, cpu=time.process_time
+    ) -> None:
+        """``clock``: seconds since the run's common start."""
+        self.health = health
+        self.clock = clock
+        self.interval_s = interval_s
+        self.cpu = cpu
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._sample, name="drtp-master-cpu", daemon=True)
+        self.index: int | None = None
+        self.begin = 0.0
+        self.cpu_begin = 0.0
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling; the partial last interval's share is over its own length."""
+        self.stop_event.set()
+        if self.thread.ident is None:
+            return  # never started
+        self.thread.join()
+        if self.index is not None:
+            self._close(self.clock())
+
+    def _close(self, now: float) -> None:
+        wall = now - self.begin
+        cpu = self.cpu()
+        self.health.master(self.index, round((cpu - self.cpu_begin) / wall, 4) if wall > 0 else 0.0)
+        self.index = math.floor(now / self.interval_s)
+        self.begin, self.cpu_begin = now, cpu
+
+    def _sample(self) -> None:
+        iv = self.interval_s
+        # an as-is run's common start is a little ahead: wait for it
+        if self.stop_event.wait(max(0.0, -self.clock())):
+            return
+        now = self.clock()
+        self.index = math.floor(now / iv)
+        self.begin, self.cpu_begin = now, self.cpu()
+        while not self.stop_event.wait(max(0.0, (self.index + 1) * iv - self.clock())):
+            now = self.clock()
+            if now >= (self.index + 1) * iv:  # a timed wait may end a hair early
+                self._close(now)
