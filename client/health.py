@@ -31,7 +31,11 @@ in the interval where the tick finally fired.  Each finished interval becomes
 one :class:`~drtp.replay.frames.HealthPart`, taken once by the result stream
 (:meth:`take`); the run's last, partial interval comes with the stream's last
 frame (:meth:`finish`), its CPU share over its own length: requests ended in it
-too, and its row of stats_history.csv would otherwise lack the node.
+too, and its row of stats_history.csv would otherwise lack the node.  Each part
+carries the wall time it covers (``wall_s``): the last one may cover a few ms
+of end work, whose CPU share says nothing of the run, so the master's verdict
+and per-run figures leave out parts shorter than half an interval
+(master/replayer_health.py ``judged``); stats_history.csv still shows them.
 """
 
 from __future__ import annotations
@@ -103,7 +107,8 @@ class HealthMeter:
         wall = now - self.begin
         share = (cpu - self.cpu_begin) / wall if wall > 0 else 0.0
         running = self.running()
-        self.parts.append(HealthPart(self.index, round(share, 4), round(p99(self.samples) * 1000, 3), self.peak))
+        lag_ms = round(p99(self.samples) * 1000, 3)
+        self.parts.append(HealthPart(self.index, round(share, 4), lag_ms, self.peak, round(wall, 4)))
         self.samples = []
         self.peak = running  # what still runs is in flight in the next interval too
         self.index += 1

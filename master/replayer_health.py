@@ -16,6 +16,11 @@ limited in at least ``LIMITED_PERCENT`` % of the run's intervals (those in
 which any node reported).  Latencies from such a run are the replayer's as
 much as the registry's: more client nodes, or fewer slots per node, measure
 the registry.
+Only intervals at least half an interval long are judged (:func:`judged`), and
+only those make the per-run figures (p50, max) of the ``replayer`` block: the
+run's last interval ends with the run and may hold just a few ms of end work,
+whose CPU share (a short burst can be 0.9 of a core) says nothing about the
+run.  stats_history.csv still shows such a tail in its row.
 The line a limited run prints under the console table (and the report's banner) is
 drtp.replay.summary ``replayer_limited_line``: it reads only summary.json.
 """
@@ -42,6 +47,12 @@ def nearest_rank(values: list[float], q: float) -> float | None:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
+def judged(wall_s: float, interval_s: float) -> bool:
+    """Whether figures over ``wall_s`` of wall time stand for an interval: not a short tail (0.0: length not told,
+    a whole interval)."""
+    return wall_s <= 0 or wall_s >= 0.5 * interval_s
+
+
 def limited(part: HealthPart) -> bool:
     """Whether the node was short of CPU or late in this interval."""
     return part.cpu >= CPU_LIMIT or part.lag_ms >= LAG_LIMIT_MS
@@ -60,6 +71,7 @@ class ReplayerHealth:
         self.gauge = gauge
         self.nodes: dict[str, dict[int, HealthPart]] = {}  # node → interval index → its part
         self.master_cpu: dict[int, float] = {}  # interval index → the master's CPU share
+        self.master_short: set[int] = set()  # intervals of the master's too short to judge (the run's tail)
         # others told of each part as it comes (live metrics: ``LiveMetrics.health`` and ``.master_cpu``)
         self.on_health: list[Callable[[str, HealthPart], None]] = []
         self.on_master_cpu: list[Callable[[float], None]] = []
@@ -75,9 +87,11 @@ class ReplayerHealth:
             for listener in self.on_health:
                 listener(node, part)
 
-    def master(self, index: int, share: float) -> None:
-        """The master's CPU in interval ``index`` (called from :class:`MasterCpu`'s thread)."""
+    def master(self, index: int, share: float, wall_s: float = 0.0) -> None:
+        """The master's CPU in interval ``index`` over ``wall_s`` (called from :class:`MasterCpu`'s thread)."""
         self.master_cpu[index] = share
+        if not judged(wall_s, self.interval_s):
+            self.master_short.add(index)
         if self.gauge is not None:
             self.gauge(index, "master_cpu", share)
         for listener in self.on_master_cpu:
@@ -85,15 +99,21 @@ class ReplayerHealth:
 
     # -- summary.json ----------------------------------------------------------------------------
 
+    def _judged(self) -> dict[str, dict[int, HealthPart]]:
+        """Each node's parts that stand for an interval (:func:`judged`)."""
+        iv = self.interval_s
+        return {node: {i: p for i, p in parts.items() if judged(p.wall_s, iv)} for node, parts in self.nodes.items()}
+
     def limited(self) -> dict | None:
         """The node that limited the run, or None: of the nodes limited in enough intervals, the one limited in
         the most; between equals, the one with the worst lag (then CPU) in them."""
-        run_intervals = {i for parts in self.nodes.values() for i in parts}
+        nodes = self._judged()
+        run_intervals = {i for parts in nodes.values() for i in parts}
         n = len(run_intervals)
         if n == 0:
             return None
         candidates = []
-        for node, parts in self.nodes.items():
+        for node, parts in nodes.items():
             hits = sorted(i for i, p in parts.items() if limited(p))
             if hits and 100 * len(hits) >= LIMITED_PERCENT * n:
                 worst_lag = max(parts[i].lag_ms for i in hits)
@@ -102,7 +122,7 @@ class ReplayerHealth:
         if not candidates:
             return None
         _, node, hits = max(candidates, key=lambda c: c[0])
-        parts = self.nodes[node]
+        parts = nodes[node]
         cpu = sum(parts[i].cpu >= CPU_LIMIT for i in hits)
         lag = sum(parts[i].lag_ms >= LAG_LIMIT_MS for i in hits)
         why = []
@@ -123,8 +143,11 @@ class ReplayerHealth:
     def block(self) -> dict:
         """summary.json's ``replayer`` block."""
         nodes = {}
-        for node in sorted(self.nodes):
-            parts = list(self.nodes[node].values())
+        judged_parts = self._judged()
+        for node in sorted(judged_parts):
+            parts = list(judged_parts[node].values())
+            if not parts:
+                continue  # reported only a tail too short to judge
             cpu = [p.cpu for p in parts]
             lag = [p.lag_ms for p in parts]
             nodes[node] = {
@@ -136,7 +159,7 @@ class ReplayerHealth:
                 "in_flight_max": max(p.in_flight for p in parts),
                 "intervals": len(parts),
             }
-        master = list(self.master_cpu.values())
+        master = [v for i, v in self.master_cpu.items() if i not in self.master_short]
         return {
             "nodes": nodes,
             "master": {"cpu_p50": _r(nearest_rank(master, 0.50)), "cpu_max": _r(max(master, default=None))},
@@ -174,7 +197,8 @@ class MasterCpu:
         self.thread.start()
 
     def stop(self) -> None:
-        """Stop sampling; the partial last interval's share is over its own length."""
+        """Stop sampling; the partial last interval's share is over its own length (a short one is shown in
+        stats_history.csv, not judged: :func:`judged`)."""
         self.stop_event.set()
         if self.thread.ident is None:
             return  # never started
@@ -185,7 +209,8 @@ class MasterCpu:
     def _close(self, now: float) -> None:
         wall = now - self.begin
         cpu = self.cpu()
-        self.health.master(self.index, round((cpu - self.cpu_begin) / wall, 4) if wall > 0 else 0.0)
+        share = round((cpu - self.cpu_begin) / wall, 4) if wall > 0 else 0.0
+        self.health.master(self.index, share, max(wall, 1e-9))
         self.index = math.floor(now / self.interval_s)
         self.begin, self.cpu_begin = now, cpu
 

@@ -184,6 +184,25 @@ def test_the_last_partial_interval_is_sent_over_its_own_length():
     meter.finish()
     first, last = meter.take()
     assert (first.index, last.index) == (0, 1) and last.cpu == pytest.approx(0.5)
+    assert first.wall_s == pytest.approx(1.0) and last.wall_s == pytest.approx(0.2)
+
+
+def test_a_short_last_interval_is_shown_but_neither_judged_nor_in_the_run_figures():
+    # 3 ms of end work at 0.93 of a core: a burst, not a starved node; 9 full idle intervals before it
+    health = ReplayerHealth(1.0)
+    tail = HealthPart(9, 0.93, 12.0, 1, 0.003)
+    health.add("a", [HealthPart(i, 0.2, 1.0, 3, 1.0) for i in range(9)] + [tail])
+    for i in range(9):
+        health.master(i, 0.1, 1.0)
+    health.master(9, 0.95, 0.003)
+    out = health.summary()
+    assert out["replayer_limited"] is False
+    node = out["replayer"]["nodes"]["a"]
+    assert node["intervals"] == 9 and node["cpu_max"] == 0.2 and node["lag_ms_max"] == 1.0
+    assert out["replayer"]["master"]["cpu_max"] == 0.1
+    # half an interval is long enough to count
+    health.add("a", [HealthPart(9, 0.93, 12.0, 1, 0.5)])
+    assert health.summary()["replayer_limited"] is True
 
 
 # -- the gauges of stats_history.csv ---------------------------------------------------------------------------

@@ -126,6 +126,9 @@ class HealthPart(msgspec.Struct, array_like=True, gc=False):
     cpu: float  # share of one core the node's process used (user + system) over the interval: 1.0 = a whole core
     lag_ms: float  # p99 of how late the node's engine handled what was due (event loop or scheduler), ms
     in_flight: int  # the most trace requests the node had running at once in the interval
+    # the wall time the figures cover, s: the run's last interval is cut short by the run's end (0.0: not told,
+    # taken as a whole interval); master/replayer_health.py judges none shorter than half an interval
+    wall_s: float = 0.0
 
 
 # upper bounds (seconds) of the latency buckets of live metrics: sub-millisecond ones for a registry on the
