@@ -19,7 +19,7 @@ import yaml
 import drtp
 from drtp.analysis.results_analysis import analyze_results, replayer_banners
 from drtp.cli import main
-from drtp.client.health import HealthMeter
+from drtp.client.health import TICK_S, HealthMeter
 from drtp.master.ramp import step_entry
 from drtp.master.replayer_health import CPU_LIMIT, LAG_LIMIT_MS, ReplayerHealth
 from drtp.master.results import format_table
@@ -173,6 +173,30 @@ def test_the_meter_closes_each_interval_once_with_its_cpu_lag_and_most_in_flight
     meter.tick(3.98, 4.5)
     meter.finish()
     assert meter.take() == []
+
+
+def _one_second_of_ticks(stall_s: float) -> HealthPart:
+    """Interval 0 of a meter ticking on its grid (as its timers do), the process stalled from 0.5 s for
+    ``stall_s``."""
+    clock = Clock()
+    meter = HealthMeter(1.0, clock, lambda: 0, cpu=lambda: clock.cpu)
+    due = TICK_S
+    while due < 1.0 + TICK_S / 2:
+        now = max(due, 0.5 + stall_s) if 0.5 <= due < 0.5 + stall_s else due
+        clock.now = now
+        due = meter._ticks(due, now)
+    clock.now = 1.0 + TICK_S
+    meter.tick(clock.now, clock.now)
+    (part,) = meter.take()
+    return part
+
+
+def test_one_stray_oversleep_is_not_the_p99_but_a_stall_is():
+    assert _one_second_of_ticks(0.0).lag_ms == 0.0
+    # one 10 ms oversleep in an interval of 100 grid ticks: above the p99 (nearest rank 99 of 100)
+    assert _one_second_of_ticks(0.010).lag_ms < LAG_LIMIT_MS
+    # a 30 ms stall: the ticks it slept through were late too (30, 20, 10 ms): 3 % of the interval
+    assert _one_second_of_ticks(0.030).lag_ms >= LAG_LIMIT_MS
 
 
 def test_the_last_partial_interval_is_sent_over_its_own_length():
