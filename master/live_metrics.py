@@ -18,7 +18,8 @@ of a ramp; the ``registry`` label tells them apart):
 * ``drtp_in_flight`` — the master's trace requests out at the nodes;
 * ``drtp_offered_rps`` — the rate offered, only in rate mode (and each ramp step's);
 * ``drtp_node_cpu_ratio{node}``, ``drtp_node_lag_seconds{node}`` — each node's newest
-  :class:`~drtp.replay.frames.HealthPart`; ``drtp_master_cpu_ratio`` — the master's own CPU.
+  :class:`~drtp.replay.frames.HealthPart`; ``drtp_master_cpu_ratio`` — the master's own CPU;
+  these gauges are the current run's: each run of the command starts them afresh (:meth:`LiveMetrics.new_run`).
 
 The endpoint is read-only and carries no secret: labels are registry base URLs (the
 config refuses a user or password in them), node addresses, methods, kinds and
@@ -93,7 +94,7 @@ class LiveMetrics:
         self._lock = threading.Lock()
         self._requests: dict[tuple[str, str, str, str], int] = {}
         self._latency: dict[tuple[str, str, str], _Histogram] = {}
-        self._nodes: dict[str, HealthPart] = {}  # each node's newest (highest interval index) part
+        self._nodes: dict[str, HealthPart] = {}  # each node's newest (highest interval index) part of this run
         self._master_cpu: float | None = None
         self._in_flight = 0
         self._offered: float | None = None
@@ -165,8 +166,15 @@ class LiveMetrics:
                             held[i] += n
                     h.sum_s += p.sum_s
 
+    def new_run(self) -> None:
+        """A run of the command starts (an experiment's registries, a ramp's steps, repetitions): the gauges of
+        the run before are not this one's, and its interval indices start again at 0."""
+        with self._lock:
+            self._nodes = {}
+            self._master_cpu = None
+
     def health(self, node: str, part: HealthPart) -> None:
-        """A node's load in one interval; the gauges show each node's newest interval."""
+        """A node's load in one interval; the gauges show each node's newest interval of this run."""
         with self._lock:
             held = self._nodes.get(node)
             if held is None or part.index >= held.index:

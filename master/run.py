@@ -236,6 +236,7 @@ class Replay:
             live=self.live is not None,
         )
         if self.live is not None:
+            self.live.new_run()
             self.live.offered_rps(self.rate)
             self.live.announce()
         try:
@@ -326,7 +327,8 @@ class Replay:
             (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
             history = StatsHistory(self.out_dir / STATS_FILE, self.stats_interval_s, self._run_clock, self.resume)
             self.replayer = ReplayerHealth(self.stats_interval_s, history.gauge)
-            if self.live is not None:  # the nodes' gauges come with their frames (_frame), the master's here
+            if self.live is not None:  # the nodes' and the master's load gauges, as the health parts come
+                self.replayer.on_health.append(self.live.health)
                 self.replayer.on_master_cpu.append(self.live.master_cpu)
             self.results = RunResults(
                 self.out_dir, timed, self.ci.on_time_ms / 1000, self.resume, history, self.replayer
@@ -631,8 +633,6 @@ class Replay:
             self.renewal.refused(frame.refused)
         if self.live is not None:
             self.live.add_parts(frame.live)
-            for part in frame.health:
-                self.live.health(node, part)
         inflight, planner = self.inflight, self.planner
         feedback = {res.seq: res for res in frame.feedback} if frame.feedback else {}
         n = 0

@@ -157,6 +157,18 @@ def test_health_gauges_show_each_node_s_newest_interval(live):
     assert {s.labels["node"]: s.value for s in _scrape(live)["drtp_node_cpu_ratio"].samples}["10.0.0.2:8081"] == 0.5
 
 
+def test_each_run_of_a_command_starts_the_load_gauges_afresh(live):
+    # an experiment's or a ramp's next run counts its intervals from 0 again: its gauges must follow it
+    live.health("10.0.0.1:8081", HealthPart(30, 0.95, 40.0, 50))
+    live.health("10.0.0.2:8081", HealthPart(30, 0.5, 1.0, 5))
+    live.master_cpu(0.7)
+    live.new_run()
+    assert "drtp_node_cpu_ratio" not in _scrape(live) and "drtp_master_cpu_ratio" not in _scrape(live)
+    live.health("10.0.0.1:8081", HealthPart(0, 0.2, 1.0, 3))
+    got = _scrape(live)
+    assert {s.labels["node"]: s.value for s in got["drtp_node_cpu_ratio"].samples} == {"10.0.0.1:8081": 0.2}
+
+
 def test_the_end_waits_for_a_scrape_of_the_final_values():
     live = LiveMetrics(LiveSettings(free_port(), linger_s=60))
     live.start()
