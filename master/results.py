@@ -113,8 +113,9 @@ class RunResults:
             if not row.reference.startswith("uploads"):
                 self.pushed.append((row.repository, row.reference, row.digest, row.size))
 
-    def add(self, node: str, req: ReplayRequest, res: ReplayResult | None, lost_reason: str = "") -> None:
-        """Write and count a result the master holds itself (``res`` None: it never came back, for ``lost_reason``)."""
+    def add(self, node: str, req: ReplayRequest, res: ReplayResult | None, lost_reason: str = "") -> list[ResultRow]:
+        """Write and count a result the master holds itself (``res`` None: it never came back, for ``lost_reason``);
+        its rows."""
         rows = list(rows_of(node, req, res, lost_reason))
         history = self.history
         for row in rows:
@@ -122,6 +123,7 @@ class RunResults:
             if history is not None:
                 history.add(row)
         self._write(csv_text(map(cells, rows)))
+        return rows
 
     def add_frame(self, node: str, frame: ResultFrame) -> None:
         """A node's frame: its rows appended as they are, its intervals to the history, its failures counted,

@@ -55,7 +55,7 @@ from drtp.registry.auth import config_auth, registry_names
 from drtp.registry.credentials import config_sources
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.client_profiles import client_model
-from drtp.replay.frames import ResultFrame
+from drtp.replay.frames import LiveTally, ResultFrame
 from drtp.replay.messages import UNLIMITED, ReplayRequest, RunSpec, registry_base
 from drtp.replay.signing import resolve_token
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
@@ -412,9 +412,15 @@ class Replay:
 
     def _lost(self, node: str, req: ReplayRequest, reason: str) -> None:
         try:
-            self.results.add(node, req, None, lost_reason=reason)
+            rows = self.results.add(node, req, None, lost_reason=reason)
         except OSError as e:
             raise write_failed(self.out_dir / "requests.csv", e) from None
+        if self.live is not None:  # no node counts a request lost with it: the master does, as a node would
+            tally = LiveTally()
+            for row in rows:
+                if not row.auxiliary:
+                    tally.add(registry_base(req.registry), row)
+            self.live.add_parts(tally.parts())
 
     def _flush_results(self) -> None:
         try:

@@ -13,11 +13,13 @@ import requests
 
 from drtp.config import load_config
 from drtp.errors import DrtpError
+from drtp.master.live_metrics import LiveMetrics, LiveSettings
 from drtp.master.nodes import NodeLink
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.replay.messages import RunSpec
+from drtp.replay.outcome import LOST
 from drtp.replay.signing import sign
 from tests.replay_support import TOKEN, Node, make_trace, write_config
 
@@ -89,7 +91,8 @@ def test_a_killed_client_node_is_reported_and_the_run_finishes(tmp_path):
             run_warmup(cfg, quiet=True)
             killer = threading.Timer(1.5, nodes[1].kill)
             killer.start()
-            summary = run_replay(cfg, tmp_path / "run", quiet=True)
+            live = LiveMetrics(LiveSettings(0, linger_s=0))  # not listening: its families are read directly
+            summary = run_replay(cfg, tmp_path / "run", quiet=True, live=live)
             killer.join()
     finally:
         for n in nodes:
@@ -108,6 +111,13 @@ def test_a_killed_client_node_is_reported_and_the_run_finishes(tmp_path):
     alive = rows[rows.node == nodes[0].address]
     assert alive.ok.sum() > 0 and alive.start_s.max() > 2.0
     assert summary["per_node"][nodes[0].address]["succeeded"] > 0
+    # live metrics count the requests lost with the node too, as summary.json does
+    (total,) = [f for f in live.families() if f.name == "drtp_requests"]
+    by_outcome: dict[str, float] = {}
+    for sample in total.samples:
+        if sample.name == "drtp_requests_total":
+            by_outcome[sample.labels["outcome"]] = by_outcome.get(sample.labels["outcome"], 0) + sample.value
+    assert sum(by_outcome.values()) == 400 and by_outcome[LOST] == lost
 
 
 def test_a_registry_stopped_mid_run_gives_failed_rows_not_a_crash(tmp_path):
