@@ -39,11 +39,14 @@ import math
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.utils import floatToGoString
 
 from drtp.replay.frames import LIVE_BUCKETS_S, HealthPart, LivePart
@@ -53,6 +56,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_LINGER_S = 15.0
 MAX_LINGER_S = 3600.0  # a longer wait is a mistake (the config key has the same bound)
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # listen on every address of the machine
+STOP_JOIN_S = 2.0  # at stop: how long scrapes still being answered get to finish, in all
 BUCKET_BOUNDS = [floatToGoString(b) for b in LIVE_BUCKETS_S] + ["+Inf"]  # the ``le`` labels, in order
 
 
@@ -99,7 +103,9 @@ class LiveMetrics:
         self._in_flight = 0
         self._offered: float | None = None
         self._final = False  # the run is over: the values are the final ones
-        self._final_scraped = threading.Event()  # a scrape read the final values
+        self._final_scraped = threading.Event()  # a scrape's page with the final values was delivered
+        self._scrape = threading.local()  # per handler thread: whether the page it serves holds the final values
+        self._handlers: set[threading.Thread] = set()  # handler threads answering a scrape now
         self._server = None
         self._thread: threading.Thread | None = None
         self._announced = False
@@ -112,11 +118,35 @@ class LiveMetrics:
         """Listen; OSError (the port is taken, the host is not this machine's) or ValueError when it cannot."""
         s = self.settings
         try:
-            self._server, self._thread = start_http_server(s.port, addr=s.host, registry=self.registry)
+            self._server = _server(s.host, s.port, make_wsgi_app(self.registry), self._handler_class())
         except socket.gaierror as e:
             raise OSError(f"cannot resolve host {s.host!r}: {e.strerror or e}") from None
         except OverflowError as e:  # a port out of range (the options and the config bound it before)
             raise ValueError(str(e)) from None
+        self._thread = threading.Thread(target=self._server.serve_forever, name="drtp-live-metrics", daemon=True)
+        self._thread.start()
+
+    def _handler_class(self) -> type[WSGIRequestHandler]:
+        """The request handler: quiet, and it marks the final values scraped only once their page was written
+        (a wait that ended when collection began could end the command before Prometheus got the page)."""
+        live = self
+
+        class Handler(WSGIRequestHandler):
+            def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+                pass  # a scrape is no news: stderr stays for the run's progress
+
+            def handle(self) -> None:
+                me = threading.current_thread()
+                live._handlers.add(me)
+                live._scrape.final = False
+                try:
+                    super().handle()  # the whole answer is written when it returns
+                    if live._scrape.final:
+                        live._final_scraped.set()
+                finally:
+                    live._handlers.discard(me)
+
+        return Handler
 
     def announce(self) -> None:
         """Say where the metrics are, once, when the first run starts its requests: on stderr beside the progress
@@ -138,11 +168,15 @@ class LiveMetrics:
         return self._final_scraped.wait(self.settings.linger_s)
 
     def stop(self) -> None:
+        """Stop listening; scrapes still being answered get ``STOP_JOIN_S`` in all to finish."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._thread.join(timeout=5)
             self._server = None
+            deadline = time.monotonic() + STOP_JOIN_S
+            for handler in list(self._handlers):
+                handler.join(timeout=max(0.0, deadline - time.monotonic()))
 
     # -- what the run tells -------------------------------------------------------------------------
 
@@ -202,7 +236,7 @@ class LiveMetrics:
             nodes = dict(self._nodes)
             master_cpu, in_flight, offered = self._master_cpu, self._in_flight, self._offered
             if self._final:
-                self._final_scraped.set()
+                self._scrape.final = True  # set delivered by the handler once the page is written
         total = CounterMetricFamily(
             "drtp_requests",
             "Trace requests drtp's client nodes ended, by registry, method, kind and outcome class (ok: succeeded)",
@@ -238,6 +272,16 @@ class LiveMetrics:
             yield lag
         if master_cpu is not None and math.isfinite(master_cpu):
             yield GaugeMetricFamily("drtp_master_cpu_ratio", "The master process's CPU, share of one core", master_cpu)
+
+
+def _server(host: str, port: int, app, handler: type[WSGIRequestHandler]) -> ThreadingWSGIServer:
+    """A thread-per-scrape WSGI server on ``host``:``port`` of the address family the host resolves to."""
+    family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+    return make_server(host, port, app, Server, handler_class=handler)
 
 
 def _cumulative(buckets: Iterable[int]) -> list[int]:

@@ -195,6 +195,33 @@ def test_the_end_waits_for_a_scrape_of_the_final_values():
         live.stop()
 
 
+def test_the_end_waits_until_the_final_page_was_written_and_stop_lets_it_finish():
+    live = LiveMetrics(LiveSettings(free_port(), linger_s=60))
+    events: list[str] = []
+
+    class Slow:  # a collector of the same registry that takes a while: the page is written only after it
+        def collect(self):
+            threading.Event().wait(0.5)
+            events.append("page complete")
+            return iter(())
+
+    live.registry.register(Slow())
+    live.start()
+    try:
+        live.add_parts([_part(REG, "GET", "ok", 1, {2: 1}, 0.0004)])
+        got = []
+        t = threading.Thread(target=lambda: got.append(_scrape(live)))
+        with live._lock:
+            live._final = True  # the run is over before the scrape starts
+        t.start()
+        assert live.finish() is True
+        events.append("finish returned")
+    finally:
+        live.stop()
+    t.join()
+    assert events == ["page complete", "finish returned"] and got[0]["drtp_requests"].samples
+
+
 def test_the_end_does_not_wait_when_nothing_was_counted_or_the_run_was_interrupted():
     idle = LiveMetrics(LiveSettings(free_port(), linger_s=600))
     idle.start()
