@@ -90,6 +90,7 @@ class HealthMeter:
         self.begin = 0.0  # run-clock time of the current window's start (the first one may start late)
         self.cpu_begin = 0.0
         self.stopped = False
+        self.next_due: float | None = None  # when the engine's next tick is due (None: no timer started yet)
 
     # -- the engines' ticks ----------------------------------------------------------------------
 
@@ -98,15 +99,19 @@ class HealthMeter:
         with self.lock:
             if self.stopped or now < 0:
                 return
-            if self.index is None:
-                self._open(now)
-            iv = self.interval_s
-            while now >= (self.index + 1) * iv:  # an interval ended: close it (and any the tick slept through)
-                end = (self.index + 1) * iv
-                if due < end:  # this tick was overdue at that end: the interval saw that much lag at least
-                    self.samples.append(end - max(due, self.index * iv))
-                self._close(end, now)
-            self.samples.append(max(0.0, now - due))
+            self._tick(due, now)
+
+    def _tick(self, due: float, now: float) -> None:
+        """:meth:`tick` under the lock."""
+        if self.index is None:
+            self._open(now)
+        iv = self.interval_s
+        while now >= (self.index + 1) * iv:  # an interval ended: close it (and any the tick slept through)
+            end = (self.index + 1) * iv
+            if due < end:  # this tick was overdue at that end: the interval saw that much lag at least
+                self.samples.append(end - max(due, self.index * iv))
+            self._close(end, now)
+        self.samples.append(max(0.0, now - due))
 
     def _open(self, now: float) -> None:
         self.index = math.floor(now / self.interval_s)
@@ -137,6 +142,7 @@ class HealthMeter:
         while due <= now:
             self.tick(due, now)
             due += TICK_S
+        self.next_due = due
         return due
 
     # -- the result stream ---------------------------------------------------------------------------
@@ -156,8 +162,14 @@ class HealthMeter:
             if self.stopped:
                 return
             self.stopped = True
+            now = self.clock()
+            due = self.next_due
+            if due is not None and due < now and now >= 0:
+                # the engine's tick is overdue (its loop or the process was held up at the end): the lag it
+                # reached closes any interval it spans, as a tick firing now would
+                self._tick(due, now)
             if self.index is not None:
-                now = max(self.clock(), self.begin)
+                now = max(now, self.begin)
                 self._close(now, now)
 
     # -- the two engines' timers ---------------------------------------------------------------------
@@ -175,14 +187,15 @@ class HealthMeter:
             if not self.stopped:
                 loop.call_later(max(0.0, due - clock()), fire, due)
 
-        loop.call_later(TICK_S, fire, clock() + TICK_S)
+        self.next_due = clock() + TICK_S
+        loop.call_later(TICK_S, fire, self.next_due)
 
     def start_thread(self, name: str) -> None:
         """Tick on a thread of its own (the threads engine); it ends once :meth:`finish` ran."""
 
         def sample() -> None:
             clock, sleep = self.clock, time.sleep
-            due = clock() + TICK_S
+            due = self.next_due = clock() + TICK_S
             while not self.stopped:
                 sleep(max(0.0, due - clock()))
                 due = self._ticks(due, clock())

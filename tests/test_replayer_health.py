@@ -191,6 +191,20 @@ def _one_second_of_ticks(stall_s: float) -> HealthPart:
     return part
 
 
+def test_a_tick_still_overdue_at_the_end_shows_its_lag_in_every_interval_it_spans():
+    clock = Clock()
+    meter = HealthMeter(1.0, clock, lambda: 0, cpu=lambda: clock.cpu)
+    due = TICK_S
+    while due < 0.5:
+        clock.now = due
+        due = meter._ticks(due, due)
+    clock.now = 2.4  # the loop was held from about 0.5 s to the end of the run
+    meter.finish()
+    parts = meter.take()
+    assert [p.index for p in parts] == [0, 1, 2]
+    assert parts[0].lag_ms >= 400 and parts[1].lag_ms >= 900 and parts[2].lag_ms >= 1800
+
+
 def test_one_stray_oversleep_is_not_the_p99_but_a_stall_is():
     assert _one_second_of_ticks(0.0).lag_ms == 0.0
     # one 10 ms oversleep in an interval of 100 grid ticks: above the p99 (nearest rank 99 of 100)
