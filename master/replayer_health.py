@@ -65,10 +65,17 @@ def _r(value: float | None) -> float | None:
 class ReplayerHealth:
     """The run's health parts by node and the master's CPU by interval; the history's gauges as they come."""
 
-    def __init__(self, interval_s: float, gauge: Callable[[int, str, float], None] | None = None) -> None:
-        """``gauge``: where the gauge columns go (drtp.master.stats_history ``StatsHistory.gauge``)."""
+    def __init__(
+        self,
+        interval_s: float,
+        gauge: Callable[[int, str, float], None] | None = None,
+        late: Callable[[], int] | None = None,
+    ) -> None:
+        """``gauge``: where the gauge columns go (drtp.master.stats_history ``StatsHistory.gauge``); ``late``:
+        how many of them came too late for their row (``StatsHistory.late_gauges``)."""
         self.interval_s = interval_s
         self.gauge = gauge
+        self.late = late
         self.nodes: dict[str, dict[int, HealthPart]] = {}  # node → interval index → its part
         self.master_cpu: dict[int, float] = {}  # interval index → the master's CPU share
         self.master_short: set[int] = set()  # intervals of the master's too short to judge (the run's tail)
@@ -164,6 +171,8 @@ class ReplayerHealth:
             "nodes": nodes,
             "master": {"cpu_p50": _r(nearest_rank(master, 0.50)), "cpu_max": _r(max(master, default=None))},
             "limited": self.limited(),
+            # gauge values stats_history.csv dropped: they came after their interval's row was written
+            "late_gauges": self.late() if self.late is not None else 0,
         }
 
     def summary(self) -> dict:

@@ -326,7 +326,7 @@ class Replay:
         try:
             (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
             history = StatsHistory(self.out_dir / STATS_FILE, self.stats_interval_s, self._run_clock, self.resume)
-            self.replayer = ReplayerHealth(self.stats_interval_s, history.gauge)
+            self.replayer = ReplayerHealth(self.stats_interval_s, history.gauge, lambda: history.late_gauges)
             if self.live is not None:  # the nodes' and the master's load gauges, as the health parts come
                 self.replayer.on_health.append(self.live.health)
                 self.replayer.on_master_cpu.append(self.live.master_cpu)

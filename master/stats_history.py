@@ -19,7 +19,10 @@ since the run's start, the origin of requests.csv's ``start_s``):
   value reported for the interval (:meth:`StatsHistory.gauge`, fed by
   drtp.master.replayer_health), empty when none was.  A gauge that comes after
   its interval was written is dropped: unlike a count it does not belong to
-  another interval.
+  another interval.  A starved node's health comes late in just the intervals
+  that matter, so the dropped ones are counted (:attr:`StatsHistory.late_gauges`,
+  summary.json's ``replayer.late_gauges``); summary.json's ``replayer`` block
+  keeps every part, late or not.
 
 A request lost with its node has no end: it counts as a failure in the interval
 in which the master learned of it.  Results reach the master a little after
@@ -76,6 +79,7 @@ class StatsHistory:
         self.gauges: dict[int, dict[str, float]] = {}  # interval index → gauge column → the largest value
         self.error: str | None = None  # why the history stopped, when a write failed
         self.late = 0  # rows that ended in an interval already written (counted in the oldest open one)
+        self.late_gauges = 0  # gauge values that came after their interval's row was written (dropped)
         written_until = _last_elapsed(path) if resume and path.exists() else None
         self.next_index = 0 if written_until is None else math.floor(written_until / interval_s + EDGE)
         self.written_until = written_until  # reloaded rows that ended before it are in the file already
@@ -189,6 +193,7 @@ class StatsHistory:
         while gauges:
             index, name, value = pop()
             if index < first:
+                self.late_gauges += 1
                 continue  # its interval is written: a gauge is of its own interval or of none
             got = self.gauges.setdefault(index, {})
             if value > got.get(name, -math.inf):

@@ -250,7 +250,7 @@ def test_gauges_take_the_largest_value_per_interval_and_are_empty_without_one(tm
     now = [0.0]
     path = tmp_path / STATS_FILE
     history = StatsHistory(path, 1.0, lambda: now[0])
-    health = ReplayerHealth(1.0, history.gauge)
+    health = ReplayerHealth(1.0, history.gauge, lambda: history.late_gauges)
     health.add("a", [HealthPart(0, 0.25, 3.0, 1), HealthPart(1, 0.5, 12.5, 1)])
     health.add("b", [HealthPart(0, 0.75, 1.5, 1)])
     health.master(0, 0.125)
@@ -268,6 +268,8 @@ def test_gauges_take_the_largest_value_per_interval_and_are_empty_without_one(tm
         {"node_cpu_max": "", "loop_lag_ms_max": "", "master_cpu": ""},
         {"node_cpu_max": "", "loop_lag_ms_max": "", "master_cpu": ""},
     ]
+    # the late part's two gauges were dropped from the file, counted in summary.json; its figures stay there
+    assert health.block()["late_gauges"] == 2 and health.block()["nodes"]["a"]["cpu_max"] == 0.99
 
 
 # -- real runs -------------------------------------------------------------------------------------------------
