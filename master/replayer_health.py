@@ -76,6 +76,9 @@ class ReplayerHealth:
         self.interval_s = interval_s
         self.gauge = gauge
         self.late = late
+        # the run-clock time this session started: a resumed run's health covers the resumed session only (the
+        # interrupted one's parts are not kept), so its figures say from when
+        self.since_s = 0.0
         self.nodes: dict[str, dict[int, HealthPart]] = {}  # node → interval index → its part
         self.master_cpu: dict[int, float] = {}  # interval index → the master's CPU share
         self.master_short: set[int] = set()  # intervals of the master's too short to judge (the run's tail)
@@ -168,6 +171,7 @@ class ReplayerHealth:
             }
         master = [v for i, v in self.master_cpu.items() if i not in self.master_short]
         return {
+            "since_s": round(self.since_s, 3),
             "nodes": nodes,
             "master": {"cpu_p50": _r(nearest_rank(master, 0.50)), "cpu_max": _r(max(master, default=None))},
             "limited": self.limited(),

@@ -209,6 +209,7 @@ class Replay:
         if self.resume:
             self.skip = self.results.completed
             self.offset = self.results.resumed_end
+            self.replayer.since_s = self.offset  # the replayer block covers this session only
             for repo, ref, digest, size in self.results.pushed:
                 self.planner.learn(repo, "blob", ref, digest, size)
             if not self.quiet:

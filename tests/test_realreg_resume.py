@@ -70,6 +70,8 @@ def test_killed_run_resumes_to_the_full_request_set(tmp_path):
     assert saved["not_sent"] == 0
     # the resumed part continues the timeline: its starts come after the kept rows' starts
     assert main.start_s.max() > main.start_s.iloc[: before // 2].max()
+    # the replayer block covers the resumed session only, and says from when
+    assert 0 < saved["replayer"]["since_s"] <= main.start_s.max()
 
 
 def test_experiment_resume_skips_done_registries_and_retries_failed_ones(tmp_path):
