@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -94,7 +96,13 @@ def test_no_intervals_is_not_limited_and_the_block_is_still_there():
     out = ReplayerHealth(1.0).summary()
     assert out == {
         "replayer_limited": False,
-        "replayer": {"nodes": {}, "master": {"cpu_p50": None, "cpu_max": None}, "limited": None},
+        "replayer": {
+            "since_s": 0.0,
+            "nodes": {},
+            "master": {"cpu_p50": None, "cpu_max": None},
+            "limited": None,
+            "late_gauges": 0,
+        },
     }
 
 
@@ -326,10 +334,36 @@ def starved(pid: int):
     finally:
         busy.kill()
         busy.wait()
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError):  # back to normal: possible as root (a test machine's user is)
-                os.sched_setaffinity(int(tid), before)
-                os.setpriority(os.PRIO_PROCESS, int(tid), 0)
+        for tid in map(int, os.listdir(f"/proc/{pid}/task")):  # back to normal (raising a priority needs root)
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(tid, before)
+                os.setpriority(os.PRIO_PROCESS, tid, 0)
+                assert os.sched_getaffinity(tid) == before and os.getpriority(os.PRIO_PROCESS, tid) == 0
+
+
+@contextlib.contextmanager
+def _oversleeps(interval_s: float):
+    """A control: a thread of this process sleeping 8 ms at a time meanwhile; yields a function giving (the
+    intervals in which it overslept 10 ms or more, the intervals) once the block is over."""
+    worst: dict[int, float] = {}
+    stop = threading.Event()
+
+    def sample() -> None:
+        t0 = time.perf_counter()
+        while not stop.is_set():
+            due = time.perf_counter() + 0.008
+            time.sleep(0.008)
+            now = time.perf_counter()
+            index = int((now - t0) / interval_s)
+            worst[index] = max(worst.get(index, 0.0), now - due)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield lambda: (sum(v >= 0.010 for v in worst.values()), len(worst))
+    finally:
+        stop.set()
+        thread.join()
 
 
 @pytest.mark.registry
@@ -340,18 +374,22 @@ def test_a_slow_as_is_run_on_idle_nodes_is_not_replayer_limited(tmp_path, warmed
     cfg["trace"]["limit"] = {"type": "requests", "amount": 60}
     Path(config).write_text(yaml.safe_dump(cfg))
     run_dir = tmp_path / "run"
-    # quarter-second intervals: a run of seconds has a dozen, so that one second of a busy neighbour on the
-    # machine (a registry's garbage collection, another process) is not 10 % of them
-    code = main(
-        ["run", "-c", config, "--out", str(run_dir), "-q", "--stats-interval", "0.25", "--max-replayer-limited"]
-    )
+    # quarter-second intervals: the run of about 2.4 s has ten, enough for the gauge columns to show. Such an
+    # interval holds ~31 lag samples, so its p99 is its largest: one 10 ms hiccup of the machine (another
+    # process, a registry's garbage collection) makes it late, and one of ten is 10 %. The control below
+    # measures the machine's own hiccups in this process meanwhile: the judgement is the nodes' only if the
+    # machine did not hiccup that often itself
+    with _oversleeps(0.25) as machine:
+        code = main(
+            ["run", "-c", config, "--out", str(run_dir), "-q", "--stats-interval", "0.25", "--max-replayer-limited"]
+        )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["mode"] == "as-is" and summary["failed"] == 0
     # both nodes (the threads engine's sampler) and the master measured every interval they ran
     nodes_block = summary["replayer"]["nodes"]
     assert set(nodes_block) == {n.address for n in nodes}
     for figures in nodes_block.values():
-        assert figures["intervals"] >= 2 and 0 < figures["cpu_max"] < CPU_LIMIT and figures["in_flight_max"] >= 1
+        assert figures["intervals"] >= 2 and 0 < figures["cpu_max"] and figures["in_flight_max"] >= 1
     assert summary["replayer"]["master"]["cpu_max"] is not None
     _gauges_hold_numbers(run_dir)
     # the premise of what follows is idle nodes: on a machine running twice as many busy processes as it has
@@ -362,6 +400,13 @@ def test_a_slow_as_is_run_on_idle_nodes_is_not_replayer_limited(tmp_path, warmed
         pytest.skip(f"measured, but the machine is not idle (load average {load:.1f} on {cpus} CPUs): not judged")
     if summary.get("behind"):  # the nodes' own schedule says they could not keep up: not idle either
         pytest.skip(f"measured, but the run fell behind its schedule ({summary['behind']}): not judged")
+    late, intervals = machine()
+    if 10 * late >= intervals:
+        pytest.skip(
+            f"measured, but this process overslept 10 ms or more in {late} of {intervals} intervals: not judged"
+        )
+    for figures in nodes_block.values():
+        assert figures["cpu_max"] < CPU_LIMIT, nodes_block
     # and none of them was short of CPU or late: not limited, exit 0, nothing said
     assert summary["replayer_limited"] is False and summary["replayer"]["limited"] is None, summary["replayer"]
     assert code == 0
@@ -370,6 +415,8 @@ def test_a_slow_as_is_run_on_idle_nodes_is_not_replayer_limited(tmp_path, warmed
 
 @pytest.mark.registry
 def test_a_stress_run_with_a_node_starved_of_cpu_is_replayer_limited_and_names_it(tmp_path, warmed, nodes, capsys):
+    if os.geteuid() != 0:  # the node is shared with the other tests: only root can give its priority back
+        pytest.skip("starving a node needs root to restore its priority afterwards")
     config = _setup(tmp_path, warmed, nodes, threads=16)
     run_dir = tmp_path / "run"
     with starved(nodes[0].proc.pid):
