@@ -11,7 +11,8 @@ HTTP server answers on a thread.
 What it serves (one exporter for every registry of an experiment and every step
 of a ramp; the ``registry`` label tells them apart):
 
-* ``drtp_requests_total{registry,method,kind,outcome}`` — trace requests ended, by outcome class;
+* ``drtp_requests_total{registry,method,kind,outcome}`` — trace requests ended, by outcome class (those lost
+  with a client node that died are counted by the master, as a node would count them: outcome ``lost``);
 * ``drtp_request_duration_seconds{registry,method,kind}`` — a histogram (bounds
   ``LIVE_BUCKETS_S``, from 0.1 ms) of the latency (``latency_s``) of the requests that
   succeeded, as summary.json's latency counts only those;
@@ -29,7 +30,10 @@ A run can end between two scrapes, and the exporter ends with the command: the
 last frames would then never reach Prometheus.  So at the end the exporter waits
 for one scrape that sees the final values, for at most ``linger`` seconds
 (``DEFAULT_LINGER_S``: 15 s, the scrape interval of Prometheus's example config;
-0: no wait), and only when it counted something; Ctrl-C ends the wait.
+0: no wait), and only when it counted something; Ctrl-C ends the wait.  The
+wait ends once a page with the final values has been written to a scraper, not
+when its collection began; stop() then gives scrapes still being answered a
+short, bounded join.
 """
 
 from __future__ import annotations
