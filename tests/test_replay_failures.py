@@ -118,6 +118,9 @@ def test_a_killed_client_node_is_reported_and_the_run_finishes(tmp_path):
         if sample.name == "drtp_requests_total":
             by_outcome[sample.labels["outcome"]] = by_outcome.get(sample.labels["outcome"], 0) + sample.value
     assert sum(by_outcome.values()) == 400 and by_outcome[LOST] == lost
+    # and the nodes' load reached its gauges (the survivor's, at least)
+    (cpu,) = [f for f in live.families() if f.name == "drtp_node_cpu_ratio"]
+    assert nodes[0].address in {s.labels["node"] for s in cpu.samples}
 
 
 def test_a_registry_stopped_mid_run_gives_failed_rows_not_a_crash(tmp_path):
