@@ -25,6 +25,11 @@ drtp.cli`` process (:func:`run_drtp`) still runs the valid and warning inputs, t
 command (so each command's startup and import path is covered), the environment's warmup and run, and the
 deploy check at the end.
 
+The cases are many and each is a short process, so the module runs them all at once, before its first
+test, in a pool of a few lanes at a time (one after another for those that talk to the registry: the
+registry's log tells whether a refused input reached it); each test then checks its own case's outcome.
+Under pytest-xdist each worker runs its own cases one by one instead.
+
 ``DRTP_HOSTILE_REPORT=FILE`` appends each case's outcome to FILE (JSON lines), for a table of failures.
 """
 
@@ -39,7 +44,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -785,18 +790,20 @@ class Runner:
 
 
 @pytest.fixture(scope="module")
-def runner(env: Env, tmp_path_factory, request) -> Runner:
+def runner(env: Env, tmp_path_factory, request) -> Iterator[Runner]:
     """The verdicts of the selected cases, all run before the first test (one by one under pytest-xdist)."""
     r = Runner(env, tmp_path_factory.mktemp("hostile-cases"))
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        selected = {
-            item.callspec.params["spec"].id
-            for item in request.session.items
-            if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("spec"), Spec)
-        }
-        r.run_all([s for s in SPECS if s.id in selected])
-    yield r
-    r.close()
+    try:
+        if "PYTEST_XDIST_WORKER" not in os.environ:
+            selected = {
+                item.callspec.params["spec"].id
+                for item in request.session.items
+                if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("spec"), Spec)
+            }
+            r.run_all([s for s in SPECS if s.id in selected])
+        yield r
+    finally:  # the fork servers end even when a case could not be run
+        r.close()
 
 
 @pytest.mark.parametrize("spec", [pytest.param(s, id=s.id) for s in SPECS])
