@@ -6,14 +6,27 @@ no usage block, no hang, nothing on stdout or on disk that claims success, and �
 talk to a registry — no request reaches the registry before the input is refused.  A valid but unusual
 input (a UTF-8 BOM before a trace) is simply read: exit 0.
 
-Each case is a subprocess, for three reasons an in-process call cannot give: a hang is ended by killing the
-process group, a memory or recursion blow-up cannot take the test process down (the address space is
-capped), and what is checked is exactly what a user sees.  Commands that replay run against a real
-registry and two real client nodes, so a bad input that slips through really runs (and shows as exit 0 or
-1) rather than failing for want of a registry.
+Each case is a process of its own, for three reasons an in-process call cannot give: a hang is ended by
+killing the process group, a memory or recursion blow-up cannot take the test process down (the address
+space and file size are capped), and what is checked is exactly what a user sees (exit code, stderr, stdout,
+files left).  Commands that replay run against a real registry and two real client nodes, so a bad input
+that slips through really runs (and shows as exit 0 or 1) rather than failing for want of a registry.
+
+Most cases are forked from a fork server (tests/forkserver.py), one per lane, that has imported drtp, every
+command module and what the commands load lazily (pandas, matplotlib, pyarrow, paramiko …): importing is
+most of a fresh process's CPU, and a refusal needs none of it again.  The forked child keeps the three
+properties because it is still a process of its own: it leads its own session (the hang guard kills its
+group, as before), gets the same address-space and file-size caps (a blow-up kills the child, never the
+server or the tests; the server's preloaded size leaves most of MEMORY_CAP to the child), and runs with
+cwd, stdin from /dev/null, stdout and stderr to files, the test's environment, a fresh interpreter's signal
+dispositions and ``sys.argv``, the entry point ``python -m drtp.cli`` runs, and the interpreter's exit
+(SystemExit's code, a traceback and exit 1, atexit handlers, flushed streams).  A fresh ``python -m
+drtp.cli`` process (:func:`run_drtp`) still runs the valid and warning inputs, the first case of each
+command (so each command's startup and import path is covered), the environment's warmup and run, and the
+deploy check at the end.
 
 The cases are many and each is a short process, so the module runs them all at once, before its first
-test, in a pool of a few processes at a time (one after another for those that talk to the registry: the
+test, in a pool of a few lanes at a time (one after another for those that talk to the registry: the
 registry's log tells whether a refused input reached it); each test then checks its own case's outcome.
 Under pytest-xdist each worker runs its own cases one by one instead.
 
@@ -25,13 +38,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import resource
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +54,7 @@ import pytest
 import yaml
 
 from drtp.registry.local import LocalRegistry, free_port
+from tests.forkserver import ForkServer, limits
 from tests.hostile_cases import (
     CONFIG_CASES,
     CONFIG_COMMANDS,
@@ -81,10 +95,8 @@ class Outcome:
 
 
 def _limits() -> None:
-    """In the child: cap its address space and file size (runs before exec)."""
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails with EFBIG, no core dump
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_CAP, FILE_CAP))
+    """In a fresh drtp process: cap its address space and file size (runs before exec)."""
+    limits(MEMORY_CAP, FILE_CAP)
 
 
 def _read_bounded(path: Path, part: int = 32 << 10) -> str:
@@ -117,6 +129,13 @@ def run_drtp(argv: list[str], cwd: Path) -> Outcome:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             code = None
+    return Outcome(code, _read_bounded(out), _read_bounded(err))
+
+
+def fork_drtp(server: ForkServer, argv: list, cwd: Path) -> Outcome:
+    """``drtp ARGV`` forked by ``server`` (drtp already imported): the same process a fresh one would be."""
+    out, err = cwd / "drtp.stdout", cwd / "drtp.stderr"
+    code = server.run(list(map(str, argv)), cwd, out, err, HANG_GUARD_S)
     return Outcome(code, _read_bounded(out), _read_bounded(err))
 
 
@@ -732,6 +751,34 @@ class Runner:
         self.env = env
         self.root = root
         self.results: dict[str, str | BaseException | None] = {}
+        self._lane = threading.local()  # each lane's fork server: a lane runs one case at a time
+        self._servers: list[ForkServer] = []
+        self._fresh: set[str] = set()  # the commands a case has already run for in a fresh process
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.close()
+
+    def _server(self) -> ForkServer:
+        server = getattr(self._lane, "server", None)
+        if server is None:
+            log = self.root / f"forkserver-{threading.get_ident()}.log"
+            server = self._lane.server = ForkServer(log, MEMORY_CAP, FILE_CAP)
+            with self._lock:
+                self._servers.append(server)
+        return server
+
+    def _runs_fresh(self, job: Job) -> bool:
+        """A valid input, and the first case of each command: a fresh process, startup and imports included."""
+        if job.expect.valid or job.expect.warns:
+            return True
+        words = [w for w in job.argv[:2] if isinstance(w, str) and re.fullmatch(r"[a-z][a-z-]*", w)]
+        command = " ".join(words if len(words) == 2 else words[:1])
+        with self._lock:
+            first = command not in self._fresh
+            self._fresh.add(command)
+        return first
 
     def run_all(self, specs: list[Spec]) -> None:
         """All of ``specs`` at once: the registry's users one after another, the others WORKERS at a time."""
@@ -758,7 +805,10 @@ class Runner:
         try:
             log = job.expect.registry_log
             before = _requests_logged(log)
-            outcome = run_drtp(job.argv, job.cwd)
+            if self._runs_fresh(job):
+                outcome = run_drtp(job.argv, job.cwd)
+            else:
+                outcome = fork_drtp(self._server(), job.argv, job.cwd)
             if log is not None and _requests_logged(log) != before:
                 _settle(log)  # this case reached the registry: its last lines may still be on the way
             problem = verdict(outcome, job.expect, before)
@@ -773,17 +823,20 @@ class Runner:
 
 
 @pytest.fixture(scope="module")
-def runner(env: Env, tmp_path_factory, request) -> Runner:
+def runner(env: Env, tmp_path_factory, request) -> Iterator[Runner]:
     """The verdicts of the selected cases, all run before the first test (one by one under pytest-xdist)."""
     r = Runner(env, tmp_path_factory.mktemp("hostile-cases"))
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        selected = {
-            item.callspec.params["spec"].id
-            for item in request.session.items
-            if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("spec"), Spec)
-        }
-        r.run_all([s for s in SPECS if s.id in selected])
-    return r
+    try:
+        if "PYTEST_XDIST_WORKER" not in os.environ:
+            selected = {
+                item.callspec.params["spec"].id
+                for item in request.session.items
+                if isinstance(getattr(item, "callspec", None) and item.callspec.params.get("spec"), Spec)
+            }
+            r.run_all([s for s in SPECS if s.id in selected])
+        yield r
+    finally:  # the fork servers end even when a case could not be run
+        r.close()
 
 
 @pytest.mark.parametrize("spec", [pytest.param(s, id=s.id) for s in SPECS])
