@@ -25,6 +25,10 @@ def _cfg(tmp_path, **data):
         ({"repository": "myorg/"}, "myorg/rep2-user/repo", "myorg/rep2-lonely"),
         ({"repository": "myorg/", "repository_map": "flatten"}, "myorg/rep2-user-repo", "myorg/rep2-lonely"),
         ({"repository": "proj/", "repository_map": "{prefix}{user}_{repo}"}, "proj/rep2-user_repo", "proj/rep2-lonely"),
+        # a template without {prefix}: the repetition's prefix goes before the last path part of its name
+        ({"repository_map": "{user}_{repo}"}, "rep2-user_repo", "rep2-lonely"),
+        ({"repository": "proj/", "repository_map": "org/{user}-{repo}"}, "org/rep2-user-repo", "proj/rep2-lonely"),
+        ({"repository_map": "{name}"}, "user/rep2-repo", "rep2-lonely"),
     ],
 )
 def test_a_repetition_replays_under_its_prefix_after_the_entrys_own(tmp_path, entry, mapped, one_level) -> None:
@@ -33,6 +37,12 @@ def test_a_repetition_replays_under_its_prefix_after_the_entrys_own(tmp_path, en
     names = RepositoryMap.for_config(sub)
     assert names.map("user/repo") == mapped and names.map("lonely") == one_level
     assert sub.warmup.output == str(tmp_path / "map-a-rep2.jsonl")
+    # every repetition its own repositories, whatever the template
+    firsts = {
+        RepositoryMap.for_config(repetition_config(registry_config(cfg, cfg.registries[0]), k)).map("user/repo")
+        for k in (1, 2, 3)
+    }
+    assert len(firsts) == 3
 
 
 def test_a_plain_registry_list_gets_the_prefix_too_and_reuse_gets_none(tmp_path) -> None:
