@@ -219,6 +219,8 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
                 raise DrtpError(f"{run_dir}: summary.json does not say which registry the run used: give --registry ID")
             ran = list(pushed)
         bases = [registry_base(r) for r in ran]
+        namespace = summary.get("namespace")  # a repetition's: the spread went by the trace's names
+        namespace = namespace if isinstance(namespace, str) else ""
         unknown = [b for b in bases if b not in pushed and only is None]
         if unknown:
             raise DrtpError(f"{run_dir}: ran against {', '.join(unknown)}, which {cfg.source} does not name")
@@ -228,7 +230,7 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
         for kind, repo, digest, tag in pushed_by_rows(rows(df)):
             if why := _object_error({"repository": repo, "digest": digest}):
                 raise DrtpError(f"{run_dir / 'requests.csv'}: a {kind} pushed: {why}")
-            base = registry_base(registry_for(repo, ran)) if len(ran) > 1 else bases[0]
+            base = registry_base(registry_for(repo, ran, namespace)) if len(ran) > 1 else bases[0]
             if base in pushed:
                 pushed[base].add(kind, repo, digest, tag)
                 n += 1

@@ -136,7 +136,7 @@ class Replay:
         self.client = client_model(self.ci)  # how each trace client behaves on the nodes
         # a per-client order is kept on one node: round-robin then spreads trace clients, not requests
         self.router = Router(list(self.links), hashed=self.ci.route, per_client=self.client.concurrency != UNLIMITED)
-        self.planner = planner if planner is not None else Planner(self.registries)
+        self.planner = planner if planner is not None else Planner(self.registries, namespace=cfg.namespace)
         self.cap = max(1, self.ci.inflight)  # requests out at one node at most
         self.batch = max(1, self.ci.batch)
         self.refill_at = max(0, self.cap - self.batch)  # at the cap, wait until a whole batch fits again
@@ -340,7 +340,7 @@ class Replay:
         """The summary's registry_side block (this run's rows are read back from requests.csv)."""
         try:
             return self.registry_metrics.registry_side(
-                self.results.rows(), lambda repository: registry_for(repository, self.registries)
+                self.results.rows(), lambda repository: registry_for(repository, self.registries, self.cfg.namespace)
             )
         except OSError as e:
             return {"error": f"could not read back {self.out_dir / 'requests.csv'}: {e}"}

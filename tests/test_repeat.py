@@ -10,7 +10,11 @@ from drtp.cli import main
 from drtp.config import config_from_dict
 from drtp.master.experiment import experiment_parts, registry_config
 from drtp.master.repeat import repetition_config, run_parts
+from drtp.master.run import Replay
+from drtp.master.warmup import plan_warmup
 from drtp.registry.repo_names import RepositoryMap
+from drtp.trace.reader import TraceReader
+from tests.replay_support import TOKEN, make_trace
 
 
 def _cfg(tmp_path, **data):
@@ -89,3 +93,31 @@ def test_a_ramp_refuses_repeat(tmp_path, capsys) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("drtp ramp: error: ") and "key 'repeat'" in err and "\n" not in err
+
+
+def test_a_repository_lands_on_the_same_registry_in_every_repetition(tmp_path) -> None:
+    """A plain registry list spreads repositories by the trace's name, not the repetition's prefixed one:
+    every repetition sends each repository (warmup and run alike) to the same registry."""
+    trace = make_trace(tmp_path / "trace.json", requests=200)
+    hosts = ["127.0.0.1:5000", "127.0.0.1:5001", "127.0.0.1:5002"]
+    cfg = _cfg(
+        tmp_path,
+        registry=hosts,
+        trace={"location": str(tmp_path), "traces": [trace.name]},
+        client_info={"client_list": ["127.0.0.1:1"], "token": TOKEN},
+    )
+    spreads = []
+    for part in run_parts(cfg, tmp_path / "out"):
+        ns = part.cfg.namespace
+        replay = Replay(part.cfg, part.run_dir)  # the run's own names and planner (nothing is sent)
+        ran = {}
+        for seq, rec in enumerate(r for batch in replay._batches() for r in batch):
+            req = replay.planner.plan(rec, seq, None)
+            ran[rec.parts.repository.removeprefix(ns)] = req.registry
+        reader = TraceReader(part.cfg.trace_paths(), **part.cfg.reader_options())
+        warm = plan_warmup(reader, part.cfg.registry, RepositoryMap.for_config(part.cfg))
+        warmed = {repo.removeprefix(ns): reg for reg, repo, _tag in warm.manifests}
+        assert all(repo.startswith(ns) for _reg, repo, _tag in warm.manifests)
+        spreads.append((ran, warmed))
+    assert len({reg for reg in spreads[0][0].values()}) > 1  # the trace does spread over the registries
+    assert spreads[0] == spreads[1] == spreads[2]
