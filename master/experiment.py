@@ -101,6 +101,23 @@ def experiment_parts(cfg: Config, out: Path) -> list[Part]:
     return parts
 
 
+def part_tags(part: Part, repeat: int) -> dict:
+    """What summary.json says of the part it belongs to: the registry's id (an experiment's), and which
+    replicate it is (a repetition's), for the analyses that group runs; written with the run's own figures,
+    an interrupted run's too."""
+    tags: dict = {}
+    if part.registry_id is not None:
+        tags["registry_id"] = part.registry_id
+    if part.repetition is not None:
+        tags.update(
+            repetition=part.repetition,
+            repeat=repeat,
+            repeat_state=part.cfg.repeat_state,
+            namespace=part.cfg.namespace,
+        )
+    return tags
+
+
 def run_experiment(
     cfg: Config,
     out_dir: Path | None = None,
@@ -178,17 +195,14 @@ def run_series(
                 run_warmup(sub, quiet=quiet)
             resumed = resume and (run_dir / "requests.csv").exists()
             summary = run_replay(
-                sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s, live=live
+                sub,
+                run_dir,
+                quiet=quiet,
+                resume=resumed,
+                stats_interval_s=stats_interval_s,
+                live=live,
+                tags=part_tags(part, repeat),
             )
-            if part.registry_id is not None:
-                summary["registry_id"] = part.registry_id
-            if part.repetition is not None:  # which replicate this is, for the analyses that group them
-                summary["repetition"] = part.repetition
-                summary["repeat"] = repeat
-                summary["repeat_state"] = sub.repeat_state
-                summary["namespace"] = sub.namespace
-            if part.registry_id is not None or part.repetition is not None:
-                (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
             verdict = judge(summary, budget, objectives)
             status[part.key] = {
                 "ok": True,

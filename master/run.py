@@ -103,13 +103,17 @@ class Replay:
         preflight: bool = True,
         planner: Planner | None = None,
         live: LiveMetrics | None = None,
+        tags: dict | None = None,
     ) -> None:
         """``source``: the records to replay, in batches, instead of the config's trace (``drtp ramp`` gives
         each step its share); ``preflight`` False when the registries were just checked (a ramp's later steps);
         ``planner``: one that planned the records before these (a ramp's earlier steps), so what they pushed
         — a layer's new digest, an image's blobs, an upload's pairing — is known to the records that follow;
-        ``live``: the exporter of live metrics (already listening) that this run's frames feed.
+        ``live``: the exporter of live metrics (already listening) that this run's frames feed;
+        ``tags``: fields summary.json carries besides the run's own (a series' ``registry_id``, ``repetition``…),
+        written with it by its one writer, an interrupted or incomplete run's summary too.
         """
+        self.tags = dict(tags or {})
         self.cfg = cfg
         self.source = source
         self.preflight = preflight
@@ -272,6 +276,7 @@ class Replay:
         not_sent = total - self.results.all.requests
         incomplete = self._incomplete_reason(stop, not_sent)
         extra = {
+            **self.tags,
             "mode": self.mode,
             "route": "hash" if self.ci.route else "round-robin",
             "speedup": self.ci.speedup,
@@ -661,6 +666,9 @@ def run_replay(
     resume: bool = False,
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
     live: LiveMetrics | None = None,
+    tags: dict | None = None,
 ) -> dict:
+    """Replay ``cfg``'s trace into ``out_dir``; ``tags``: fields for summary.json (see :class:`Replay`)."""
     out = out_dir or default_out(cfg)
-    return Replay(cfg, out, quiet=quiet, resume=resume, stats_interval_s=stats_interval_s, live=live).run()
+    replay = Replay(cfg, out, quiet=quiet, resume=resume, stats_interval_s=stats_interval_s, live=live, tags=tags)
+    return replay.run()

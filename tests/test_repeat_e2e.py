@@ -201,6 +201,8 @@ def test_an_interrupted_repetition_keeps_the_finished_ones_and_resume_runs_the_r
         cut = json.loads((out / "rep-2" / "summary.json").read_text())
         assert first["complete"] and first["requests"] == 40
         assert cut["complete"] is False and cut["incomplete_reason"] == "interrupted" and cut["requests"] < 40
+        # the interrupted repetition's summary says which replicate it is, as a finished one's does
+        assert (cut["repetition"], cut["repeat"], cut["repeat_state"], cut["namespace"]) == (2, 3, "fresh", "rep2-")
         assert list(json.loads((out / "experiment.json").read_text())) == ["rep-1"]
         assert not (out / "rep-3").exists()
         # compare leaves the cut repetition out, by name
