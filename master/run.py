@@ -334,7 +334,8 @@ class Replay:
         if not endpoints:
             return None
         try:
-            recorder = RegistryMetrics(self.out_dir / METRICS_FILE, endpoints, self._run_clock, self.stats_interval_s)
+            path, clock, interval = self.out_dir / METRICS_FILE, self._run_clock, self.stats_interval_s
+            recorder = RegistryMetrics(path, endpoints, clock, interval, resume=self.resume)
         except OSError as e:
             self._cancel()  # the nodes must not wait for batches that will never come
             raise write_failed(self.out_dir / METRICS_FILE, e) from None

@@ -14,6 +14,7 @@ import yaml
 from drtp.analysis.registry_side import CLIENT, REGISTRY, fig_registry_side
 from drtp.analysis.results_analysis import analyze_results, analyze_runs
 from drtp.config import ConfigError, load_config
+from drtp.master import run as master_run
 from drtp.master.experiment import run_experiment
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
@@ -127,6 +128,41 @@ def test_a_metrics_page_that_cannot_be_read_is_a_warning_not_a_failed_run(tmp_pa
     assert side["drtp_requests"] >= 200  # what drtp sent is known without the registry's witness
     assert pd.read_csv(tmp_path / "run" / "registry_metrics.csv").empty
     assert any("registry metrics" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+
+
+def test_a_resumed_run_keeps_the_earlier_readings_and_its_side_covers_the_resumed_session(
+    tmp_path, warmed, monkeypatch
+):
+    reg, raw = warmed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**raw, "registry_metrics": {reg.host: reg.metrics_url}}))
+    cfg, out = load_config(tmp_path / "config.yaml"), tmp_path / "run"
+    real_send = master_run.Replay._send
+
+    def ctrl_c_midway(self, *args, **kwargs):
+        if not self.resume and self.done >= 60:
+            raise KeyboardInterrupt
+        return real_send(self, *args, **kwargs)
+
+    monkeypatch.setattr(master_run.Replay, "_send", ctrl_c_midway)
+    with pytest.raises(KeyboardInterrupt):
+        run_replay(cfg, out, quiet=True, stats_interval_s=0.5)
+    before = pd.read_csv(out / "registry_metrics.csv")
+    assert not before.empty
+    summary = run_replay(cfg, out, quiet=True, resume=True, stats_interval_s=0.5)
+
+    samples = pd.read_csv(out / "registry_metrics.csv")  # one header, every reading of both sessions
+    assert samples.elapsed_s.dtype.kind == "f"
+    assert samples.head(len(before)).equals(before)  # the interrupted session's readings are kept
+    later = samples.iloc[len(before) :]
+    side = summary["registry_side"][reg.host]
+    assert side["resumed_session_only"] is True
+    assert not later.empty and later.elapsed_s.min() == round(side["window_s"][0], 3) > before.elapsed_s.min()
+    rows = pd.read_csv(out / "requests.csv")
+    sent = rows[rows.attempts >= 1]
+    resumed = sent[sent.start_s >= side["window_s"][0]]
+    assert 0 < len(resumed) < len(sent)  # both sessions sent requests
+    # drtp's side counts what the resumed session sent, as the registry's window does
+    assert side["drtp_requests"] == int(resumed.attempts.sum() + resumed.challenges.sum())
 
 
 @pytest.mark.parametrize("engine", ["loop", "threads"])
