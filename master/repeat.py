@@ -25,8 +25,10 @@ runs replicates:
 Each repetition's results go to ``rep-<k>/`` (k from 1) of the run's directory (an
 experiment's: of each registry's), a run directory like any other, whose summary.json
 says ``repetition`` and ``repeat``.  The series is recorded in ``experiment.json``
-(one entry per repetition, as an experiment's per registry), which ``--resume`` reads
-to skip the finished ones.
+(one entry per repetition, as an experiment's per registry, each with the series'
+``repeat`` and ``repeat_state``), which ``--resume`` reads to skip the finished ones; a
+resume with another ``repeat`` or ``repeat_state`` would mix repositories or count runs of
+another series, so it is refused (:func:`check_series`).
 """
 
 from __future__ import annotations
@@ -92,6 +94,21 @@ def run_parts(cfg: Config, out: Path) -> list[Part]:
         Part(f"rep-{k}", sub, rep_dir(out, k), url, warm=fresh, repetition=k)
         for k, sub in enumerate(repetition_configs(cfg), 1)
     ]
+
+
+def check_series(status: dict, path: Path, repeat: int, repeat_state: str) -> None:
+    """Before a ``--resume``: every entry of experiment.json (``status``, read from ``path``) was run with this
+    ``repeat`` and, for repetitions, this ``repeat_state``; entries written before these were recorded pass."""
+    for key, entry in status.items():
+        was = entry.get("repeat") if isinstance(entry, dict) else None
+        if was is None:
+            continue
+        state = entry.get("repeat_state")
+        if was != repeat or (repeat > 1 and state != repeat_state):
+            raise DrtpError(
+                f"--resume: {path}: {key} was run with repeat {was}, repeat_state {state}, not repeat {repeat}, "
+                f"repeat_state {repeat_state}: resume with the settings the series was started with"
+            )
 
 
 def check_layout(run_dirs: list[Path], repeat: int) -> None:
