@@ -40,6 +40,7 @@ import pandas as pd
 
 from drtp.analysis.results import load_run, run_model
 from drtp.errors import DrtpError
+from drtp.master.repeat import run_dirs_in
 from drtp.replay.slo import judged_latency
 from drtp.replay.summary import ResultsModel
 
@@ -133,12 +134,9 @@ def block_summaries(df: pd.DataFrame, summary: dict, blocks: int = BLOCKS) -> li
 def run_dirs(arg: str) -> list[Path]:
     """The runs an argument names: a run directory (requests.csv), or a folder of repetitions
     (``rep-<k>/`` run directories, as ``--repeat`` writes them)."""
-    path = Path(arg)
-    if (path / "requests.csv").is_file():
-        return [path]
-    reps = sorted(p for p in path.glob("rep-*") if (p / "requests.csv").is_file())
-    if reps:
-        return reps
+    runs = [d for d in run_dirs_in(Path(arg)) if (d / "requests.csv").is_file()]  # a repetition never started
+    if runs:
+        return runs
     raise DrtpError(f"{arg}: not a run directory (no requests.csv) nor a folder of rep-*/ runs")
 
 

@@ -37,6 +37,7 @@ from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
 from drtp.master.plan import registry_for
+from drtp.master.repeat import run_dirs_in
 from drtp.registry.auth import auth_for, config_auth
 from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
@@ -452,9 +453,13 @@ def report(target: Pushed, out: Outcome, yes: bool) -> list[str]:
 def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, threads: int = 8) -> int:
     """Clean (or, without ``yes``, list) what drtp pushed; the exit code: 0 nothing left, 1 something left."""
     pushed = targets(cfg, registry)
-    for run_dir in runs:  # bad input before any registry is asked anything
+    given, runs = runs, []
+    for run_dir in given:  # bad input before any registry is asked anything
         if not run_dir.is_dir():
             raise DrtpError(f"--run {run_dir}: not a directory")
+        # a folder of repetitions (--repeat N): each rep-<k>/ is a run; one that never started pushed nothing
+        held = run_dirs_in(run_dir)
+        runs += [d for d in held if (d / "requests.csv").is_file()] if held != [run_dir] else held
     n_map, missing = read_maps(cfg, pushed, required=not runs)
     n_rows, notes = read_runs(cfg, runs, pushed, registry)
     print(
@@ -515,7 +520,8 @@ def register(sub) -> None:
         nargs="+",
         metavar="DIR",
         action="extend",
-        help="run directories whose pushes (requests.csv) are deleted too (an experiment's: EXP/<id>)",
+        help="run directories whose pushes (requests.csv) are deleted too (an experiment's: EXP/<id>; a folder of "
+        "repetitions: each rep-<k>/; clean their warmup maps with --set repeat=N)",
     )
     p.add_argument("--yes", action="store_true", help="delete (without it: list what would be deleted)")
     p.add_argument("--threads", type=positive_int, default=8, help="DELETE requests at once (default 8)")

@@ -47,6 +47,14 @@ def rep_dir(run_dir: Path, k: int) -> Path:
     return run_dir / f"rep-{k}"
 
 
+def run_dirs_in(path: Path) -> list[Path]:
+    """The run directories ``path`` holds: its repetitions' ``rep-<k>/`` in the order of ``k`` (``rep-10`` after
+    ``rep-9``), or, when it has none, ``path`` itself.  The one answer for every command that takes "a run" and
+    must take a folder of repetitions alike (``drtp analyze compare``, ``drtp clean --run``, Slurm's resume)."""
+    reps = [p for p in path.glob("rep-*") if p.name[4:].isdigit() and p.is_dir()]
+    return sorted(reps, key=lambda p: int(p.name[4:])) or [path]
+
+
 def namespace(k: int) -> str:
     """The repository prefix of repetition ``k`` under ``repeat_state: fresh``."""
     return f"rep{k}-"
@@ -116,12 +124,13 @@ def check_layout(run_dirs: list[Path], repeat: int) -> None:
     continues, not the other one (a single run where repetitions are asked for, or the reverse), which the
     resumed series would mix with or pass over."""
     for run_dir in run_dirs:
-        if repeat > 1 and (run_dir / "requests.csv").exists():
+        reps = run_dirs_in(run_dir) != [run_dir]
+        if repeat > 1 and not reps and (run_dir / "requests.csv").exists():
             raise DrtpError(
                 f"--resume: {run_dir} holds a single run (requests.csv), not repetitions (rep-<k>/): "
                 "resume it without --repeat (repeat: 1)"
             )
-        if repeat <= 1 and rep_dir(run_dir, 1).is_dir():
+        if repeat <= 1 and reps:
             raise DrtpError(
                 f"--resume: {run_dir} holds repetitions (rep-<k>/): resume them with the --repeat N "
                 "(repeat: N) they were started with"
