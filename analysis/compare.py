@@ -40,6 +40,7 @@ import pandas as pd
 
 from drtp.analysis.results import load_run, run_model
 from drtp.errors import DrtpError
+from drtp.master.repeat import run_dirs_in
 from drtp.replay.slo import judged_latency
 from drtp.replay.summary import ResultsModel
 
@@ -133,21 +134,23 @@ def block_summaries(df: pd.DataFrame, summary: dict, blocks: int = BLOCKS) -> li
 def run_dirs(arg: str) -> list[Path]:
     """The runs an argument names: a run directory (requests.csv), or a folder of repetitions
     (``rep-<k>/`` run directories, as ``--repeat`` writes them)."""
-    path = Path(arg)
-    if (path / "requests.csv").is_file():
-        return [path]
-    reps = sorted(p for p in path.glob("rep-*") if (p / "requests.csv").is_file())
-    if reps:
-        return reps
+    runs = [d for d in run_dirs_in(Path(arg)) if (d / "requests.csv").is_file()]  # a repetition never started
+    if runs:
+        return runs
     raise DrtpError(f"{arg}: not a run directory (no requests.csv) nor a folder of rep-*/ runs")
 
 
 def load_side(args: list[str], option: str, left_out: list[str] | None = None) -> tuple[list[Path], list[dict]]:
     """A side's run directories and summaries.  A run whose summary says it did not complete (interrupted, a
-    node lost, a write failed: its figures cover part of the trace) is left out, named in ``left_out``: a
-    repetition cut short keeps the finished ones comparable."""
+    node lost, a write failed: its figures cover part of the trace), or that has no summary at all (the
+    replayer was killed before it could write one), is left out, named in ``left_out``: a repetition cut
+    short keeps the finished ones comparable."""
     dirs, summaries = [], []
     for d in (d for a in args for d in run_dirs(a)):
+        if not (d / "summary.json").is_file():  # killed hard (SIGKILL, out of memory): its rows cover part of it
+            if left_out is not None:
+                left_out.append(f"{d}: did not finish: no summary.json")
+            continue
         df, summary = load_run(d)
         if summary.get("complete") is False:
             if left_out is not None:
@@ -158,7 +161,7 @@ def load_side(args: list[str], option: str, left_out: list[str] | None = None) -
         dirs.append(d)
         summaries.append(summary)
     if not dirs:
-        raise DrtpError(f"{option} {' '.join(args)}: no complete run (each summary.json says complete: false)")
+        raise DrtpError(f"{option} {' '.join(args)}: no complete run (each lacks summary.json or says complete: false)")
     return dirs, summaries
 
 

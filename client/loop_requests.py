@@ -15,8 +15,9 @@ request and given back after it, instead of the loop worker's own; every read ca
 profile's User-Agent, or the trace's own when the request has one.
 
 A request is sent once; a GET/HEAD that got no byte of an answer is sent again only when
-the run allows retries, and ``attempts`` counts the sends of the trace request itself (a
-redirect's target is another request to another server).
+the run allows retries.  ``attempts`` and ``challenges`` together count every time the trace
+request went out, over every hop of a redirect, as the thread engine's Session counts them:
+``challenges`` the sends answered by a 401 whose challenge was answered, ``attempts`` all others.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ class LoopRequests:
             server = (u.scheme, u.netloc)
             target = u.path + ("?" + u.query if u.query else "")
             r = await self._authenticated(conns, server, req.method, target, headers, agent)
+            attempts += r.attempts
             challenges += r.challenges
         r.attempts, r.challenges = attempts, challenges
         latency = self.clock() - start
@@ -209,6 +211,8 @@ class LoopRequests:
             challenged = r
             r = await self._send(conn, method, target, {**headers, **sent} if headers else sent, agent)
             r.challenges = challenged.challenges + 1  # the 401's round trip: the registry served it too
+            # the sends before it that got no answer (retries) are attempts: only the one answered 401 is a challenge
+            r.attempts += challenged.attempts - 1
             auth.answered(sent, r.status)
         return r, auth.secret_refused(sent, r.status, None, generation), generation
 

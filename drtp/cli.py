@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
 import traceback
 
 import msgspec
@@ -37,6 +39,25 @@ from drtp.exit_codes import ExitCode
 from drtp.verbosity import set_verbosity
 
 log = logging.getLogger("drtp.cli")
+
+
+_signals: list[int] = []  # the SIGTERMs this process received: its last line says which stop it was
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (``kill``, Slurm's time limit and ``scancel``) taken as Ctrl-C: the run stops, keeps what it
+    measured and writes its summary (``complete: false``), instead of dying with rows and no summary."""
+    _signals.append(signum)
+    raise KeyboardInterrupt
+
+
+def _on_sigterm_interrupt() -> object:
+    """Make SIGTERM stop the command as Ctrl-C does; returns the handler it replaced (None off the main
+    thread, where Python lets no handler be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _terminated)
+
 
 CONFIG_COMMAND = "drtp.cli"  # the one command this module registers itself: `drtp config`
 
@@ -197,13 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     set_verbosity(int(getattr(args, "verbose", 0) or 0))
     log.debug("drtp %s: %s", __version__, args.command)
     prog = getattr(args, "drtp_prog", "drtp")  # the command's name: drtp run, drtp analyze compare…
+    previous = _on_sigterm_interrupt()
     try:
         return int(args.func(args) or 0)
     except DrtpError as e:
         print(refusal(prog, str(e)), file=sys.stderr)  # one line: DrtpError escapes any line break it quotes
         return e.exit_code
     except KeyboardInterrupt:
-        print("drtp: interrupted", file=sys.stderr)
+        print("drtp: terminated (SIGTERM)" if _signals else "drtp: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         return 0
@@ -211,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         print(refusal(prog, "internal error (the traceback above is a bug in drtp)"), file=sys.stderr)
         return ExitCode.CANNOT_RUN
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

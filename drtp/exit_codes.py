@@ -18,7 +18,7 @@ class ExitCode(IntEnum):
     TOO_MANY_FAILED = 1  # the run completed, more trace requests failed than max_failed allows
     BAD_INPUT = 2  # a mistake in the config, an option or the trace (nothing was run)
     CANNOT_RUN = 3  # could not run or could not finish: preflight, client nodes, a results write mid-run
-    INTERRUPTED = 130  # Ctrl-C (SIGINT); what was measured is kept
+    INTERRUPTED = 130  # Ctrl-C (SIGINT) or SIGTERM (kill, Slurm's time limit, scancel); what was measured is kept
 
 
 def worst(codes: Iterable[int]) -> int:

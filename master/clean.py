@@ -37,6 +37,7 @@ from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
 from drtp.master.plan import registry_for
+from drtp.master.repeat import run_dirs_in
 from drtp.registry.auth import auth_for, config_auth
 from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
@@ -219,6 +220,8 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
                 raise DrtpError(f"{run_dir}: summary.json does not say which registry the run used: give --registry ID")
             ran = list(pushed)
         bases = [registry_base(r) for r in ran]
+        namespace = summary.get("namespace")  # a repetition's: the spread went by the trace's names
+        namespace = namespace if isinstance(namespace, str) else ""
         unknown = [b for b in bases if b not in pushed and only is None]
         if unknown:
             raise DrtpError(f"{run_dir}: ran against {', '.join(unknown)}, which {cfg.source} does not name")
@@ -228,7 +231,7 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
         for kind, repo, digest, tag in pushed_by_rows(rows(df)):
             if why := _object_error({"repository": repo, "digest": digest}):
                 raise DrtpError(f"{run_dir / 'requests.csv'}: a {kind} pushed: {why}")
-            base = registry_base(registry_for(repo, ran)) if len(ran) > 1 else bases[0]
+            base = registry_base(registry_for(repo, ran, namespace)) if len(ran) > 1 else bases[0]
             if base in pushed:
                 pushed[base].add(kind, repo, digest, tag)
                 n += 1
@@ -450,9 +453,13 @@ def report(target: Pushed, out: Outcome, yes: bool) -> list[str]:
 def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, threads: int = 8) -> int:
     """Clean (or, without ``yes``, list) what drtp pushed; the exit code: 0 nothing left, 1 something left."""
     pushed = targets(cfg, registry)
-    for run_dir in runs:  # bad input before any registry is asked anything
+    given, runs = runs, []
+    for run_dir in given:  # bad input before any registry is asked anything
         if not run_dir.is_dir():
             raise DrtpError(f"--run {run_dir}: not a directory")
+        # a folder of repetitions (--repeat N): each rep-<k>/ is a run; one that never started pushed nothing
+        held = run_dirs_in(run_dir)
+        runs += [d for d in held if (d / "requests.csv").is_file()] if held != [run_dir] else held
     n_map, missing = read_maps(cfg, pushed, required=not runs)
     n_rows, notes = read_runs(cfg, runs, pushed, registry)
     print(
@@ -513,7 +520,8 @@ def register(sub) -> None:
         nargs="+",
         metavar="DIR",
         action="extend",
-        help="run directories whose pushes (requests.csv) are deleted too (an experiment's: EXP/<id>)",
+        help="run directories whose pushes (requests.csv) are deleted too (an experiment's: EXP/<id>; a folder of "
+        "repetitions: each rep-<k>/; clean their warmup maps with --set repeat=N)",
     )
     p.add_argument("--yes", action="store_true", help="delete (without it: list what would be deleted)")
     p.add_argument("--threads", type=positive_int, default=8, help="DELETE requests at once (default 8)")

@@ -34,7 +34,7 @@ from drtp.cli_options import refusal
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
-from drtp.master.repeat import Part, check_layout, rep_dir, repetition_config
+from drtp.master.repeat import Part, check_layout, check_series, rep_dir, repetition_config
 from drtp.master.results_dir import write_failed
 from drtp.master.run import run_replay
 from drtp.master.verdict import judge
@@ -101,6 +101,23 @@ def experiment_parts(cfg: Config, out: Path) -> list[Part]:
     return parts
 
 
+def part_tags(part: Part, repeat: int) -> dict:
+    """What summary.json says of the part it belongs to: the registry's id (an experiment's), and which
+    replicate it is (a repetition's), for the analyses that group runs; written with the run's own figures,
+    an interrupted run's too."""
+    tags: dict = {}
+    if part.registry_id is not None:
+        tags["registry_id"] = part.registry_id
+    if part.repetition is not None:
+        tags.update(
+            repetition=part.repetition,
+            repeat=repeat,
+            repeat_state=part.cfg.repeat_state,
+            namespace=part.cfg.namespace,
+        )
+    return tags
+
+
 def run_experiment(
     cfg: Config,
     out_dir: Path | None = None,
@@ -162,6 +179,15 @@ def run_series(
     made = prepare_output_dir(out)
     status_path = out / "experiment.json"
     status: dict = json.loads(status_path.read_text()) if resume and status_path.exists() else {}
+    series = {"repeat": repeat, "repeat_state": parts[0].cfg.repeat_state if parts else "fresh"}
+    if resume:
+        check_series(status, status_path, **series)
+        # entries of parts this series does not have (a registry since removed from the config) would count in
+        # the exit code and pass for this series' runs: experiment.json keeps the current parts only
+        for key in [k for k in status if k not in {p.key for p in parts}]:
+            del status[key]
+            if not quiet:
+                print(f"{status_path}: {key} is not a part of this series: its entry dropped")
     for s in status.values():  # written before exit codes were recorded
         s.setdefault("exit_code", int(ExitCode.OK if s.get("ok") else ExitCode.CANNOT_RUN))
     name = "repetition" if what == "run" else "registry"
@@ -182,20 +208,18 @@ def run_series(
                 run_warmup(sub, quiet=quiet)
             resumed = resume and (run_dir / "requests.csv").exists()
             summary = run_replay(
-                sub, run_dir, quiet=quiet, resume=resumed, stats_interval_s=stats_interval_s, live=live
+                sub,
+                run_dir,
+                quiet=quiet,
+                resume=resumed,
+                stats_interval_s=stats_interval_s,
+                live=live,
+                tags=part_tags(part, repeat),
             )
-            if part.registry_id is not None:
-                summary["registry_id"] = part.registry_id
-            if part.repetition is not None:  # which replicate this is, for the analyses that group them
-                summary["repetition"] = part.repetition
-                summary["repeat"] = repeat
-                summary["repeat_state"] = sub.repeat_state
-                summary["namespace"] = sub.namespace
-            if part.registry_id is not None or part.repetition is not None:
-                (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
             verdict = judge(summary, budget, objectives, max_replayer_limited)
             status[part.key] = {
                 "ok": True,
+                **series,
                 "exit_code": int(verdict.code),
                 "url": part.url,
                 "requests": summary["requests"],
@@ -213,7 +237,7 @@ def run_series(
                 line = refusal(prog, what_line) if verdict.code else f"{prog}: warning: {what_line}"
                 print(line, file=sys.stderr, flush=True)
         except DrtpError as e:
-            status[part.key] = {"ok": False, "exit_code": int(e.exit_code), "url": part.url, "error": str(e)}
+            status[part.key] = {"ok": False, **series, "exit_code": int(e.exit_code), "url": part.url, "error": str(e)}
             if e.exit_code == ExitCode.BAD_INPUT:
                 # the trace and config are the same for every part: the next one would be refused alike
                 if made and len(status) == 1:  # nothing was run: no folder claims otherwise
@@ -223,7 +247,8 @@ def run_series(
                 raise
         except Exception as e:  # noqa: BLE001 - unattended: a bug in one part must not stop the rest
             error = f"{type(e).__name__}: {e}"[:500]
-            status[part.key] = {"ok": False, "exit_code": int(ExitCode.CANNOT_RUN), "url": part.url, "error": error}
+            code = int(ExitCode.CANNOT_RUN)
+            status[part.key] = {"ok": False, **series, "exit_code": code, "url": part.url, "error": error}
             (out / f"{part.key.replace('/', '-')}-error.txt").write_text(traceback.format_exc())
         if not status[part.key]["ok"] and not quiet:
             print(f"{name} {part.key}: FAILED: {status[part.key]['error']}", flush=True)

@@ -73,10 +73,17 @@ def upload_id(uri_text: str, uri: Uri) -> str | None:
     return ref[8:] if ref.startswith("uploads/") and len(ref) > 8 else None
 
 
-def registry_for(repository: str, registries: list[str]) -> str:
-    """The registry a repository lives on when a run spreads over several (stable across runs)."""
+def registry_for(repository: str, registries: list[str], namespace: str = "") -> str:
+    """The registry a repository lives on when a run spreads over several (stable across runs).
+
+    The spread goes by the trace's name: a repetition's ``namespace`` (``rep<k>-``, drtp.master.repeat) is
+    taken off first, so every repetition puts each trace repository on the same registry and the
+    repetitions measure the same split of the load.
+    """
     if len(registries) == 1:
         return registries[0]
+    if namespace and repository.startswith(namespace):
+        repository = repository[len(namespace) :]
     return registries[zlib.crc32(repository.encode()) % len(registries)]
 
 
@@ -99,8 +106,9 @@ def op_of(rec: TraceRecord, uri: Uri | None = None) -> str:
 
 
 class Planner:
-    def __init__(self, registries: list[str], completion_stamped: bool = False) -> None:
+    def __init__(self, registries: list[str], completion_stamped: bool = False, namespace: str = "") -> None:
         self.registries = registries
+        self.namespace = namespace  # a repetition's repository prefix: not part of the spread (registry_for)
         # the trace's timestamps are completions (a registry log): a request arrived its duration earlier
         self.completion_stamped = completion_stamped
         self.origin: float | None = None  # the trace's first timestamp: trace_start counts from it
@@ -230,13 +238,13 @@ class Planner:
         mount = mount_from = None
         config = None
         key = (rec.client, repo)
-        registry = registry_for(repo, self.registries)
+        registry = registry_for(repo, self.registries, self.namespace)
         if op == "upload-open" and (wanted := rec.mount) is not None:
             source = wanted.source
             layer = self.resolve(source, wanted.blob) if source else self.blob_any.get(wanted.blob)
             mount = layer.digest if layer else placeholder_digest(wanted.blob)
             object_size = (layer.size or None) if layer else None  # what the node uploads if the mount is refused
-            if source and registry_for(source, self.registries) == registry:
+            if source and registry_for(source, self.registries, self.namespace) == registry:
                 mount_from = source
             self.pending[("blob", wanted.blob)] += 1
             self.mounting[seq] = wanted.blob

@@ -7,6 +7,11 @@ registry, metric, labels, value``: one ``pandas.read_csv``).  A reading that fai
 warning (the first per registry is kept for the summary), never a failed run: the
 registry's metrics witness the run, they are not the run.
 
+A resumed run (``--resume``) appends its readings to the file, whose earlier ones stay;
+its ``registry_side`` covers the resumed session only (``resumed_session_only``: the
+registry's counters are read afresh, and drtp's side counts the rows this session sent),
+since the registry may have served anything between the two.
+
 ``registry_side`` puts the registry's figures for the window between the first and the
 last good reading beside drtp's own for the same slices (handler and method): the
 requests drtp sent — trace and helper requests, every attempt, and the extra round trip
@@ -45,8 +50,11 @@ class RegistryMetrics:
         clock: Callable[[], float],
         interval_s: float,
         timeout: float = 5.0,
+        resume: bool = False,
     ) -> None:
+        """``resume``: a resumed run's readings go after the earlier session's, which are kept."""
         self.path = path
+        self.resume = resume
         self.endpoints = endpoints
         self.clock = clock  # seconds since the run's start (requests.csv's start_s origin)
         self.interval_s = interval_s
@@ -58,9 +66,11 @@ class RegistryMetrics:
         self.lock = threading.Lock()
         self.stop_flag = threading.Event()
         self.thread: threading.Thread | None = None
-        self.file = open(path, "w", newline="")  # noqa: SIM115 - open for the run's length
+        kept = resume and path.is_file() and path.stat().st_size > 0
+        self.file = open(path, "a" if kept else "w", newline="")  # noqa: SIM115 - open for the run's length
         self.writer = csv.writer(self.file)
-        self.writer.writerow(COLUMNS)
+        if not kept:
+            self.writer.writerow(COLUMNS)
         self.file.flush()
 
     def read_all(self) -> None:
@@ -109,7 +119,7 @@ class RegistryMetrics:
         mine = drtp_side(rows, registry_of)
         block = {}
         for registry in self.endpoints:
-            entry: dict = {"endpoints": len(self.endpoints[registry])}
+            entry: dict = {"endpoints": len(self.endpoints[registry]), "resumed_session_only": self.resume}
             if registry in self.warnings:
                 entry["warning"] = self.warnings[registry]
             own_total = sum(part[0] for part in mine.get(registry, {}).values())

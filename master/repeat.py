@@ -25,8 +25,10 @@ runs replicates:
 Each repetition's results go to ``rep-<k>/`` (k from 1) of the run's directory (an
 experiment's: of each registry's), a run directory like any other, whose summary.json
 says ``repetition`` and ``repeat``.  The series is recorded in ``experiment.json``
-(one entry per repetition, as an experiment's per registry), which ``--resume`` reads
-to skip the finished ones.
+(one entry per repetition, as an experiment's per registry, each with the series'
+``repeat`` and ``repeat_state``), which ``--resume`` reads to skip the finished ones; a
+resume with another ``repeat`` or ``repeat_state`` would mix repositories or count runs of
+another series, so it is refused (:func:`check_series`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ from drtp.errors import DrtpError
 def rep_dir(run_dir: Path, k: int) -> Path:
     """The directory of repetition ``k`` (from 1) of the run whose directory is ``run_dir``."""
     return run_dir / f"rep-{k}"
+
+
+def run_dirs_in(path: Path) -> list[Path]:
+    """The run directories ``path`` holds: its repetitions' ``rep-<k>/`` in the order of ``k`` (``rep-10`` after
+    ``rep-9``), or, when it has none, ``path`` itself.  The one answer for every command that takes "a run" and
+    must take a folder of repetitions alike (``drtp analyze compare``, ``drtp clean --run``, Slurm's resume)."""
+    reps = [p for p in path.glob("rep-*") if p.name[4:].isdigit() and p.is_dir()]
+    return sorted(reps, key=lambda p: int(p.name[4:])) or [path]
 
 
 def namespace(k: int) -> str:
@@ -94,17 +104,33 @@ def run_parts(cfg: Config, out: Path) -> list[Part]:
     ]
 
 
+def check_series(status: dict, path: Path, repeat: int, repeat_state: str) -> None:
+    """Before a ``--resume``: every entry of experiment.json (``status``, read from ``path``) was run with this
+    ``repeat`` and, for repetitions, this ``repeat_state``; entries written before these were recorded pass."""
+    for key, entry in status.items():
+        was = entry.get("repeat") if isinstance(entry, dict) else None
+        if was is None:
+            continue
+        state = entry.get("repeat_state")
+        if was != repeat or (repeat > 1 and state != repeat_state):
+            raise DrtpError(
+                f"--resume: {path}: {key} was run with repeat {was}, repeat_state {state}, not repeat {repeat}, "
+                f"repeat_state {repeat_state}: resume with the settings the series was started with"
+            )
+
+
 def check_layout(run_dirs: list[Path], repeat: int) -> None:
     """Before a ``--resume``: each run directory (a registry's, or the run's) holds the layout this series
     continues, not the other one (a single run where repetitions are asked for, or the reverse), which the
     resumed series would mix with or pass over."""
     for run_dir in run_dirs:
-        if repeat > 1 and (run_dir / "requests.csv").exists():
+        reps = run_dirs_in(run_dir) != [run_dir]
+        if repeat > 1 and not reps and (run_dir / "requests.csv").exists():
             raise DrtpError(
                 f"--resume: {run_dir} holds a single run (requests.csv), not repetitions (rep-<k>/): "
                 "resume it without --repeat (repeat: 1)"
             )
-        if repeat <= 1 and rep_dir(run_dir, 1).is_dir():
+        if repeat <= 1 and reps:
             raise DrtpError(
                 f"--resume: {run_dir} holds repetitions (rep-<k>/): resume them with the --repeat N "
                 "(repeat: N) they were started with"

@@ -104,13 +104,17 @@ class Replay:
         preflight: bool = True,
         planner: Planner | None = None,
         live: LiveMetrics | None = None,
+        tags: dict | None = None,
     ) -> None:
         """``source``: the records to replay, in batches, instead of the config's trace (``drtp ramp`` gives
         each step its share); ``preflight`` False when the registries were just checked (a ramp's later steps);
         ``planner``: one that planned the records before these (a ramp's earlier steps), so what they pushed
         — a layer's new digest, an image's blobs, an upload's pairing — is known to the records that follow;
-        ``live``: the exporter of live metrics (already listening) that this run's frames feed.
+        ``live``: the exporter of live metrics (already listening) that this run's frames feed;
+        ``tags``: fields summary.json carries besides the run's own (a series' ``registry_id``, ``repetition``…),
+        written with it by its one writer, an interrupted or incomplete run's summary too.
         """
+        self.tags = dict(tags or {})
         self.cfg = cfg
         self.source = source
         self.preflight = preflight
@@ -137,7 +141,7 @@ class Replay:
         self.client = client_model(self.ci)  # how each trace client behaves on the nodes
         # a per-client order is kept on one node: round-robin then spreads trace clients, not requests
         self.router = Router(list(self.links), hashed=self.ci.route, per_client=self.client.concurrency != UNLIMITED)
-        self.planner = planner if planner is not None else Planner(self.registries)
+        self.planner = planner if planner is not None else Planner(self.registries, namespace=cfg.namespace)
         self.cap = max(1, self.ci.inflight)  # requests out at one node at most
         self.batch = max(1, self.ci.batch)
         self.refill_at = max(0, self.cap - self.batch)  # at the cap, wait until a whole batch fits again
@@ -279,6 +283,7 @@ class Replay:
         not_sent = total - self.results.all.requests
         incomplete = self._incomplete_reason(stop, not_sent)
         extra = {
+            **self.tags,
             "mode": self.mode,
             "route": "hash" if self.ci.route else "round-robin",
             "speedup": self.ci.speedup,
@@ -343,7 +348,8 @@ class Replay:
         if not endpoints:
             return None
         try:
-            recorder = RegistryMetrics(self.out_dir / METRICS_FILE, endpoints, self._run_clock, self.stats_interval_s)
+            path, clock, interval = self.out_dir / METRICS_FILE, self._run_clock, self.stats_interval_s
+            recorder = RegistryMetrics(path, endpoints, clock, interval, resume=self.resume)
         except OSError as e:
             self._cancel()  # the nodes must not wait for batches that will never come
             raise write_failed(self.out_dir / METRICS_FILE, e) from None
@@ -354,7 +360,7 @@ class Replay:
         """The summary's registry_side block (this run's rows are read back from requests.csv)."""
         try:
             return self.registry_metrics.registry_side(
-                self.results.rows(), lambda repository: registry_for(repository, self.registries)
+                self.results.rows(), lambda repository: registry_for(repository, self.registries, self.cfg.namespace)
             )
         except OSError as e:
             return {"error": f"could not read back {self.out_dir / 'requests.csv'}: {e}"}
@@ -679,6 +685,9 @@ def run_replay(
     resume: bool = False,
     stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
     live: LiveMetrics | None = None,
+    tags: dict | None = None,
 ) -> dict:
+    """Replay ``cfg``'s trace into ``out_dir``; ``tags``: fields for summary.json (see :class:`Replay`)."""
     out = out_dir or default_out(cfg)
-    return Replay(cfg, out, quiet=quiet, resume=resume, stats_interval_s=stats_interval_s, live=live).run()
+    replay = Replay(cfg, out, quiet=quiet, resume=resume, stats_interval_s=stats_interval_s, live=live, tags=tags)
+    return replay.run()

@@ -77,17 +77,19 @@ class WarmupPlan:
 def plan_warmup(reader: TraceReader, registries: list[str], names: RepositoryMap | None = None) -> WarmupPlan:
     plan = WarmupPlan()
     pushed: set[tuple[str, str, str]] = set()  # (repository, kind, ref) the trace PUT or mounted
-    images = Planner(registries)  # the run planner's image bookkeeping, ahead of the run
-    for records in with_names(reader.batches(), names or RepositoryMap()):
+    names = names or RepositoryMap()
+    ns = names.namespace  # a repetition's prefix: the spread over registries goes by the trace's names
+    images = Planner(registries, namespace=ns)  # the run planner's image bookkeeping, ahead of the run
+    for records in with_names(reader.batches(), names):
         plan.records += len(records)
         for rec in records:
             uri = rec.parts
             repo, kind, ref = uri
             if images.needs_minimal_config(rec, uri):
-                plan.run_configs.add((registry_for(repo, registries), repo))
+                plan.run_configs.add((registry_for(repo, registries, ns), repo))
             if kind == "blob" and ref.startswith("uploads"):
                 if rec.status == 201 and (mount := rec.mount) is not None:
-                    _plan_mount(plan, pushed, registries, repo, mount)
+                    _plan_mount(plan, pushed, registries, repo, mount, ns)
                 continue
             key = (repo, kind, ref)
             if rec.method == "PUT":
@@ -95,7 +97,7 @@ def plan_warmup(reader: TraceReader, registries: list[str], names: RepositoryMap
                 continue
             if rec.method not in ("GET", "HEAD") or rec.status >= 400:
                 continue
-            reg = registry_for(repo, registries)
+            reg = registry_for(repo, registries, ns)
             if key in pushed:  # the trace made it here; a warmed copy elsewhere (a mount's source) takes its size
                 if kind == "blob" and (entry := plan.blobs.get((reg, ref))) is not None:
                     entry[0] = max(entry[0], rec.size)
@@ -108,7 +110,9 @@ def plan_warmup(reader: TraceReader, registries: list[str], names: RepositoryMap
     return plan
 
 
-def _plan_mount(plan: WarmupPlan, pushed: set, registries: list[str], target: str, mount: Mount) -> None:
+def _plan_mount(
+    plan: WarmupPlan, pushed: set, registries: list[str], target: str, mount: Mount, namespace: str = ""
+) -> None:
     """A mount the trace's registry did (201) creates the blob in the target repository, so warmup
     does not; its source must hold the blob, unless the trace pushed it there first (or the source
     lies on another registry, which the replay cannot mount from)."""
@@ -116,8 +120,8 @@ def _plan_mount(plan: WarmupPlan, pushed: set, registries: list[str], target: st
     source = mount.source
     if source is None or (source, "blob", mount.blob) in pushed:
         return
-    reg = registry_for(target, registries)
-    if registry_for(source, registries) == reg:
+    reg = registry_for(target, registries, namespace)
+    if registry_for(source, registries, namespace) == reg:
         _want_blob(plan, reg, mount.blob, 0, source)
 
 

@@ -85,3 +85,14 @@ def test_a_folder_without_runs_is_one_line(tmp_path: Path, capsys) -> None:
     code = main(["analyze", "compare", "--baseline", str(tmp_path), "--candidate", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "not a run directory" in err
+
+
+def test_a_repetition_killed_before_its_summary_is_left_out_and_named(real_runs, tmp_path: Path) -> None:
+    for side, run in (("a", real_runs.stress), ("b", real_runs.as_is)):
+        for k in range(1, 6):
+            shutil.copytree(run, tmp_path / side / f"rep-{k}")
+    (tmp_path / "a" / "rep-5" / "summary.json").unlink()  # killed hard: its rows, no summary
+    comparison = compare_runs([str(tmp_path / "a")], [str(tmp_path / "b")])
+    p50 = next(r for r in comparison.rows if (r.slice, r.stat) == ("all", "p50"))
+    assert (p50.baseline_runs, p50.candidate_runs) == (4, 5)
+    assert comparison.meta["left_out"] == [f"{tmp_path / 'a' / 'rep-5'}: did not finish: no summary.json"]

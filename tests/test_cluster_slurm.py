@@ -313,6 +313,37 @@ def test_cancelled_client_job_reported_and_results_kept(tmp_path, cluster, trace
     assert f"results of cut in {results}/ ({len(df)} requests)" in out
 
 
+def test_a_cancelled_master_job_writes_its_summary_as_on_ctrl_c(tmp_path, cluster, trace, registry):
+    """scancel (as Slurm's time limit) sends SIGTERM: the master's drtp run stops as on Ctrl-C, keeps its rows
+    and writes summary.json marked incomplete, and the job's shell waits for it (exit 130)."""
+    config = write_config(tmp_path, trace, registry.host, cluster, client_info={"wait": True, "speedup": 3.0})
+    env = cluster.env(DRTP_TOKEN=TOKEN)
+    assert drtp(["slurm", "submit", "-c", str(config), "--name", "term", "--no-wait"], env).returncode == 0
+    exp = tmp_path / "slurm-jobs" / "term"
+    csv = exp / "run" / "requests.csv"
+    deadline = time.monotonic() + 120
+    while not (csv.exists() and csv.read_text().count("\n") > 30):
+        assert time.monotonic() < deadline, "the run did not start"
+        time.sleep(0.2)
+    master_job = json.loads((exp / "jobs.json").read_text())["jobs"]["master"]["id"]
+    subprocess.run(["scancel", master_job], env=cluster.env(), check=True)
+    summary_path = exp / "run" / "summary.json"
+    while not summary_path.exists():
+        assert time.monotonic() < deadline, "no summary.json after SIGTERM"
+        time.sleep(0.2)
+    time.sleep(0.5)  # the summary is written whole before the run's last lines
+    summary = json.loads(summary_path.read_text())
+    assert summary["complete"] is False and summary["incomplete_reason"] == "interrupted"
+    rows = pd.read_csv(csv)
+    assert 30 <= summary["requests"] == len(rows[~rows.auxiliary]) < len(list(TraceReader([trace])))
+    log = exp / "logs" / f"master-{master_job}.out"
+    deadline = time.monotonic() + 60
+    while "SIGTERM (time limit or scancel)" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no master log"
+        time.sleep(0.2)
+    drtp(["slurm", "cancel", "--exp", str(exp)], env)  # the client job, if still up
+
+
 # -- registries: with credentials, on Slurm ---------------------------------------------------------
 
 # where each credentialed registry's password comes from (secret_keys): change a registry's source here

@@ -73,16 +73,18 @@ def test_rendered_scripts_hold_the_slurm_section(config):
     assert "#SBATCH --time=00:20:00" in clients and "DRTP_CLIENT_PORT=9100" in clients
     assert "#SBATCH --dependency=after:4711" in master and "scancel 4711" in master
     # one registry: warmup, then run, both with plain progress lines in the job's log; the job exits with their code
+    # (the replay in a process group of its own, which the shell passes Slurm's SIGTERM on to, and waits for)
     progress = '"${progress[@]}"'
     run_cfg = '-c "$DRTP_EXP/run-config.yaml"'
     assert (
-        f"{{ $DRTP_CMD warmup {run_cfg} {progress} && $DRTP_CMD run {run_cfg} "
-        f'--out "$DRTP_EXP/run" {progress}; }} || status=$?\nexit $status'
+        f"( trap '' TERM; {{ $DRTP_CMD warmup {run_cfg} {progress} && $DRTP_CMD run {run_cfg} "
+        f'--out "$DRTP_EXP/run" {progress}; }} ) &\nreplay=$!'
     ) in master
+    assert 'kill -TERM -- -"$replay"' in master and master.rstrip().endswith("exit $status")
     assert 'progress=(--progress-interval "${DRTP_PROGRESS_INTERVAL:-10}")' in master
     # registries: drtp experiment, the registries in turn (resumed: --resume)
     exp = slurm.render_master(s, "/scratch/u/e1", "drtp-e1", "4711", "experiment", resume=True)
-    assert f'$DRTP_CMD experiment {run_cfg} --out "$DRTP_EXP/run" --resume {progress} || status=$?' in exp
+    assert f"( trap '' TERM; $DRTP_CMD experiment {run_cfg} --out \"$DRTP_EXP/run\" --resume {progress} ) &" in exp
     assert "warmup" not in exp.split("slurm nodes")[1]
 
 

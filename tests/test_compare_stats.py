@@ -81,3 +81,12 @@ def test_from_zero_to_something_is_judged_by_the_test_too() -> None:
     # a baseline median of 0 leaves no ratio: the verdict still needs the runs to differ
     assert compare_values("p50", [0.0] * 4, [5.0, 6.0, 7.0, 8.0])[-1] == "worse"
     assert compare_values("p50", [0.0, 0.0, 9.0, 10.0, 0.0], [5.0, 6.0, 0.0, 11.0, 0.0])[-1] == "same"
+
+
+def test_failures_from_none_to_some_pass_the_noise_threshold_in_points() -> None:
+    # the failed share's change is a difference in points: from 0 % it is judged like any other change
+    *_, p, verdict = compare_values("failed", [0.0] * 4, [1.0, 1.2, 1.1, 1.3])
+    assert p < 0.05 and verdict == "same"  # under 2 points: the test agrees, still the same
+    assert compare_values("failed", [0.0] * 4, [3.0, 3.2, 3.1, 3.3])[-1] == "worse"
+    # a throughput from 0 has no ratio and no threshold: the test decides
+    assert compare_values("throughput", [0.0] * 4, [0.5, 0.6, 0.7, 0.8])[-1] == "better"

@@ -19,6 +19,7 @@ import yaml
 from dxf import DXF
 
 from drtp.analysis.results import load_requests, rows
+from drtp.cli import main
 from drtp.config import load_config
 from drtp.master.clean import CONFIG_PUSH, MOUNT_FALLBACK, pushed_by_rows
 from drtp.master.experiment import run_experiment
@@ -305,6 +306,30 @@ def test_a_registry_list_with_refused_mounts_and_config_pushes(tmp_path, nodes):
 
         done = clean(tmp_path / "config.yaml", "--run", str(tmp_path / "run"), "--yes")
         assert done.returncode == 0, done.stdout + done.stderr
+        assert layer_links(a) == layer_links(b) == set()
+        assert tag_dirs(a) == tag_dirs(b) == set()
+
+
+def test_a_folder_of_repetitions_over_a_registry_list_is_cleaned_whole(tmp_path, nodes):
+    """``drtp run --repeat 2`` over a plain registry list of two: each repetition puts a trace repository on
+    the same registry (spread by the trace's name, not the ``rep<k>-`` one), and ``drtp clean --set repeat=2
+    --run OUT`` reads OUT's rep-<k>/ runs and each repetition's warmup map, leaving both registries empty."""
+    trace = make_trace(tmp_path / "trace.json", requests=40, span=5.0)
+    with LocalRegistry(tmp_path / "a") as a, LocalRegistry(tmp_path / "b") as b:
+        write_config(tmp_path, trace, [a.host, b.host], [n.address for n in nodes])
+        out = tmp_path / "run"
+        assert main(["run", "-c", str(tmp_path / "config.yaml"), "--repeat", "2", "--out", str(out), "-q"]) == 0
+        placed = {}
+        for reg in (a, b):
+            for repo, _tag in tag_dirs(reg) | layer_links(reg):
+                k, _, name = repo.partition("-")
+                placed.setdefault(k, set()).add((reg.host, name))
+        assert set(placed) == {"rep1", "rep2"} and placed["rep1"] == placed["rep2"]
+        assert {host for host, _ in placed["rep1"]} == {a.host, b.host}  # spread over both
+
+        done = clean(tmp_path / "config.yaml", "--set", "repeat=2", "--run", str(out), "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "in the requests.csv of 2 runs" in done.stdout
         assert layer_links(a) == layer_links(b) == set()
         assert tag_dirs(a) == tag_dirs(b) == set()
 

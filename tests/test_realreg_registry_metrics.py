@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 
 import pandas as pd
 import pytest
@@ -14,10 +15,13 @@ import yaml
 from drtp.analysis.registry_side import CLIENT, REGISTRY, fig_registry_side
 from drtp.analysis.results_analysis import analyze_results, analyze_runs
 from drtp.config import ConfigError, load_config
-from drtp.master.experiment import run_experiment
+from drtp.master import run as master_run
+from drtp.master.experiment import registry_config, run_experiment
 from drtp.master.run import run_replay
 from drtp.master.warmup import run_warmup
 from drtp.registry.local import LocalRegistry, free_port
+from tests.conftest import ibm_record, write_json
+from tests.faultproxy import FaultProxy
 from tests.realreg_support import PASSWORD, USER, write_htpasswd
 from tests.registry_log import served_between
 from tests.replay_support import TOKEN, make_trace, write_config
@@ -129,6 +133,41 @@ def test_a_metrics_page_that_cannot_be_read_is_a_warning_not_a_failed_run(tmp_pa
     assert any("registry metrics" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
 
 
+def test_a_resumed_run_keeps_the_earlier_readings_and_its_side_covers_the_resumed_session(
+    tmp_path, warmed, monkeypatch
+):
+    reg, raw = warmed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**raw, "registry_metrics": {reg.host: reg.metrics_url}}))
+    cfg, out = load_config(tmp_path / "config.yaml"), tmp_path / "run"
+    real_send = master_run.Replay._send
+
+    def ctrl_c_midway(self, *args, **kwargs):
+        if not self.resume and self.done >= 60:
+            raise KeyboardInterrupt
+        return real_send(self, *args, **kwargs)
+
+    monkeypatch.setattr(master_run.Replay, "_send", ctrl_c_midway)
+    with pytest.raises(KeyboardInterrupt):
+        run_replay(cfg, out, quiet=True, stats_interval_s=0.5)
+    before = pd.read_csv(out / "registry_metrics.csv")
+    assert not before.empty
+    summary = run_replay(cfg, out, quiet=True, resume=True, stats_interval_s=0.5)
+
+    samples = pd.read_csv(out / "registry_metrics.csv")  # one header, every reading of both sessions
+    assert samples.elapsed_s.dtype.kind == "f"
+    assert samples.head(len(before)).equals(before)  # the interrupted session's readings are kept
+    later = samples.iloc[len(before) :]
+    side = summary["registry_side"][reg.host]
+    assert side["resumed_session_only"] is True
+    assert not later.empty and later.elapsed_s.min() == round(side["window_s"][0], 3) > before.elapsed_s.min()
+    rows = pd.read_csv(out / "requests.csv")
+    sent = rows[rows.attempts >= 1]
+    resumed = sent[sent.start_s >= side["window_s"][0]]
+    assert 0 < len(resumed) < len(sent)  # both sessions sent requests
+    # drtp's side counts what the resumed session sent, as the registry's window does
+    assert side["drtp_requests"] == int(resumed.attempts.sum() + resumed.challenges.sum())
+
+
 @pytest.mark.parametrize("engine", ["loop", "threads"])
 def test_auth_challenges_are_round_trips_drtp_counts_as_the_registry_does(tmp_path, nodes, engine):
     """With basic auth, each node's first requests meet a 401 challenge and go again: the registry serves and
@@ -165,6 +204,46 @@ def test_auth_challenges_are_round_trips_drtp_counts_as_the_registry_does(tmp_pa
         if s["handler"] != "base":
             assert s["registry_requests"] == s["drtp_requests"], s
     assert side["drtp_requests"] == int(rows.attempts.sum() + rows.challenges.sum())
+
+
+@pytest.mark.parametrize("engine", ["loop", "threads"])
+def test_a_send_retried_before_its_challenge_counts_every_send(tmp_path, nodes, engine):
+    """A read whose first send got no answer (the connection closed), sent again (``retries: 1``), met a 401
+    and went once more with credentials: three sends, which the row counts as the registry's log shows
+    them — ``challenges`` 1 (the 401 answered) and ``attempts`` 2 (the rest) — on either engine."""
+    target = "/v2/team/one/manifests/v1"
+    armed = threading.Event()  # the warmup's requests pass; the run's first read of the manifest is cut
+
+    def close_first(index: int, method: str, path: str) -> str | None:
+        if armed.is_set() and method == "GET" and path == target:
+            armed.clear()
+            return "close"
+        return None
+
+    over = {"http.request.uri": target[1:], "http.response.written": 600}
+    write_json(tmp_path / "trace.json", [ibm_record(0, **over)])
+    with (
+        LocalRegistry(tmp_path / "reg", htpasswd=write_htpasswd(tmp_path / "htpasswd")) as reg,
+        FaultProxy(reg.host, plan=close_first) as proxy,
+    ):
+        entry = {"id": "basic", "url": f"http://{proxy.address}", "insecure": True, "username": USER}
+        cfg = {
+            "trace": {"location": str(tmp_path), "traces": ["trace.json"]},
+            "client_info": {"client_list": [n.address for n in nodes], "token": TOKEN, "retries": 1, "engine": engine},
+            "warmup": {"output": str(tmp_path / "warmup.jsonl")},
+            "registries": [{**entry, "password": PASSWORD}],
+        }
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+        loaded = load_config(tmp_path / "c.yaml")
+        config = registry_config(loaded, loaded.registries[0])  # the entry's run, as drtp experiment makes it
+        run_warmup(config, quiet=True)
+        armed.set()
+        summary = run_replay(config, tmp_path / "run", quiet=True)
+        sent = [f for f in proxy.forwarded if f.method == "GET" and f.path == target]
+    assert summary["failed"] == 0 and not armed.is_set()
+    row = pd.read_csv(tmp_path / "run" / "requests.csv").query("not auxiliary").iloc[0]
+    assert [f.upstream_status for f in sent] == [401, 401, 200]  # the closed one reached the registry too
+    assert (row.attempts, row.challenges) == (2, 1)
 
 
 def test_registry_metrics_must_name_a_registry_of_the_run(tmp_path):

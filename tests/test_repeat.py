@@ -10,7 +10,11 @@ from drtp.cli import main
 from drtp.config import config_from_dict
 from drtp.master.experiment import experiment_parts, registry_config
 from drtp.master.repeat import repetition_config, run_parts
+from drtp.master.run import Replay
+from drtp.master.warmup import plan_warmup
 from drtp.registry.repo_names import RepositoryMap
+from drtp.trace.reader import TraceReader
+from tests.replay_support import TOKEN, make_trace
 
 
 def _cfg(tmp_path, **data):
@@ -25,6 +29,10 @@ def _cfg(tmp_path, **data):
         ({"repository": "myorg/"}, "myorg/rep2-user/repo", "myorg/rep2-lonely"),
         ({"repository": "myorg/", "repository_map": "flatten"}, "myorg/rep2-user-repo", "myorg/rep2-lonely"),
         ({"repository": "proj/", "repository_map": "{prefix}{user}_{repo}"}, "proj/rep2-user_repo", "proj/rep2-lonely"),
+        # a template without {prefix}: the repetition's prefix goes before the last path part of its name
+        ({"repository_map": "{user}_{repo}"}, "rep2-user_repo", "rep2-lonely"),
+        ({"repository": "proj/", "repository_map": "org/{user}-{repo}"}, "org/rep2-user-repo", "proj/rep2-lonely"),
+        ({"repository_map": "{name}"}, "user/rep2-repo", "rep2-lonely"),
     ],
 )
 def test_a_repetition_replays_under_its_prefix_after_the_entrys_own(tmp_path, entry, mapped, one_level) -> None:
@@ -33,6 +41,12 @@ def test_a_repetition_replays_under_its_prefix_after_the_entrys_own(tmp_path, en
     names = RepositoryMap.for_config(sub)
     assert names.map("user/repo") == mapped and names.map("lonely") == one_level
     assert sub.warmup.output == str(tmp_path / "map-a-rep2.jsonl")
+    # every repetition its own repositories, whatever the template
+    firsts = {
+        RepositoryMap.for_config(repetition_config(registry_config(cfg, cfg.registries[0]), k)).map("user/repo")
+        for k in (1, 2, 3)
+    }
+    assert len(firsts) == 3
 
 
 def test_a_plain_registry_list_gets_the_prefix_too_and_reuse_gets_none(tmp_path) -> None:
@@ -79,3 +93,31 @@ def test_a_ramp_refuses_repeat(tmp_path, capsys) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("drtp ramp: error: ") and "key 'repeat'" in err and "\n" not in err
+
+
+def test_a_repository_lands_on_the_same_registry_in_every_repetition(tmp_path) -> None:
+    """A plain registry list spreads repositories by the trace's name, not the repetition's prefixed one:
+    every repetition sends each repository (warmup and run alike) to the same registry."""
+    trace = make_trace(tmp_path / "trace.json", requests=200)
+    hosts = ["127.0.0.1:5000", "127.0.0.1:5001", "127.0.0.1:5002"]
+    cfg = _cfg(
+        tmp_path,
+        registry=hosts,
+        trace={"location": str(tmp_path), "traces": [trace.name]},
+        client_info={"client_list": ["127.0.0.1:1"], "token": TOKEN},
+    )
+    spreads = []
+    for part in run_parts(cfg, tmp_path / "out"):
+        ns = part.cfg.namespace
+        replay = Replay(part.cfg, part.run_dir)  # the run's own names and planner (nothing is sent)
+        ran = {}
+        for seq, rec in enumerate(r for batch in replay._batches() for r in batch):
+            req = replay.planner.plan(rec, seq, None)
+            ran[rec.parts.repository.removeprefix(ns)] = req.registry
+        reader = TraceReader(part.cfg.trace_paths(), **part.cfg.reader_options())
+        warm = plan_warmup(reader, part.cfg.registry, RepositoryMap.for_config(part.cfg))
+        warmed = {repo.removeprefix(ns): reg for reg, repo, _tag in warm.manifests}
+        assert all(repo.startswith(ns) for _reg, repo, _tag in warm.manifests)
+        spreads.append((ran, warmed))
+    assert len({reg for reg in spreads[0][0].values()}) > 1  # the trace does spread over the registries
+    assert spreads[0] == spreads[1] == spreads[2]

@@ -201,6 +201,8 @@ def test_an_interrupted_repetition_keeps_the_finished_ones_and_resume_runs_the_r
         cut = json.loads((out / "rep-2" / "summary.json").read_text())
         assert first["complete"] and first["requests"] == 40
         assert cut["complete"] is False and cut["incomplete_reason"] == "interrupted" and cut["requests"] < 40
+        # the interrupted repetition's summary says which replicate it is, as a finished one's does
+        assert (cut["repetition"], cut["repeat"], cut["repeat_state"], cut["namespace"]) == (2, 3, "fresh", "rep2-")
         assert list(json.loads((out / "experiment.json").read_text())) == ["rep-1"]
         assert not (out / "rep-3").exists()
         # compare leaves the cut repetition out, by name
@@ -208,9 +210,24 @@ def test_an_interrupted_repetition_keeps_the_finished_ones_and_resume_runs_the_r
         dirs, _ = load_side([str(out)], "--baseline", left)
         assert dirs == [out / "rep-1"] and len(left) == 1 and "rep-2" in left[0] and "interrupted" in left[0]
 
+        # resumed with other settings than it was started with: refused before anything runs
+        for other in (["--repeat", "2"], ["--repeat", "3", "--set", "repeat_state=reuse"]):
+            capsys.readouterr()
+            assert main(["run", "-c", config, *other, "--out", str(out), "--resume", "-q"]) == 2
+            err = capsys.readouterr().err.strip()
+            assert err.startswith("drtp run: error: --resume: ") and "\n" not in err, err
+            assert "rep-1 was run with repeat 3, repeat_state fresh" in err, err
+        assert not (out / "rep-3").exists()
+        # an entry of a part this series does not have: dropped, not counted in the exit code
+        status = json.loads((out / "experiment.json").read_text())
+        stale = {**status["rep-1"], "ok": False, "exit_code": 3, "error": "stale"}
+        (out / "experiment.json").write_text(json.dumps({**status, "rep-9": stale}))
+
         capsys.readouterr()
         assert main(["run", "-c", config, "--repeat", "3", "--out", str(out), "--resume"]) == 0
         printed = capsys.readouterr().out
+        assert list(json.loads((out / "experiment.json").read_text())) == ["rep-1", "rep-2", "rep-3"]
+        assert "rep-9 is not a part of this series: its entry dropped" in printed
     assert "== repetition rep-1: done before, skipped" in printed
     assert _started(printed) == ["rep-2", "rep-3"]
     again = json.loads((out / "rep-2" / "summary.json").read_text())

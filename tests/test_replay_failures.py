@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 
@@ -157,9 +158,10 @@ def test_a_registry_stopped_mid_run_gives_failed_rows_not_a_crash(tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["failed"] == len(failed)
 
 
-def test_ctrl_c_keeps_what_was_measured(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_keeps_what_was_measured(tmp_path, signum):
+    """SIGTERM (Slurm's time limit, scancel) stops the run as Ctrl-C does: rows kept, summary written."""
     import os
-    import signal
     import subprocess
     import sys
 
@@ -185,9 +187,11 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path):
                 env=dict(os.environ),
             )
             time.sleep(4)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             out, err = proc.communicate(timeout=60)
             assert proc.returncode == 130, err.decode()[-2000:]
+            said = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+            assert f"drtp: {said}" in err.decode()
             # the nodes dropped the rest: they are idle and still serve
             for n in nodes:
                 runs = NodeLink(n.address, TOKEN, None).check()["runs"]

@@ -44,6 +44,7 @@ from drtp.config import Config, load_config
 from drtp.config_overrides import apply_overrides
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import worst
+from drtp.master.repeat import run_dirs_in
 from drtp.yamlfile import read_yaml_mapping
 
 STATE = "jobs.json"
@@ -168,7 +169,7 @@ class Experiment:
         # drtp run --resume continues a requests.csv (a repetition's, with repeat: N); without one there is
         # nothing to continue
         run = self.dir / "run"
-        started = (run / "requests.csv").exists() or any(run.glob("rep-*/requests.csv"))
+        started = any((d / "requests.csv").exists() for d in run_dirs_in(run))
         resume = resume and (mode == EXPERIMENT or started)
         env = dict(os.environ)
         if cfg.client_info.token:  # the jobs inherit it (sbatch --export=ALL); scripts never hold it

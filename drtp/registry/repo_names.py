@@ -21,6 +21,12 @@ Under every mode a one-level name is ``<prefix><name>``: it has no user part
 to join or to put in a template, and it is already a shape every registry
 takes.  The preflight's probe repository (``drtp-preflight``) is such a name.
 
+A repetition's namespace (``rep<k>-``, drtp.master.repeat) goes after the
+entry's prefix (``{prefix}`` is ``<repository:><namespace>``), and for a
+template without ``{prefix}`` before the last path part of what it makes
+(``{user}_{repo}`` → ``rep2-user_repo``, ``org/{repo}`` → ``org/rep2-repo``):
+whatever the template, each repetition gets repositories of its own.
+
 :class:`RepositoryMap` is the one place where a name is mapped: the warmup,
 the run's plan (mount sources included), the preflight and ``drtp bench``
 all ask it.  It remembers every name it mapped, which makes two checks cheap:
@@ -70,6 +76,14 @@ def template_error(template: str) -> str | None:
     return None
 
 
+def uses_prefix(mode: str) -> bool:
+    """Whether ``mode`` puts the prefix in the name itself: ``prefix``, ``flatten``, or a template with
+    ``{prefix}`` (a usable one: see :func:`template_error`)."""
+    if mode in MODES:
+        return True
+    return any(field == "prefix" for _text, field, _spec, _conv in string.Formatter().parse(mode))
+
+
 def mapping_error(mode: str, prefix: str) -> str | None:
     """None when ``repository_map: mode`` with ``repository: prefix`` maps sample names to valid names."""
     if mode not in MODES:
@@ -84,38 +98,45 @@ def mapping_error(mode: str, prefix: str) -> str | None:
     return None
 
 
-def _mapped(mode: str, prefix: str, name: str) -> str:
-    """``name`` under ``mode`` (see the module's docstring); no checks."""
+def _mapped(mode: str, prefix: str, name: str, namespace: str = "") -> str:
+    """``name`` under ``mode`` (see the module's docstring), in a repetition's ``namespace``; no checks."""
     user, slash, rest = name.partition("/")
     if not slash:
-        return prefix + name
+        return prefix + namespace + name
     if mode == "prefix":
-        return prefix + name
+        return prefix + namespace + name
     repo = rest.replace("/", "-")
     if mode == "flatten":
-        return f"{prefix}{user}-{repo}"
-    return mode.format(prefix=prefix, user=user, repo=repo, name=name)
+        return f"{prefix}{namespace}{user}-{repo}"
+    if not namespace or uses_prefix(mode):
+        return mode.format(prefix=prefix + namespace, user=user, repo=repo, name=name)
+    head, slash, last = mode.format(prefix=prefix, user=user, repo=repo, name=name).rpartition("/")
+    return f"{head}{slash}{namespace}{last}"
 
 
 class RepositoryMap:
     """Trace repository name → the registry's repository name, for one ``registries:`` entry."""
 
-    def __init__(self, mode: str = "prefix", prefix: str = "", where: str = "", collect: bool = False) -> None:
+    def __init__(
+        self, mode: str = "prefix", prefix: str = "", where: str = "", collect: bool = False, namespace: str = ""
+    ) -> None:
         self.mode = mode
         self.prefix = prefix
+        self.namespace = namespace  # a repetition's ``rep<k>-``: every name gets it, whatever ``mode``
         self.where = where  # "<config>: registries[<id>]", for errors
         # nothing to change and no names wanted (``collect``: the hooks need them): the trace passes untouched
-        self.identity = mode == "prefix" and not prefix and not collect
+        self.identity = mode == "prefix" and not prefix and not namespace and not collect
         self._to: dict[str, str] = {}  # trace name -> registry name
         self._from: dict[str, str] = {}  # registry name -> trace name
 
     @classmethod
     def from_entry(cls, entry: RegistryEntry, source: str = "<config>", namespace: str = "") -> RepositoryMap:
         """The entry's names; ``namespace`` (a repetition's ``rep<k>-``) goes after the entry's own prefix, so a
-        name keeps the shape the entry's registry takes (``myorg/`` + ``rep2-`` + ``user-repo``)."""
+        name keeps the shape the entry's registry takes (``myorg/`` + ``rep2-`` + ``user-repo``); with a
+        template that has no ``{prefix}``, before the last path part of the name it makes."""
         where = f"{source}: registries[{entry.id}]"
-        prefix = entry.repository + namespace
-        return cls(entry.repository_map, prefix, where, collect=bool(entry.create_repository))
+        collect = bool(entry.create_repository)
+        return cls(entry.repository_map, entry.repository, where, collect=collect, namespace=namespace)
 
     @classmethod
     def for_config(cls, cfg: Config) -> RepositoryMap:
@@ -134,7 +155,7 @@ class RepositoryMap:
                 f"only when it is replayed on its own: run 'drtp experiment' (one registry after another)"
             )
         if cfg.namespace:
-            return cls("prefix", cfg.namespace, f"{cfg.source}: repetition {cfg.namespace!r}")
+            return cls("prefix", "", f"{cfg.source}: repetition {cfg.namespace!r}", namespace=cfg.namespace)
         return cls()
 
     def map(self, name: str) -> str:
@@ -144,7 +165,7 @@ class RepositoryMap:
             return mapped
         if self.identity:
             return name
-        mapped = _mapped(self.mode, self.prefix, name)
+        mapped = _mapped(self.mode, self.prefix, name, self.namespace)
         if why := name_error(mapped):
             raise ConfigError(
                 f"{self.where}: key 'repository_map' ({self.mode}) maps trace repository {name!r} "

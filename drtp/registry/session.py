@@ -119,11 +119,14 @@ class Session:
         client); ``agent``: its User-Agent, if not the session's."""
         headers = headers or {}
         sent = (client, agent) if client is not None or agent is not None else None
-        challenges = 0  # a hop's challenges are round trips of this request's, whichever hop answers
+        # every hop's sends and challenges are this request's, whichever hop answers: together they count
+        # every time it went out (as the loop engine counts them)
+        attempts = challenges = 0
         for _ in range(MAX_REDIRECTS + 1):
             r = self._send_authenticated(method, url, body, headers, keep_body, sent)
+            attempts += r.attempts
             challenges += r.challenges
-            r.challenges = challenges
+            r.attempts, r.challenges = attempts, challenges
             if r.status in REDIRECTS and method in IDEMPOTENT and r.header("location"):
                 url = urljoin(url, r.header("location"))
                 continue
@@ -177,6 +180,8 @@ class Session:
             challenged = r
             r = self._send(method, url, body, {**headers, **sent}, keep_body, sent_as)
             r.challenges = challenged.challenges + 1  # the 401's round trip: the registry served it too
+            # the sends before it that got no answer (retries) are attempts: only the one answered 401 is a challenge
+            r.attempts += challenged.attempts - 1
             auth.answered(sent, r.status)
         return r, auth.secret_refused(sent, r.status, None, generation), generation
 
