@@ -25,6 +25,7 @@ Usage: python bench/bench_master.py [--requests 100000] [--nodes 1 2 4] [--rates
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -47,6 +48,9 @@ from drtp.master.run import run_replay  # noqa: E402
 from drtp.registry.local import free_port  # noqa: E402
 from drtp.trace.generate import GenerateOptions, generate  # noqa: E402
 from drtp.trace.reader import TraceReader, write_ibm  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_replay import cpu_s  # noqa: E402
 
 TOKEN = "bench-master-token-0123456789abcdef"
 
@@ -161,16 +165,6 @@ def stand_ins(n: int, rate: float) -> tuple[list[str], list[subprocess.Popen]]:
     return [f"127.0.0.1:{p}" for p in ports], procs
 
 
-def cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds used so far by these processes (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
 def one_run(work: Path, trace: Path, registry: str, n_nodes: int, rate: float, live: bool | None = None) -> dict:
     """One run; ``live`` True/False: with live metrics on/off (None: a tree without them, no argument given)."""
     nodes, procs = stand_ins(n_nodes, rate)
@@ -249,51 +243,46 @@ def measure(requests: int = 100_000, nodes: tuple = (1, 2, 4), rates: tuple = (2
     baseline is the CPU per record of reading the same trace (drtp's TraceReader, best of three passes): the
     least any master must spend per request."""
     rows = []
-    with tempfile.TemporaryDirectory(prefix="drtp-bench-master-") as tmp, patch.dict(os.environ, {"DRTP_TOKEN": TOKEN}):
+    with stand_in_registry("drtp-bench-master-", requests, paced_requests) as (work, registry, full, paced):
+        read_us = reading_us(full)
+        for n in nodes:
+            rows.append(one_run(work, full, registry, n, 0))
+        for rate in rates:
+            rows.append(one_run(work, paced, registry, 2, rate))
+    return {"runs": rows, "read_us_per_req": read_us}
+
+
+@contextlib.contextmanager
+def stand_in_registry(prefix: str, requests: int, paced_requests: int):
+    """(work dir, the address of a registry stand-in answering 200 to everything, a trace of ``requests`` for
+    full speed, one of ``paced_requests`` for paced runs), the stand-in shut down after."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp, patch.dict(os.environ, {"DRTP_TOKEN": TOKEN}):
         work = Path(tmp)
         (work / "map.jsonl").write_text("")
         srv = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         try:
-            registry = f"127.0.0.1:{srv.server_port}"
             full = work / "full.json"
             write_ibm(full, generate(GenerateOptions(requests=requests, seed=1, span_s=3600.0)))
-            read_us = reading_us(full)
-            for n in nodes:
-                rows.append(one_run(work, full, registry, n, 0))
             paced = work / "paced.json"
             write_ibm(paced, generate(GenerateOptions(requests=paced_requests, seed=2, span_s=3600.0)))
-            for rate in rates:
-                rows.append(one_run(work, paced, registry, 2, rate))
+            yield work, f"127.0.0.1:{srv.server_port}", full, paced
         finally:
             srv.shutdown()
-    return {"runs": rows, "read_us_per_req": read_us}
 
 
 def measure_live(requests: int, nodes: tuple, rates: tuple, paced_requests: int, rounds: int) -> list[dict]:
     """Rows of alternated rounds, live metrics off then on, for each of ``nodes`` stand-ins at full speed and
     two stand-ins paced to each of ``rates``."""
     rows = []
-    with tempfile.TemporaryDirectory(prefix="drtp-bench-live-") as tmp, patch.dict(os.environ, {"DRTP_TOKEN": TOKEN}):
-        work = Path(tmp)
-        (work / "map.jsonl").write_text("")
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        try:
-            registry = f"127.0.0.1:{srv.server_port}"
-            full = work / "full.json"
-            write_ibm(full, generate(GenerateOptions(requests=requests, seed=1, span_s=3600.0)))
-            paced = work / "paced.json"
-            write_ibm(paced, generate(GenerateOptions(requests=paced_requests, seed=2, span_s=3600.0)))
-            cases = [(full, n, 0.0) for n in nodes] + [(paced, 2, r) for r in rates]
-            for trace, n, rate in cases:
-                for i in range(rounds):
-                    for live in (False, True):
-                        row = one_run(work, trace, registry, n, rate, live=live)
-                        row["round"] = i + 1
-                        rows.append(row)
-        finally:
-            srv.shutdown()
+    with stand_in_registry("drtp-bench-live-", requests, paced_requests) as (work, registry, full, paced):
+        cases = [(full, n, 0.0) for n in nodes] + [(paced, 2, r) for r in rates]
+        for trace, n, rate in cases:
+            for i in range(rounds):
+                for live in (False, True):
+                    row = one_run(work, trace, registry, n, rate, live=live)
+                    row["round"] = i + 1
+                    rows.append(row)
     return rows
 
 

@@ -106,12 +106,18 @@ class Node:
         self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        terminate(self.proc)
+
+
+def terminate(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop a process the tests started: SIGTERM, then SIGKILL if it is still there after ``grace_s``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def write_config(workdir: Path, trace: Path, registries: list[str], nodes: list[str], **client_info):

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from drtp.cli import main
 from drtp.master.warmup import run_warmup
 from drtp.registry.local import LocalRegistry, free_port
-from tests.replay_support import TOKEN, make_trace, write_config
+from tests.replay_support import TOKEN, make_trace, terminate, write_config
 
 pytestmark = pytest.mark.registry
 
@@ -83,13 +83,7 @@ class Prometheus:
         return body["data"]["result"]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian package prometheus)")
