@@ -27,6 +27,7 @@ from drtp.master.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.replay.result_row import COLUMNS
+from drtp.replay.stats_file import STATS_LATER
 from drtp.trace.reader import TraceReader
 from tests.faultproxy import (
     KINDS,
@@ -308,5 +309,7 @@ def test_resuming_an_older_versions_run_is_refused_in_one_line(tmp_path, warmed,
     proc = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-3000:]
     (line,) = proc.stderr.strip().splitlines()
-    assert "written by another drtp version (no column throttled)" in line and "new results directory" in line
+    # the history of before the throttled column lacks every column added since (stats_file's ``later`` ones)
+    assert f"written by another drtp version (no column {', '.join(STATS_LATER)})" in line, line
+    assert "stats_history.csv" in line and "new results directory" in line
     assert (run_dir / "requests.csv").read_text() == older and (run_dir / "stats_history.csv").read_text() == stats
