@@ -57,18 +57,11 @@ import time
 from collections.abc import Callable
 
 from drtp.replay.frames import HealthPart
+from drtp.replay.summary import nearest_rank
 
 # the lag tick's period, on a fixed grid: 125 samples in a 1 s interval, so that its nearest-rank p99 (rank 124 of
 # 125) is not its largest sample; measured on an idle loop of a loaded 2-core machine: 2.3 % of a core (1.7 % at 10 ms)
 TICK_S = 0.008
-
-
-def p99(samples: list[float]) -> float:
-    """Nearest-rank 99th percentile (0.0 for no samples)."""
-    if not samples:
-        return 0.0
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
 class HealthMeter:
@@ -124,7 +117,7 @@ class HealthMeter:
         wall = now - self.begin
         share = (cpu - self.cpu_begin) / wall if wall > 0 else 0.0
         running = self.running()
-        lag_ms = round(p99(self.samples) * 1000, 3)
+        lag_ms = round((nearest_rank(self.samples, 0.99) or 0.0) * 1000, 3)
         self.parts.append(HealthPart(self.index, round(share, 4), lag_ms, self.peak, round(wall, 4)))
         self.samples = []
         self.peak = running  # what still runs is in flight in the next interval too

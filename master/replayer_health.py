@@ -33,18 +33,11 @@ import time
 from collections.abc import Callable
 
 from drtp.replay.frames import HealthPart
+from drtp.replay.summary import nearest_rank
 
 CPU_LIMIT = 0.90  # share of one core: a node at or above it was short of CPU in that interval
 LAG_LIMIT_MS = 10.0  # engine lag p99 at or above this many ms: the node handled what was due late
 LIMITED_PERCENT = 10  # a node limited in at least this % of the run's intervals makes the run replayer-limited
-
-
-def nearest_rank(values: list[float], q: float) -> float | None:
-    """The value at rank ceil(q·n) of the sorted values (None for none): the percentile of drtp's files."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def judged(wall_s: float, interval_s: float) -> bool:

@@ -44,6 +44,15 @@ from drtp.replay.result_row import ResultRow
 PERCENTILES = (50, 90, 99)
 
 
+def nearest_rank(values: list[float], q: float) -> float | None:
+    """The value at rank ceil(q·n) of the sorted values (None for none): the percentile of drtp's files, for
+    the few values (per interval, per run) that need no histogram."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
 class LogHistogram:
     """Counts of non-negative values in buckets 0.1 % wide from 1 µs up; exact count, max and sum.
 
