@@ -14,6 +14,10 @@ With ``repeat: N`` (``--repeat N``) each registry runs N times, interleaved (rep
 every registry, then repetition 2 …; drtp.master.repeat says why), into
 ``<experiment>/<id>/rep-<k>/``, and experiment.json has an entry ``<id>/rep-<k>`` per run.
 ``drtp run --repeat N`` goes through the same series (:func:`run_series`) with one registry list.
+
+A part that a bug in drtp stopped (master.internal_errors) stops the series: its nodes were told to
+cancel, but the next part must not start while they may still send, nor meet the same bug blindly.
+Its entry says ``internal_error: true``; each part after it gets an entry ``not_run: true``; exit 3.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from drtp.cli_options import refusal
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
+from drtp.master.internal_errors import InternalRunError
 from drtp.master.repeat import Part, check_layout, check_series, rep_dir, repetition_config
 from drtp.master.results_dir import write_failed
 from drtp.master.run import run_replay
@@ -191,8 +196,14 @@ def run_series(
     for s in status.values():  # written before exit codes were recorded
         s.setdefault("exit_code", int(ExitCode.OK if s.get("ok") else ExitCode.CANNOT_RUN))
     name = "repetition" if what == "run" else "registry"
+    stopped_by: str | None = None  # the part a bug in drtp stopped: the rest do not run
     for part in parts:
         run_dir = part.run_dir
+        if stopped_by is not None:
+            why = f"not run: a bug in drtp stopped {name} {stopped_by} (its summary.json names it)"
+            status[part.key] = {"ok": False, **series, "exit_code": int(ExitCode.CANNOT_RUN), "url": part.url}
+            status[part.key].update(error=why, not_run=True)
+            continue
         prior = status.get(part.key, {})
         if resume and prior.get("ok") and (run_dir / "summary.json").exists():
             if not quiet:
@@ -238,6 +249,9 @@ def run_series(
                 print(line, file=sys.stderr, flush=True)
         except DrtpError as e:
             status[part.key] = {"ok": False, **series, "exit_code": int(e.exit_code), "url": part.url, "error": str(e)}
+            if isinstance(e, InternalRunError):
+                status[part.key]["internal_error"] = True
+                stopped_by = part.key
             if e.exit_code == ExitCode.BAD_INPUT:
                 # the trace and config are the same for every part: the next one would be refused alike
                 if made and len(status) == 1:  # nothing was run: no folder claims otherwise
@@ -253,6 +267,11 @@ def run_series(
         if not status[part.key]["ok"] and not quiet:
             print(f"{name} {part.key}: FAILED: {status[part.key]['error']}", flush=True)
         _write_status(status_path, status)
+    if stopped_by is not None:
+        _write_status(status_path, status)
+        left = [p.key for p in parts if status[p.key].get("not_run")]
+        if left and not quiet:
+            print(f"stopped after a bug in drtp in {name} {stopped_by}: not run: {', '.join(left)}", flush=True)
     if not quiet:
         _closing_lines(status, parts, out, name, repeat)
     return status

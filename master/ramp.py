@@ -17,7 +17,9 @@ the first step that did not hold, or after the step at ``stop``.
 
 ``ramp.json`` (written after every step, so an interrupted ramp keeps its steps)
 lists the steps and ``knee_rps``, the highest rate that held (null when none
-did); ``ramp.png`` draws them (drtp.analysis.ramp_figures).
+did); ``ramp.png`` draws them (drtp.analysis.ramp_figures).  A step that could
+not finish (every node died, a failed write, a bug in drtp) ends the ramp there,
+its reason in ramp.json's ``error``.
 
 What a ramp finds is the capacity of the path from these nodes: a hosted
 registry that limits each source address may throttle a ramp from a few nodes
@@ -224,6 +226,9 @@ def run_ramp(
                 ramp["broke"] = True
                 break
         ramp["complete"] = True
+    except DrtpError as e:  # a step that could not finish (a bug in drtp too): ramp.json says why, none follows
+        ramp["error"] = str(e)
+        raise
     finally:
         if not ramp["steps"] and not ramp["complete"]:
             if made:

@@ -66,6 +66,7 @@ class RegistryMetrics:
         self.lock = threading.Lock()
         self.stop_flag = threading.Event()
         self.thread: threading.Thread | None = None
+        self.failure: Exception | None = None  # a bug in a reading: no more readings, stop() raises it to the run
         kept = resume and path.is_file() and path.stat().st_size > 0
         self.file = open(path, "a" if kept else "w", newline="")  # noqa: SIM115 - open for the run's length
         self.writer = csv.writer(self.file)
@@ -74,7 +75,15 @@ class RegistryMetrics:
         self.file.flush()
 
     def read_all(self) -> None:
-        """One reading of every registry, written at once."""
+        """One reading of every registry, written at once; after a bug in one, none (:meth:`stop` raises it)."""
+        if self.failure is not None:
+            return
+        try:
+            self._read_all()
+        except Exception as e:  # noqa: BLE001 - on the reader's thread too: the run goes on, stop() names it
+            self.failure = e
+
+    def _read_all(self) -> None:
         for registry, urls in self.endpoints.items():
             elapsed = self.clock()
             try:
@@ -112,6 +121,8 @@ class RegistryMetrics:
         self.read_all()
         with self.lock:
             self.file.close()
+        if self.failure is not None:
+            raise self.failure
 
     def registry_side(self, rows: Iterable[ResultRow], registry_of: Callable[[str], str]) -> dict:
         """The summary's block: per registry, per handler and method, what the registry and drtp counted;

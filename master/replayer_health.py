@@ -198,6 +198,7 @@ class MasterCpu:
         self.index: int | None = None
         self.begin = 0.0
         self.cpu_begin = 0.0
+        self.failure: Exception | None = None  # a bug on the sampler's thread, raised by stop() to the run
 
     def start(self) -> None:
         self.thread.start()
@@ -209,6 +210,8 @@ class MasterCpu:
         if self.thread.ident is None:
             return  # never started
         self.thread.join()
+        if self.failure is not None:  # not sampled again: the run names it once
+            raise self.failure
         if self.index is not None:
             self._close(self.clock())
 
@@ -221,6 +224,12 @@ class MasterCpu:
         self.begin, self.cpu_begin = now, cpu
 
     def _sample(self) -> None:
+        try:
+            self._every_interval()
+        except Exception as e:  # noqa: BLE001 - a bug costs the samples, not the run: stop() hands it on
+            self.failure = e
+
+    def _every_interval(self) -> None:
         iv = self.interval_s
         # an as-is run's common start is a little ahead: wait for it
         if self.stop_event.wait(max(0.0, -self.clock())):

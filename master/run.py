@@ -14,7 +14,10 @@ timestamps; the nodes keep them as they keep an as-is replay's.
 
 The run directory is proven writable before anything starts (master.results_dir).
 A write that fails mid-run cancels the run on the nodes: ``summary.json`` is still
-written, marked ``complete: false`` with the reason, and the command exits 3.
+written, marked ``complete: false`` with the reason, and the command exits 3.  So does
+a bug (master.internal_errors): the run is cancelled on the nodes, each output is
+closed on its own (one that failed is not called again), ``summary.json`` is written
+from what arrived, and the command exits 3.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import msgspec
 from drtp.config import Config, redacted
 from drtp.errors import DrtpError, RunError
 from drtp.master.arrivals import intended_starts
+from drtp.master.internal_errors import InternalErrors, InternalRunError
 from drtp.master.nodes import NodeLink
 from drtp.master.original_output import write_original_results
 from drtp.master.plan import HeldRecords, Planner, registry_for, with_names
@@ -79,6 +83,7 @@ class Stop(enum.Enum):
     """Why a run stopped before the end of its trace (besides a failed write, which carries its error)."""
 
     INTERRUPTED = "interrupted"
+    BROKEN = "internal error"  # a bug in drtp (its error is in Replay.broken)
 
 
 def node_addresses(cfg: Config) -> list[str]:
@@ -161,6 +166,9 @@ class Replay:
         self.replayer: ReplayerHealth | None = None  # the nodes' and the master's load per interval
         self.bar = None
         self.unreported = 0  # results not yet counted on the progress bar
+        self.history: StatsHistory | None = None
+        # the bugs the run met, by where (its outputs' closing steps each guarded): none may show a secret
+        self.broken = InternalErrors(out_dir, lambda: [self.token, *(a.password or "" for a in self.auths)])
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -247,7 +255,7 @@ class Replay:
         try:
             for name, link in self.links.items():
                 link.start(msgspec.structs.replace(spec, node=name))  # the node writes its rows under this name
-        except RunError:
+        except Exception:
             self._cancel()  # the nodes that did start must not wait for batches that will never come
             raise
         log.info(
@@ -261,27 +269,26 @@ class Replay:
         self.renewal.start()
         t0 = time.perf_counter()
         master_cpu = MasterCpu(self.replayer, self._run_clock, self.stats_interval_s)
+        broken = self.broken
         try:
-            self.registry_metrics = self._registry_metrics()  # its first reading: right before the first request
+            # its first reading: right before the first request (a bug in it costs its figures, not the run)
+            self.registry_metrics = broken.step("registry metrics", self._registry_metrics)
             master_cpu.start()
             with progress(total=total, desc="replay", unit="req", final_line=True, quiet=self.quiet) as bar:
                 self.bar = bar
                 stop = self._replay(timed)
         finally:
-            master_cpu.stop()
+            # each output closes on its own: one that fails (a bug) is named and skipped, the others still close
+            broken.step("replayer health", master_cpu.stop)
             self.renewal.stop()
             if self.registry_metrics is not None:
-                self.registry_metrics.stop()  # its last reading: right after the last answer
+                broken.step("registry metrics", self.registry_metrics.stop)  # its last reading: after the last answer
         wall = time.perf_counter() - t0
         whole = (
             set() if stop is not None else {n for n, link in self.links.items() if link.finished and n not in self.dead}
         )
-        try:
-            self.results.settle(list(self.links), whole)
-        except OSError as e:
-            raise write_failed(self.out_dir / "requests.csv", e) from None
+        broken.step("results", self._settle, whole)
         not_sent = total - self.results.all.requests
-        incomplete = self._incomplete_reason(stop, not_sent)
         extra = {
             **self.tags,
             "mode": self.mode,
@@ -299,16 +306,26 @@ class Replay:
             "dead_nodes": self.dead,
             "interrupted": stop is Stop.INTERRUPTED,
             "not_sent": not_sent,
-            "complete": incomplete is None,
         }
+        if self.registry_metrics is not None and (side := broken.step("registry metrics", self._registry_side)):
+            extra["registry_side"] = side
+        extra.update(broken.step("replayer health", self.replayer.summary) or {})
+        broken.step("stats history", self.history.close)
+        # trace.output, if set: from requests.csv (every row is written), before summary.json, which says if it failed
+        try:
+            broken.step("original output", write_original_results, self.cfg, self.out_dir, start_epoch, self.quiet)
+            original_error = None
+        except RunError as e:
+            original_error = e
+        incomplete = self._incomplete_reason(stop, not_sent)
+        extra["complete"] = incomplete is None
         if incomplete is not None:
             extra["incomplete_reason"] = incomplete
-        if self.registry_metrics is not None:
-            extra["registry_side"] = self._registry_side()
-        extra.update(self.replayer.summary())
+        extra.update(broken.summary())
         summary = self._close_results(extra, stop)
-        write_original_results(self.cfg, self.out_dir, start_epoch, quiet=self.quiet)  # trace.output, if set
-        if not self.quiet:
+        if original_error is not None:
+            raise original_error
+        if not self.quiet and "requests" in summary:
             print(format_table(summary))
             for name, d in self.dead.items():
                 print(f"client node {name} died ({d['reason']}); {d['lost']} requests lost")
@@ -317,6 +334,12 @@ class Replay:
             print(f"drtp: warning: the run {summary['behind']}", file=sys.stderr, flush=True)
         if stop is Stop.INTERRUPTED:
             raise KeyboardInterrupt
+        if broken:
+            raise InternalRunError(
+                f"the run did not finish: a bug in drtp, in {' and '.join(broken.errors)} (named above); "
+                f"{'it was cancelled on the client nodes; ' if stop is Stop.BROKEN else ''}"
+                "summary.json is marked incomplete"
+            )
         if incomplete is not None:
             raise RunError(f"the run did not finish: {incomplete}; summary.json is marked incomplete")
         return summary
@@ -331,7 +354,9 @@ class Replay:
         """config.json and requests.csv's header, before any node starts: a failure here costs nothing."""
         try:
             (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
-            history = StatsHistory(self.out_dir / STATS_FILE, self.stats_interval_s, self._run_clock, self.resume)
+            self.history = history = StatsHistory(
+                self.out_dir / STATS_FILE, self.stats_interval_s, self._run_clock, self.resume
+            )
             self.replayer = ReplayerHealth(self.stats_interval_s, history.gauge, lambda: history.late_gauges)
             if self.live is not None:  # the nodes' and the master's load gauges, as the health parts come
                 self.replayer.on_health.append(self.live.health)
@@ -369,7 +394,7 @@ class Replay:
         """Seconds since the run's common start (the origin of the rows' start_s)."""
         return time.time() - self.start_epoch
 
-    def _replay(self, timed: bool) -> Stop | ResultsWriteError | None:
+    def _replay(self, timed: bool) -> Stop | DrtpError | None:
         """Send the trace and collect its results; None when it went to the end, else why it stopped."""
         try:
             self._dispatch(timed)
@@ -379,35 +404,59 @@ class Replay:
             self._cancel()
             try:
                 self._drain(timeout=0)
-            except ResultsWriteError as e:
+            except DrtpError as e:
                 return e
+            except Exception as e:  # noqa: BLE001 - a bug while keeping what came: named, the rest still kept
+                self.broken.add("replay", e)
             return Stop.INTERRUPTED
-        except ResultsWriteError as e:
-            # measuring on without keeping the measurements would load the registry for nothing
+        except DrtpError as e:
+            # a failed write: measuring on without keeping the measurements would load the registry for nothing
             self._cancel()
             return e
+        except Exception as e:  # noqa: BLE001 - a bug: what arrived is kept, the nodes must not send on
+            self._cancel()
+            self.broken.add("replay", e)
+            return Stop.BROKEN
 
     def _cancel(self) -> None:
         for link in self.links.values():
             if link.run is not None:
                 link.cancel()
 
-    def _incomplete_reason(self, stop: Stop | ResultsWriteError | None, not_sent: int) -> str | None:
+    def _settle(self, whole: set[str]) -> None:
+        try:
+            self.results.settle(list(self.links), whole)
+        except OSError as e:
+            raise write_failed(self.out_dir / "requests.csv", e) from None
+
+    def _incomplete_reason(self, stop: Stop | DrtpError | None, not_sent: int) -> str | None:
         if stop is Stop.INTERRUPTED:
-            return "interrupted"
-        if isinstance(stop, ResultsWriteError):
+            return "interrupted" + (f"; {self.broken.describe()}" if self.broken else "")
+        if isinstance(stop, DrtpError):
             return f"{stop}; the run was cancelled on the client nodes and requests.csv lacks the rows after it"
+        if stop is Stop.BROKEN:
+            return (
+                f"{self.broken.describe()}: a bug in drtp; the run was cancelled on the client nodes and "
+                "requests.csv holds the rows that arrived before it"
+            )
         if not_sent > 0:
             who = "every client node died" if not self.router.alive else "the result streams ended"
             return f"{who}; {not_sent:,} trace requests got no result"
+        if self.broken:
+            return f"{self.broken.describe()}: a bug in drtp; the figures of what failed are missing or partial"
         return None
 
-    def _close_results(self, extra: dict, stop: Stop | ResultsWriteError | None) -> dict:
-        """Write summary.json; when even that fails, say why in the error (exit 3), with the first failure."""
-        if isinstance(stop, ResultsWriteError):
+    def _close_results(self, extra: dict, stop: Stop | DrtpError | None) -> dict:
+        """Write summary.json; when even that fails, say why in the error (exit 3), with the first failure.
+
+        A bug in the results' own figures still leaves a summary.json: the run's fields without them,
+        ``complete: false`` and the error named."""
+        if isinstance(stop, DrtpError):
             self.results.discard_unwritten()
         try:
             return self.results.close(**extra)
+        except DrtpError:
+            raise
         except OSError as e:
             path = self.out_dir / "summary.json"
             with contextlib.suppress(OSError):
@@ -416,6 +465,20 @@ class Replay:
             if isinstance(stop, ResultsWriteError):
                 why = f"{stop}, and {why}"
             raise ResultsWriteError(why) from None
+        except Exception as e:  # noqa: BLE001 - a bug in the results' figures: the run's own fields still go out
+            self.broken.add("results", e)
+            self.results.discard_unwritten()
+            extra.update(
+                complete=False,
+                incomplete_reason=self._incomplete_reason(stop, extra.get("not_sent", 0)),
+                **self.broken.summary(),
+            )
+            path = self.out_dir / "summary.json"
+            try:
+                path.write_text(json.dumps(extra, indent=2, default=str))
+            except OSError as err:
+                raise write_failed(path, err) from None
+            return extra
 
     def _lost(self, node: str, req: ReplayRequest, reason: str) -> None:
         try:

@@ -35,7 +35,9 @@ interval's counts and latency histogram (drtp.replay.frames); the history
 merges the nodes' parts, which is exact.  Rows the master makes itself (lost,
 reloaded on resume) cost an append here and are grouped when an interval is due.
 A write that fails stops the history (its reason is kept for summary.json), not
-the run: requests.csv holds every row the history would have counted.
+the run: requests.csv holds every row the history would have counted.  A bug
+(an unexpected exception) stops it the same way and is raised to the run, once:
+the history's close does not run the failed code again.
 On resume the file is appended to: the rows of the interrupted run stay, and
 the completed requests it had not yet written into an interval are counted
 in the first interval written now.
@@ -120,6 +122,9 @@ class StatsHistory:
             self.file.flush()
         except OSError as e:
             self._failed(e)
+        except Exception as e:
+            self._failed(e)
+            raise
 
     def close(self) -> None:
         """Write every interval left, the last one ending at the run's end; close the file."""
@@ -129,6 +134,9 @@ class StatsHistory:
             self._close(self.clock())
         except OSError as e:
             self._failed(e)
+        except Exception as e:
+            self._failed(e)
+            raise
 
     def _close(self, now: float) -> None:
         self._group(now)
@@ -146,9 +154,11 @@ class StatsHistory:
         self._write(last, end)
         self.file.close()
 
-    def _failed(self, e: OSError) -> None:
-        """A write failed: the history stops (requests.csv still holds every row it would have counted)."""
-        self.error = f"{self.path}: {os_reason(e)}"
+    def _failed(self, e: Exception) -> None:
+        """A write failed, or a bug struck: the history stops (requests.csv still holds every row it would have
+        counted)."""
+        why = os_reason(e) if isinstance(e, OSError) else f"internal error ({type(e).__name__})"
+        self.error = f"{self.path}: {why}"
         self.pending.clear()
         self.parts.clear()
         self.gauge_parts.clear()
