@@ -324,7 +324,9 @@ class Replay:
         extra.update(broken.summary())
         summary = self._close_results(extra, stop)
         if original_error is not None:
-            raise original_error
+            if incomplete is None:  # the run's one error: the file it could not write (summary.json is whole)
+                raise original_error
+            print(f"drtp: {original_error}", file=sys.stderr, flush=True)  # the run's own stop is its error
         if not self.quiet and "requests" in summary:
             print(format_table(summary))
             for name, d in self.dead.items():
@@ -433,7 +435,8 @@ class Replay:
         if stop is Stop.INTERRUPTED:
             return "interrupted" + (f"; {self.broken.describe()}" if self.broken else "")
         if isinstance(stop, DrtpError):
-            return f"{stop}; the run was cancelled on the client nodes and requests.csv lacks the rows after it"
+            also = f"; {self.broken.describe()}" if self.broken else ""
+            return f"{stop}; the run was cancelled on the client nodes and requests.csv lacks the rows after it{also}"
         if stop is Stop.BROKEN:
             return (
                 f"{self.broken.describe()}: a bug in drtp; the run was cancelled on the client nodes and "

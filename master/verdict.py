@@ -12,6 +12,10 @@ its numbers are real, the registry did not meet them.  With
 ``replayer_limited``: a client node short of CPU or late,
 drtp.master.replayer_health) exits 1 too: its latencies are partly the
 replayer's own.
+
+A summary marked ``complete: false`` (the run broke off: interrupted, every node lost,
+a failed write, a bug in drtp) is never judged a result, whatever its figures: it gets
+the code of a run that could not finish (130 when interrupted), its reason as the line.
 """
 
 from __future__ import annotations
@@ -40,8 +44,11 @@ def judge(
     ``objectives`` that count throttling read ``failed_statuses`` in ``summary`` (the results model counts them).
     ``max_replayer_limited``: a replayer-limited run fails (1), its line naming the node and the span.
     """
-    total = int(summary.get("trace_requests", summary["requests"]))
-    failed = int(summary["failed"]) + int(summary.get("not_sent", 0))
+    total = int(summary.get("trace_requests", summary.get("requests", 0)))
+    failed = int(summary.get("failed", 0)) + int(summary.get("not_sent", 0))
+    if summary.get("complete") is False:
+        code = ExitCode.INTERRUPTED if summary.get("interrupted") else ExitCode.CANNOT_RUN
+        return Verdict(code, failed, total, f"the run did not finish: {summary.get('incomplete_reason', 'incomplete')}")
     limit = budget.limit(total)
     over_budget = not budget.allows(failed, total)
     allowed = f"max_failed {budget} allows {limit:,}"

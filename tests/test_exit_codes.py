@@ -70,6 +70,21 @@ def test_verdict():
     assert judge(_summary(290, 290, not_sent=10), FailureBudget(count=9)).code is ExitCode.TOO_MANY_FAILED
 
 
+def test_an_incomplete_summary_is_never_judged_a_result():
+    """Whoever judges a summary marked incomplete gets the code of a run that could not finish, not 0."""
+    everything = FailureBudget(percent=Fraction(100))
+    broken = {**_summary(300, 300), "complete": False, "incomplete_reason": "internal error in replay (KeyError: 1)"}
+    v = judge(broken, everything)
+    assert (
+        v.code is ExitCode.CANNOT_RUN and v.message == "the run did not finish: internal error in replay (KeyError: 1)"
+    )
+    interrupted = {**_summary(300, 300), "complete": False, "interrupted": True, "incomplete_reason": "interrupted"}
+    assert judge(interrupted, everything).code is ExitCode.INTERRUPTED
+    # the figures a bug in the results left out: still judged, as could not finish
+    assert judge({"complete": False, "trace_requests": 300}, everything).code is ExitCode.CANNOT_RUN
+    assert judge({**_summary(300, 300), "complete": True}, everything).code is ExitCode.OK
+
+
 def test_the_worst_code_wins():
     assert worst([0, 1, 3, 2]) == 3 and worst([1, 0]) == 1 and worst([3, 130]) == 130 and worst([]) == 0
 
