@@ -197,6 +197,7 @@ def run_ramp(
         "complete": False,
     }
     planner = Planner(cfg.require("registry"))  # one for every step: the trace goes on from step to step
+    run_dir: Path | None = None
     try:
         for i, rate in enumerate(plan.rates()):
             records = trace.take(plan.requests(rate))
@@ -230,7 +231,9 @@ def run_ramp(
         ramp["error"] = str(e)
         raise
     finally:
-        if not ramp["steps"] and not ramp["complete"]:
+        # a step that broke off still wrote its summary.json: ramp.json then says why the ramp ended there
+        ran = ramp["steps"] or ramp["complete"] or (run_dir is not None and (run_dir / "summary.json").exists())
+        if not ran:
             if made:
                 remove_if_empty(out)  # the first step never ran (its preflight failed…): nothing to keep
         else:

@@ -62,7 +62,7 @@ def warmed(tmp_path_factory, nodes):
     d = tmp_path_factory.mktemp("internal-errors")
     trace = make_trace(d / "trace.json", requests=REQUESTS, span=20.0)
     with LocalRegistry(d / "registry", metrics=True) as reg:
-        cfg = write_config(d, trace, [reg.host], [n.address for n in nodes], wait=True, speedup=10.0)
+        cfg = write_config(d, trace, [reg.host], [n.address for n in nodes], wait=True, speedup=20.0)
         run_warmup(cfg, quiet=True)
         raw = yaml.safe_load((d / "config.yaml").read_text())
         raw["registry_metrics"] = {reg.host: reg.metrics_url}
@@ -373,3 +373,22 @@ def test_an_experiment_does_not_start_its_next_part_after_a_bug_stopped_one(tmp_
     assert not (tmp_path / "warmup-second.jsonl").exists() and not (tmp_path / "exp" / "second").exists()
     assert (tmp_path / "warmup-first.jsonl").exists()
     assert "not run: second" in captured.out
+
+
+def test_a_ramp_ends_at_the_step_a_bug_stopped_and_ramp_json_says_why(tmp_path, warmed, capsys, monkeypatch):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(warmed))
+    wrote = _frames_with_rows(monkeypatch)
+    injected = Injected(results.RunResults.add_frame, ready=lambda *args: bool(wrote))
+    monkeypatch.setattr(results.RunResults, "add_frame", injected)
+    out = tmp_path / "ramp"
+    args = ["--from", "100", "--step", "100", "--step-duration", "2", "--slo", "p99<60s", "-q"]
+    capsys.readouterr()
+    code = main(["ramp", "-c", str(tmp_path / "config.yaml"), "--out", str(out), *args])
+    err = capsys.readouterr().err
+    assert code == 3 and injected.raised == 1, err[-3000:]
+    ramp = json.loads((out / "ramp.json").read_text())
+    assert ramp["complete"] is False and ramp["steps"] == [] and ramp["knee_rps"] is None
+    assert ramp["error"].startswith("the run did not finish: a bug in drtp, in replay")
+    assert [p.name for p in out.iterdir() if p.is_dir()] == ["step-01-100rps"]  # no step after it
+    summary = json.loads((out / "step-01-100rps" / "summary.json").read_text())
+    assert summary["complete"] is False and summary["internal_errors"] == {"replay": SHOWN}
