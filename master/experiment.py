@@ -260,6 +260,8 @@ def run_series(
                     _write_status(status_path, status)
                 raise
         except Exception as e:  # noqa: BLE001 - unattended: a bug in one part must not stop the rest
+            # (one met before its run started its nodes, or after they finished: a bug while they ran is an
+            # InternalRunError, above, which stops the series)
             error = f"{type(e).__name__}: {e}"[:500]
             code = int(ExitCode.CANNOT_RUN)
             status[part.key] = {"ok": False, **series, "exit_code": code, "url": part.url, "error": error}

@@ -168,7 +168,7 @@ class Replay:
         self.unreported = 0  # results not yet counted on the progress bar
         self.history: StatsHistory | None = None
         # the bugs the run met, by where (its outputs' closing steps each guarded): none may show a secret
-        self.broken = InternalErrors(out_dir, lambda: [self.token, *(a.password or "" for a in self.auths)])
+        self.broken = InternalErrors(out_dir, self._secrets)
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -255,6 +255,9 @@ class Replay:
         try:
             for name, link in self.links.items():
                 link.start(msgspec.structs.replace(spec, node=name))  # the node writes its rows under this name
+            self.renewal = SecretRenewal(self.sources, self.auths, self.links, run_id)
+            self.renewal.start()
+            master_cpu = MasterCpu(self.replayer, self._run_clock, self.stats_interval_s)
         except Exception:
             self._cancel()  # the nodes that did start must not wait for batches that will never come
             raise
@@ -265,10 +268,7 @@ class Replay:
             engine,
             self.out_dir,
         )
-        self.renewal = SecretRenewal(self.sources, self.auths, self.links, run_id)
-        self.renewal.start()
         t0 = time.perf_counter()
-        master_cpu = MasterCpu(self.replayer, self._run_clock, self.stats_interval_s)
         broken = self.broken
         try:
             # its first reading: right before the first request (a bug in it costs its figures, not the run)
@@ -391,6 +391,11 @@ class Replay:
             )
         except OSError as e:
             return {"error": f"could not read back {self.out_dir / 'requests.csv'}: {e}"}
+
+    def _secrets(self) -> list[str]:
+        """What no error line may show: the nodes' token, the registries' passwords (a renewed one too)."""
+        renewed = [s.secret.password or "" for s in self.sources if s.secret is not None]
+        return [self.token, *(a.password or "" for a in self.auths), *renewed]
 
     def _run_clock(self) -> float:
         """Seconds since the run's common start (the origin of the rows' start_s)."""
