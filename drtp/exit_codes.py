@@ -17,7 +17,7 @@ class ExitCode(IntEnum):
     OK = 0  # the run completed and its failed trace requests are within max_failed
     TOO_MANY_FAILED = 1  # the run completed, more trace requests failed than max_failed allows
     BAD_INPUT = 2  # a mistake in the config, an option or the trace (nothing was run)
-    CANNOT_RUN = 3  # could not run or could not finish: preflight, client nodes, a results write mid-run
+    CANNOT_RUN = 3  # could not run or finish: preflight, client nodes, a results write mid-run, a bug in drtp
     INTERRUPTED = 130  # Ctrl-C (SIGINT) or SIGTERM (kill, Slurm's time limit, scancel); what was measured is kept
 
 
