@@ -21,9 +21,9 @@ from dxf import DXF
 from drtp.analysis.results import load_requests, rows
 from drtp.cli import main
 from drtp.config import load_config
-from drtp.master.clean import CONFIG_PUSH, MOUNT_FALLBACK, pushed_by_rows
 from drtp.master.experiment import run_experiment
 from drtp.master.plan import registry_for
+from drtp.master.push_ledger import CONFIG_PUSH, MOUNT_FALLBACK, pushed_by_rows
 from drtp.master.run import run_replay
 from drtp.master.warmup import load_map, run_warmup
 from drtp.registry.client import RegistryClient
@@ -173,7 +173,7 @@ def test_clean_deletes_what_drtp_pushed_and_keeps_the_rest(study, tmp_path):
     done = clean(study["config"], "--registry", "open", "--run", str(exp / "open"), "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     kept_line = next(line for line in done.stdout.splitlines() if ": kept " in line)
-    assert f"images drtp did not push reference (in {shared_repo})" in kept_line, done.stdout
+    assert f"images drtp has no record of pushing reference (in {shared_repo})" in kept_line, done.stdout
 
     # no tag and no blob link drtp made remains (but on the manifest someone else tagged); all of theirs does
     assert tag_dirs(reg) == foreign_tags | kept_drtp_tags
@@ -230,7 +230,7 @@ def test_a_registry_that_refuses_delete(study, tmp_path):
     assert hooked.returncode == 1  # the repository with someone else's image keeps drtp's objects
     n_shared = sum(r == shared_repo for r, _ in manifests | blobs)
     assert f": left {n_shared} objects in 1 repository: {shared_repo} (" in hooked.stdout, hooked.stdout
-    assert "holds images drtp did not push: no delete_repository)" in hooked.stdout
+    assert "holds images drtp has no record of pushing: no delete_repository)" in hooked.stdout
     assert "removed with delete_repository" in hooked.stdout
 
 
