@@ -141,10 +141,12 @@ def warmup_maps(cfg: Config, chosen: Iterable[str]) -> dict[Path, set[str]]:
     configured = range(1, cfg.repeat + 1) if cfg.repeat > 1 and cfg.repeat_state == "fresh" else ()
     out: dict[Path, set[str]] = {}
     for path, bases in maps.items():
-        if not configured:
-            out[path] = bases
         # each repetition warmed repositories of its own: those the config says, and those found beside the map
-        for k in sorted(set(configured) | _repetitions_beside(path)):
+        reps = sorted(set(configured) | _repetitions_beside(path))
+        recorded = path.is_file() or any(ledger_path(path, b).is_file() for b in bases)
+        if not configured and (recorded or not reps):  # the map itself: unless only repetitions were run
+            out[path] = bases
+        for k in reps:
             out[repetition_map(path, k)] = bases
     return out
 

@@ -10,6 +10,7 @@ storage is the ground truth: a tag is ``_manifests/tags/<tag>``, a blob in a rep
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,8 @@ from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.replay.messages import RegistryAuth
 from drtp.replay.result_row import ResultRow
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import write_ibm
 from tests.conftest import ibm_record, write_json
 from tests.images import build_image, random_files, skopeo
 from tests.realreg_support import PASSWORD, USER, Pki, TokenServer, write_htpasswd
@@ -438,3 +441,84 @@ def test_the_config_blob_warmup_put_where_only_the_run_pushes_is_cleaned_from_th
         done = clean(tmp_path / "config.yaml", "--yes")
         assert done.returncode == 0, done.stdout + done.stderr
         assert layer_links(reg) == set()
+
+
+# -- the push ledger: a clean with no --run -------------------------------------------------------------------
+
+
+def pushy_trace(path: Path, requests: int = 80) -> Path:
+    """A short trace of which a third pushes (new images over few repositories): each run pushes tags and layers
+    of its own, which no warmup map records."""
+    opts = GenerateOptions(
+        requests=requests, seed=3, span_s=8, clients=10, repositories=4, push_ratio=0.3, max_layer_size=20_000
+    )
+    write_ibm(path, generate(opts))
+    return path
+
+
+@pytest.mark.parametrize("command", ["run", "experiment --repeat 2", "ramp"])
+def test_a_clean_with_no_run_given_removes_what_the_runs_pushed(command, tmp_path, nodes):
+    """Each way of running writes every push the registry accepted to the ledger beside the warmup map, as the
+    results arrive; ``drtp clean -c CONFIG --yes`` alone (the results moved away) then leaves no tag and no blob
+    link drtp made in the registry's storage, keeps the images skopeo pushed (one in a repository drtp pushed
+    to), and says what it read.  A second clean finds nothing left in the ledger to ask for."""
+    trace = pushy_trace(tmp_path / "trace.json")
+    with LocalRegistry(tmp_path / "reg") as reg:
+        cfg = {
+            "trace": {"location": str(tmp_path), "traces": [trace.name]},
+            "client_info": {"client_list": [n.address for n in nodes], "threads": 8, "token": TOKEN, "batch": 20},
+            "warmup": {"output": "maps/warmup.jsonl", "threads": 4},
+            "results": "results",
+        }
+        if command == "ramp":  # a ramp replays a registry: list
+            cfg["registry"] = [reg.host]
+        else:
+            cfg["registries"] = [{"id": "lab", "url": reg.url, "insecure": True, "repository": "lab/"}]
+        config = tmp_path / "config.yaml"
+        config.write_text(yaml.safe_dump(cfg))
+        if command == "ramp":
+            assert main(["warmup", "-c", str(config), "-q"]) == 0
+            argv = ["ramp", "-c", str(config), "--from", "20", "--step", "20", "--to", "40", "--step-duration", "1"]
+            argv += ["--slo", "p99<60s"]
+        else:
+            argv = command.split() + ["-c", str(config)]
+        assert main([*argv, "-q"]) == 0
+        shutil.move(tmp_path / "results", tmp_path / "moved")  # results are moved: the clean must not need them
+        runs = sorted(p.parent for p in (tmp_path / "moved").rglob("requests.csv"))
+        assert len(runs) == 2 if command != "run" else len(runs) == 1
+        pushed = [push for run in runs for push in pushed_by_rows(rows(load_requests(run / "requests.csv")))]
+        run_tags = {(repo, tag) for kind, repo, _, tag in pushed if kind == "manifest" and ":" not in tag}
+        run_links = {(repo, digest) for kind, repo, digest, _ in pushed if kind == "blob"}
+        assert len(run_tags) >= 3 and len(run_links) >= 6, pushed  # the runs pushed: no warmup map names these
+        # (the minimal config blob is recorded with each manifest PUT in case warmup put it there: it may not be)
+        assert run_tags <= tag_dirs(reg) and {link for link in run_links if link[1] != CONFIG_DIGEST} <= layer_links(
+            reg
+        )
+        assert sorted(p.name for p in (tmp_path / "maps").glob("*.pushes-*")) == sorted(
+            {f"{Path(m).stem}.pushes-{reg.host.replace(':', '_')}.jsonl" for m in _maps(tmp_path / "maps")}
+        )
+
+        shared = sorted(run_tags)[0][0]
+        mine = push_foreign(tmp_path, reg, f"{shared}:foreign", 11)
+        other = push_foreign(tmp_path, reg, "other/app:v1", 13)
+        done = clean(config, "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        head = done.stdout.splitlines()[0]
+        n_runs = len(runs)
+        assert f", {len(pushed)} push ledger entries of {n_runs} run{'s' if n_runs > 1 else ''}, 0 pushes" in head, head
+        assert "no warmup map" not in done.stdout and "no push ledger" not in done.stdout, done.stdout
+        assert tag_dirs(reg) == {(shared, "foreign"), ("other/app", "v1")}
+        assert layer_links(reg) == {(shared, d) for d in [mine["config"], *mine["layers"]]} | {
+            ("other/app", d) for d in [other["config"], *other["layers"]]
+        }
+        assert pulls(tmp_path, reg, f"{shared}:foreign", mine) and pulls(tmp_path, reg, "other/app:v1", other)
+
+        again = clean(config, "--yes")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "0 push ledger entries of 0 runs" in again.stdout.splitlines()[0], again.stdout
+        assert "deleted 0 manifests and 0 blob links" in again.stdout
+
+
+def _maps(folder: Path) -> list[Path]:
+    """The warmup maps in ``folder`` (not their ledgers)."""
+    return [p for p in folder.glob("*.jsonl") if ".pushes-" not in p.name]
