@@ -3,8 +3,7 @@
 Two registries run the same generated trace through two client nodes: ``open`` (deletes enabled, repository
 prefix ``team/``) and ``locked`` (deletes disabled: every DELETE is answered 405 UNSUPPORTED).  Images someone
 else pushed (skopeo; python-dxf for a tag on one of drtp's own manifests) sit beside drtp's.  The registries'
-storage is the ground truth: a tag is ``_manifests/tags/<tag>``, a blob in a repository is
-``_layers/sha256/<hex>/link``.
+storage is the ground truth (tests/registry_storage.py).
 """
 
 from __future__ import annotations
@@ -37,36 +36,10 @@ from drtp.trace.reader import write_ibm
 from tests.conftest import ibm_record, write_json
 from tests.images import build_image, random_files, skopeo
 from tests.realreg_support import PASSWORD, USER, Pki, TokenServer, write_htpasswd
+from tests.registry_storage import every_file, layer_links, tag_dirs
 from tests.replay_support import TOKEN, make_trace, write_config
 
 pytestmark = pytest.mark.registry
-
-
-def storage_of(reg: LocalRegistry) -> Path:
-    return reg.workdir / "storage" / "docker" / "registry" / "v2" / "repositories"
-
-
-def layer_links(reg: LocalRegistry) -> set[tuple[str, str]]:
-    """(repository, blob digest) of every blob link in the registry's storage."""
-    root = storage_of(reg)
-    return {
-        (str(link.parent.parent.parent.parent.relative_to(root)), "sha256:" + link.parent.name)
-        for link in root.rglob("_layers/sha256/*/link")
-    }
-
-
-def tag_dirs(reg: LocalRegistry) -> set[tuple[str, str]]:
-    """(repository, tag) of every tag in the registry's storage."""
-    root = storage_of(reg)
-    return {
-        (str(t.parent.parent.parent.relative_to(root)), t.name)
-        for t in root.rglob("_manifests/tags/*")
-        if (t / "current" / "link").exists()
-    }
-
-
-def every_file(reg: LocalRegistry) -> set[Path]:
-    return {p for p in storage_of(reg).rglob("*") if p.is_file()}
 
 
 def clean(config: Path, *args: str) -> subprocess.CompletedProcess:
@@ -268,6 +241,20 @@ def test_bad_input_is_one_line(study, tmp_path):
     r = clean(forged, "--registry", "open")
     assert r.returncode == 2, r.stderr
     assert "forged-open.jsonl: entry 1: digest 'sha256:../../v2' is not algorithm:hex" in r.stderr
+    # a push ledger with a corrupt line before its last: one line naming the file and the line, exit 2
+    (study["dir"] / "forged-open.jsonl").write_text("")
+    ledger = study["dir"] / f"forged-open.pushes-{study['open'].host.replace(':', '_')}.jsonl"
+    push = {
+        "event": "push",
+        "registry": study["open"].url,
+        "kind": "blob",
+        "repository": "a/b",
+        "digest": CONFIG_DIGEST,
+    }
+    ledger.write_text(json.dumps(push) + "\n" + "{not json\n" + json.dumps(push) + "\n")
+    r = clean(forged, "--registry", "open")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"{ledger}: line 2: not a push ledger record" in r.stderr, r.stderr
 
 
 def traced(i: int, method: str, uri: str, status: int = 200, size: int = 0, client: str = "client0") -> dict:
