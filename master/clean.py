@@ -159,8 +159,8 @@ def _repetitions_beside(path: Path) -> set[int]:
         return found
     for p in path.parent.glob(glob_escape(head) + "*"):
         rest = p.name[len(head) :]
-        k, _, tail = rest.partition(".")
-        if k.isdigit() and ("." + tail == path.suffix or ("." + tail).startswith(LEDGER_INFIX)):
+        k, dot, tail = rest.partition(".")
+        if k.isdigit() and (dot + tail == path.suffix or (dot + tail).startswith(LEDGER_INFIX)):
             found.add(int(k))
     return found
 
@@ -267,8 +267,8 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
 
 
 def foreign(client: RegistryClient, repo: str, ours: dict[tuple[str, str, str], set[str]]) -> set[str]:
-    """Digests in ``repo`` that an image drtp has no record of pushing references: the tags drtp has no record of, their
-    manifests, the blobs those reference and, for an index, its manifests and their blobs."""
+    """Digests in ``repo`` that an image drtp has no record of pushing references: the tags drtp has no record
+    of, their manifests, the blobs those reference and, for an index, its manifests and their blobs."""
     our_tags = {t for (kind, r, _), tags in ours.items() if kind == "manifest" and r == repo for t in tags}
     keep: set[str] = set()
     for tag in client.tags(repo):

@@ -177,3 +177,6 @@ def test_clean_finds_the_maps_and_ledgers_of_repetitions_beside_the_map(tmp_path
     assert warmup_maps(cfg, [BASE]) == reps
     (tmp_path / "map.pushes-127.0.0.1_5000.jsonl").write_text("")  # a run without repetitions, too
     assert warmup_maps(cfg, [BASE]) == {tmp_path / "map.jsonl": {BASE}, **reps}
+    bare = config_from_dict({"registry": [REG], "warmup": {"output": str(tmp_path / "bare")}}, base_dir=".")
+    (tmp_path / "bare-rep4").write_text("")  # a map named without a suffix
+    assert warmup_maps(bare, [BASE]) == {tmp_path / "bare-rep4": {BASE}}
