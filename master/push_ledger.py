@@ -32,6 +32,7 @@ refuses a corrupt line anywhere else with one line naming the file and line.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
@@ -161,6 +162,9 @@ class PushLedger:
     each registry accepted to that registry's ledger beside the run's warmup map."""
 
     def __init__(self, map_path: Path, run: str) -> None:
+        """Raises OSError when the map's folder cannot take a ledger: before the run starts, not at its first push."""
+        if not os.access(map_path.parent, os.W_OK):
+            raise PermissionError(errno.EACCES, "cannot write a push ledger there", str(map_path.parent))
         self.map_path = map_path
         self.run = run  # the run's directory, named in each line
         self.paths: dict[str, tuple[str, Path]] = {}  # a request's registry -> (base URL, its ledger)
