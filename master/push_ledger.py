@@ -163,7 +163,7 @@ class PushLedger:
 
     def __init__(self, map_path: Path, run: str) -> None:
         """Raises OSError when the map's folder cannot take a ledger: before the run starts, not at its first push."""
-        if not os.access(map_path.parent, os.W_OK):
+        if map_path.parent.is_dir() and not os.access(map_path.parent, os.W_OK):  # (a missing one is made)
             raise PermissionError(errno.EACCES, "cannot write a push ledger there", str(map_path.parent))
         self.map_path = map_path
         self.run = run  # the run's directory, named in each line

@@ -228,8 +228,11 @@ def test_each_registry_in_turn_on_one_allocation(tmp_path, cluster, trace, regis
     # b's paths are the trace's own (two levels: user/repo), without a's prefix
     assert len(second_paths) >= 300 and not any(p.startswith("/v2/one/") for p in second_paths)
     assert f"requests done {2 * len(main)}" in proc.stdout
-    # one warmup map per registry
-    assert len(list(tmp_path.glob("warmup-map-*.jsonl"))) == 2
+    # one warmup map per registry, and beside each the ledger of what the run pushed there (for drtp clean)
+    assert len([p for p in tmp_path.glob("warmup-map-*.jsonl") if ".pushes-" not in p.name]) == 2
+    assert sorted(p.name for p in tmp_path.glob("warmup-map-*.pushes-*.jsonl")) == [
+        f"warmup-map-{name}.pushes-{host.replace(':', '_')}.jsonl" for name, host in zip(names, hosts, strict=True)
+    ]
 
 
 def test_failed_master_job_reported_with_id_and_log(tmp_path, cluster, trace):
