@@ -1,20 +1,25 @@
 """``drtp clean``: remove from a registry what drtp pushed there, and nothing else.
 
 What drtp pushed is what its own records say: the warmup map of each registry
-(``warmup.output``; ``<stem>-<id><suffix>`` per entry of ``registries:``; with ``repeat: N``,
-``<stem>[-<id>]-rep<k><suffix>`` per repetition),
-the ``requests.csv`` of the runs named with ``--run`` (a manifest PUT or a blob
-upload or mount the registry accepted, with the digest it got, and the helper
-pushes of the minimal config blob), and the preflight's probe blob, which the
-preflight deletes itself where the registry lets it.  Manifests are deleted by
-digest (their tags go with them), then the blobs' links in each repository.
+(``warmup.output``; ``<stem>-<id><suffix>`` per entry of ``registries:``; a repetition's
+``<stem>[-<id>]-rep<k><suffix>``), the push ledger beside each map (drtp.master.push_ledger:
+every push a registry accepted from a run of the config — manifest PUTs, blob uploads and
+mounts, the helper pushes of the minimal config blob and of a mount's fallback upload —
+appended by the master as the results arrive), the ``requests.csv`` of the runs named with
+``--run`` (read the same way, for runs kept elsewhere or made before ledgers were kept),
+and the preflight's probe blob, which the preflight deletes itself where the registry lets
+it.  A repetition's map and ledger are found beside the map without ``--set repeat=N``.
+Manifests are deleted by digest (their tags go with them), then the blobs' links in each
+repository.  After a clean with ``--yes``, each ledger gets a ``cleared`` line for every
+object deleted or found gone, so the next clean does not ask for it again.
 
 Nothing else is touched.  Before deleting, every tag of each repository drtp
-pushed to is looked at: a tag drtp did not push belongs to an image of someone
-else, and its manifest, the blobs it references (and an index's manifests and
-their blobs) are kept.  A repository holding such a tag never gets the
-``delete_repository`` hook.  An image pushed by digest only (untagged) cannot
-be found this way: its blobs are safe only when drtp's records do not name them.
+pushed to is looked at: a tag drtp has no record of pushing belongs, as far as
+drtp can tell, to an image of someone else, and its manifest, the blobs it
+references (and an index's manifests and their blobs) are kept.  A repository
+holding such a tag never gets the ``delete_repository`` hook.  An image pushed
+by digest only (untagged) cannot be found this way: its blobs are safe only
+when drtp's records do not name them.
 
 A registry that refuses DELETE (405, or the ``UNSUPPORTED`` error code) gets its
 entry's ``delete_repository`` command, once per repository with objects left;
@@ -28,16 +33,18 @@ import argparse
 import contextlib
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from glob import escape as glob_escape
 from pathlib import Path
 
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
 from drtp.master.plan import registry_for
-from drtp.master.repeat import run_dirs_in
+from drtp.master.push_ledger import LEDGER_INFIX, LedgerRead, ledger_path, mark_cleared, pushed_by_rows, read_ledger
+from drtp.master.repeat import repetition_map, run_dirs_in
 from drtp.registry.auth import auth_for, config_auth
 from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
@@ -45,14 +52,9 @@ from drtp.registry.names import digest_error, name_error
 from drtp.registry.repo_hooks import HookError, run_hook
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.messages import RegistryAuth, registry_base
-from drtp.replay.result_row import ResultRow
 
 log = logging.getLogger("drtp.clean")
 
-# What the client nodes' helper rows say they did (client/executor.py): the minimal config blob pushed before a
-# manifest, and a blob uploaded into the upload a registry opened instead of mounting.
-CONFIG_PUSH = "config blob push"
-MOUNT_FALLBACK = "mount fallback upload"
 SHOWN_REPOSITORIES = 20  # a line of what is left names this many repositories at most
 KINDS = ("manifest", "blob")
 PROBE = "probe"  # what is left in the preflight's repository: probe blobs, how many unknown (one per check)
@@ -70,6 +72,7 @@ class Pushed:
     auth: RegistryAuth | None = None  # its credentials and TLS trust (None: anonymous, system CAs)
     entry: RegistryEntry | None = None  # its registries: entry (None: a registry: item), for its delete_repository
     probe_repository: str | None = None  # where the preflight pushed its probe (registries: entries only)
+    ledgers: list[LedgerRead] = field(default_factory=list)  # its push ledgers, as read
     # (kind, repository, digest) -> the tags a manifest was pushed under (empty for a blob)
     objects: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
 
@@ -135,29 +138,73 @@ def warmup_maps(cfg: Config, chosen: Iterable[str]) -> dict[Path, set[str]]:
         for e in cfg.registries:
             if registry_base(e.url) == base:
                 maps[cfg.path(registry_config(cfg, e).warmup.output)].add(base)
-    if cfg.repeat > 1 and cfg.repeat_state == "fresh":  # each repetition warmed repositories of its own
-        from drtp.master.repeat import repetition_map
+    configured = range(1, cfg.repeat + 1) if cfg.repeat > 1 and cfg.repeat_state == "fresh" else ()
+    out: dict[Path, set[str]] = {}
+    for path, bases in maps.items():
+        # each repetition warmed repositories of its own: those the config says, and those found beside the map
+        reps = sorted(set(configured) | _repetitions_beside(path))
+        recorded = path.is_file() or any(ledger_path(path, b).is_file() for b in bases)
+        if not configured and (recorded or not reps):  # the map itself: unless only repetitions were run
+            out[path] = bases
+        for k in reps:
+            out[repetition_map(path, k)] = bases
+    return out
 
-        return {repetition_map(path, k): bases for path, bases in maps.items() for k in range(1, cfg.repeat + 1)}
-    return maps
+
+def _repetitions_beside(path: Path) -> set[int]:
+    """The repetitions (k) whose warmup map or push ledger lies beside ``path`` (``<stem>-rep<k>…``)."""
+    found = set()
+    head = f"{path.stem}-rep"
+    if not path.parent.is_dir():
+        return found
+    for p in path.parent.glob(glob_escape(head) + "*"):
+        rest = p.name[len(head) :]
+        k, dot, tail = rest.partition(".")
+        if k.isdigit() and (dot + tail == path.suffix or (dot + tail).startswith(LEDGER_INFIX)):
+            found.add(int(k))
+    return found
 
 
-def read_maps(cfg: Config, pushed: dict[str, Pushed], required: bool) -> tuple[int, list[Path]]:
+def read_ledgers(maps: dict[Path, set[str]], pushed: dict[str, Pushed]) -> tuple[int, set[str]]:
+    """Add the push ledgers' objects (one per warmup map and registry, where there is one): (entries, runs)."""
+    n, runs = 0, set()
+    for path, bases in maps.items():
+        for base in sorted(bases):
+            ledger = ledger_path(path, base)
+            if not ledger.is_file():
+                continue
+            read = read_ledger(ledger)
+            pushed[base].ledgers.append(read)
+            for p in read.pushes:
+                if registry_base(p.registry) == base:
+                    pushed[base].add(p.kind, p.repository, p.digest, p.tag if p.kind == "manifest" else "")
+                    n += 1
+                    runs.add(p.run)
+    return n, runs
+
+
+def read_maps(
+    cfg: Config, pushed: dict[str, Pushed], maps: dict[Path, set[str]], required: bool
+) -> tuple[int, list[Path]]:
     """Add the warmup maps' objects: (entries read, maps not found).
 
-    A registry without any map is bad input when ``required`` (no runs given: nothing would be cleaned there).
+    A registry without any map or ledger is bad input when ``required`` (no runs given: nothing would be cleaned
+    there).
     """
     from drtp.master.warmup import load_map  # here: it brings the replay's modules (see warmup_maps)
 
-    maps = warmup_maps(cfg, pushed)
     found = {base for path, bases in maps.items() if path.is_file() for base in bases}
+    found |= {base for base, target in pushed.items() if target.ledgers}
     n, missing = 0, []
     for path, bases in maps.items():
         if not path.is_file():
             if required and bases - found:
                 who = ", ".join(pushed[b].name for b in sorted(bases - found))
                 hint = "; --registry ID cleans another one" if len(pushed) > 1 else ""
-                raise DrtpError(f"{path}: warmup map of registry {who} not found (nothing recorded to clean{hint})")
+                raise DrtpError(
+                    f"{path}: warmup map of registry {who} not found, nor a push ledger beside it "
+                    f"(nothing recorded to clean{hint})"
+                )
             missing.append(path)
             continue
         try:
@@ -182,28 +229,6 @@ def read_maps(cfg: Config, pushed: dict[str, Pushed], required: bool) -> tuple[i
 def _object_error(e: dict) -> str | None:
     """What is wrong with the repository or digest of a record (None: a name and digest to send a DELETE for)."""
     return name_error(e["repository"]) or digest_error(e["digest"])
-
-
-def pushed_by_rows(rows: Iterable[ResultRow]) -> Iterator[tuple[str, str, str, str]]:
-    """(kind, repository, digest, tag) of every object a run's rows say the registry accepted from drtp."""
-    last: ResultRow | None = None
-    for row in rows:
-        stored = 200 <= row.status < 300
-        if not row.auxiliary:
-            last = row
-            if not stored or not row.digest:
-                continue
-            if row.method == "PUT" and row.kind == "manifest":
-                yield "manifest", row.repository, row.digest, row.reference
-                # warmup put the minimal config blob where the run's manifests name it (no map entry, no row)
-                yield "blob", row.repository, CONFIG_DIGEST, ""
-            elif row.kind == "blob" and (row.method == "PUT" or (row.method == "POST" and row.status == 201)):
-                yield "blob", row.repository, row.digest, ""  # an upload completed, or a mount
-        elif stored and row.method == "PUT":
-            if row.reference == CONFIG_PUSH:
-                yield "blob", row.repository, CONFIG_DIGEST, ""
-            elif row.reference == MOUNT_FALLBACK and last is not None and last.digest:
-                yield "blob", last.repository, last.digest, ""
 
 
 def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only: str | None) -> tuple[int, list[str]]:
@@ -242,8 +267,8 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
 
 
 def foreign(client: RegistryClient, repo: str, ours: dict[tuple[str, str, str], set[str]]) -> set[str]:
-    """Digests in ``repo`` that an image drtp did not push references: the tags drtp never pushed, their
-    manifests, the blobs those reference and, for an index, its manifests and their blobs."""
+    """Digests in ``repo`` that an image drtp has no record of pushing references: the tags drtp has no record
+    of, their manifests, the blobs those reference and, for an index, its manifests and their blobs."""
     our_tags = {t for (kind, r, _), tags in ours.items() if kind == "manifest" and r == repo for t in tags}
     keep: set[str] = set()
     for tag in client.tags(repo):
@@ -276,13 +301,14 @@ class Outcome:
     """What became of one registry's objects."""
 
     done: Counter = field(default_factory=Counter)  # (kind, DELETED | GONE | REFUSED | "error" | "hook") -> n
-    kept: int = 0  # objects an image drtp did not push references
+    kept: int = 0  # objects an image drtp has no record of pushing references
     kept_repositories: set[str] = field(default_factory=set)  # repositories with such images
     present: Counter = field(default_factory=Counter)  # dry run: kind -> objects there
     bytes: Counter = field(default_factory=Counter)  # dry run: kind -> bytes (blobs: each digest once)
     refused: set[str] = field(default_factory=set)  # kinds the registry refuses to delete
     left: dict[str, Counter] = field(default_factory=dict)  # repository -> kind -> objects left
     errors: list[str] = field(default_factory=list)
+    removed: set[tuple[str, str, str]] = field(default_factory=set)  # (kind, repository, digest) deleted or gone
 
     def leave(self, kind: str, repo: str) -> None:
         self.left.setdefault(repo, Counter())[kind] += 1
@@ -332,14 +358,17 @@ def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outc
                 out.refused.add(kind)
             return result
 
-        for (repo, _), result in zip(todo[kind], _parallel(one, todo[kind], threads), strict=True):
+        for (repo, digest), result in zip(todo[kind], _parallel(one, todo[kind], threads), strict=True):
             out.done[(kind, result)] += 1
-            if result not in (DELETED, GONE):
+            if result in (DELETED, GONE):
+                out.removed.add((kind, repo, digest))
+            else:
                 out.leave(kind, repo)
     if out.refused and target.probe_repository:  # the preflight could not delete its probe either
         out.leave(PROBE, target.probe_repository)
     if out.refused and target.entry is not None and target.entry.delete_repository:
-        _run_hooks(target, cfg, out)
+        hooked = _run_hooks(target, cfg, out)
+        out.removed |= {(kind, repo, digest) for kind in KINDS for repo, digest in todo[kind] if repo in hooked}
     return out
 
 
@@ -369,9 +398,11 @@ def _look(client: RegistryClient, todo: dict[str, list], out: Outcome, threads: 
                 seen.add(digest)
 
 
-def _run_hooks(target: Pushed, cfg: Config, out: Outcome) -> None:
-    """``delete_repository`` once per repository with objects left, unless an image of someone else is there."""
+def _run_hooks(target: Pushed, cfg: Config, out: Outcome) -> set[str]:
+    """``delete_repository`` once per repository with objects left, unless an image of someone else is there;
+    the repositories it removed."""
     entry = target.entry
+    hooked = set()
     for repo in sorted(out.left):
         if entry is None or not entry.delete_repository or repo in out.kept_repositories:
             continue
@@ -381,8 +412,10 @@ def _run_hooks(target: Pushed, cfg: Config, out: Outcome) -> None:
             out.errors.append(str(e))
             continue
         log.info("delete_repository for %s: done", repo)  # never its argv: it may hold secrets
+        hooked.add(repo)
         for kind, n in out.left.pop(repo).items():
             out.done[(kind, "hook")] += n
+    return hooked
 
 
 # -- the report -------------------------------------------------------------------------------------------------
@@ -424,7 +457,7 @@ def report(target: Pushed, out: Outcome, yes: bool) -> list[str]:
         )
     if out.kept:
         lines.append(
-            f"{head}: kept {_count(out.kept, 'object')} that images drtp did not push reference "
+            f"{head}: kept {_count(out.kept, 'object')} that images drtp has no record of pushing reference "
             f"(in {', '.join(sorted(out.kept_repositories)[:SHOWN_REPOSITORIES])})"
         )
     if out.refused:
@@ -439,7 +472,11 @@ def report(target: Pushed, out: Outcome, yes: bool) -> list[str]:
             what = ", ".join(
                 [_count(c[k], k) for k in KINDS if c[k]]
                 + (["the preflight's probe blobs"] if c[PROBE] else [])
-                + (["holds images drtp did not push: no delete_repository"] if repo in out.kept_repositories else [])
+                + (
+                    ["holds images drtp has no record of pushing: no delete_repository"]
+                    if repo in out.kept_repositories
+                    else []
+                )
             )
             parts.append(f"{repo} ({what})")
         more = len(out.left) - SHOWN_REPOSITORIES
@@ -460,15 +497,24 @@ def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, th
         # a folder of repetitions (--repeat N): each rep-<k>/ is a run; one that never started pushed nothing
         held = run_dirs_in(run_dir)
         runs += [d for d in held if (d / "requests.csv").is_file()] if held != [run_dir] else held
-    n_map, missing = read_maps(cfg, pushed, required=not runs)
+    maps = warmup_maps(cfg, pushed)
+    n_ledger, ledger_runs = read_ledgers(maps, pushed)
+    n_map, missing = read_maps(cfg, pushed, maps, required=not runs)
     n_rows, notes = read_runs(cfg, runs, pushed, registry)
     print(
         f"drtp clean: {_count(n_map, 'warmup map entry', 'warmup map entries')}, "
-        f"{_count(n_rows, 'push', 'pushes')} in the requests.csv of {_count(len(runs), 'run')}"
+        f"{_count(n_ledger, 'push ledger entry', 'push ledger entries')} of {_count(len(ledger_runs), 'run')}, "
+        f"{_count(n_rows, 'push', 'pushes')} in the requests.csv of {_count(len(runs), 'run')} given with --run"
         + ("" if yes else "; dry run: nothing is deleted (--yes deletes)")
     )
     for path in missing:
         print(f"drtp clean: no warmup map {path}: only the runs' pushes there")
+    for target in pushed.values():
+        if not target.ledgers:
+            print(
+                f"drtp clean: registry {target.name}: no push ledger beside its warmup map: no run of this config "
+                "recorded there (a run kept elsewhere, or made by a drtp without ledgers: give it with --run)"
+            )
     for note in notes:
         print(f"drtp clean: {note}")
     code = ExitCode.OK
@@ -479,9 +525,20 @@ def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, th
             raise RunError(f"registry {target.name}: {e}") from None
         for line in report(target, out, yes):
             print(line, flush=True)
+        if yes:
+            _clear_ledgers(target, out)
         if out.left or out.errors:
             code = ExitCode.TOO_MANY_FAILED  # something drtp pushed is still there, or could not be looked at
     return int(code)
+
+
+def _clear_ledgers(target: Pushed, out: Outcome) -> None:
+    """Mark in each ledger the objects of its reading that are gone now, so the next clean skips them."""
+    for read in target.ledgers:
+        try:
+            mark_cleared(read.path, target.registry, sorted(read.objects() & out.removed), read.end)
+        except OSError as e:  # the registry is clean all the same: the next clean finds them gone
+            print(f"drtp clean: could not mark the cleaned objects in {read.path} ({e.strerror or e})")
 
 
 # -- the command ------------------------------------------------------------------------------------------------
@@ -501,15 +558,18 @@ def register(sub) -> None:
         "clean",
         help="delete from the registries what warmup, runs and the preflight pushed (dry run without --yes)",
         description="Delete from each registry of the config what drtp pushed there, as its records say: the "
-        "warmup map's manifests and blobs (warmup.output; <stem>-<id><suffix> per registries: entry), those of "
-        "the runs given with --run (their requests.csv), and the preflight's probe. Manifests are deleted by digest "
-        "(their tags go with them), then blobs; a tag drtp did not push, and every object its image references, "
-        "is kept. Without --yes, nothing is deleted: the objects that would be, with counts and bytes per "
-        "registry. A registry that refuses DELETE (405/UNSUPPORTED) gets the entry's delete_repository command "
+        "warmup map's manifests and blobs (warmup.output; <stem>-<id><suffix> per registries: entry; a "
+        "repetition's -rep<k>), the push ledger beside each map (every push a registry accepted from the config's "
+        "runs, wherever their results went), those of the runs given with --run (their requests.csv), and the "
+        "preflight's probe. Manifests are deleted by digest (their tags go with them), then blobs; a tag drtp has "
+        "no record of pushing, and every object its image references, is kept. After --yes, the ledgers mark "
+        "what is gone, so the next clean does not ask for it again. Without --yes, nothing is deleted: the "
+        "objects that would be, with counts and bytes per registry. A registry that refuses DELETE "
+        "(405/UNSUPPORTED) gets the entry's delete_repository command "
         "per repository, else one line says what is left. A blob DELETE unlinks the blob: the registry frees "
         "its bytes at its garbage collection (Distribution: 'registry garbage-collect', and storage.delete.enabled "
         "must be true). Exit codes: 0 everything asked is deleted or was gone; 1 something is left; 2 bad input "
-        "(config, map, requests.csv, --registry); 3 a registry could not be reached.",
+        "(config, map, ledger, requests.csv, --registry); 3 a registry could not be reached.",
     )
     add_config_options(p)
     p.add_argument(
@@ -520,8 +580,8 @@ def register(sub) -> None:
         nargs="+",
         metavar="DIR",
         action="extend",
-        help="run directories whose pushes (requests.csv) are deleted too (an experiment's: EXP/<id>; a folder of "
-        "repetitions: each rep-<k>/; clean their warmup maps with --set repeat=N)",
+        help="run directories whose pushes (requests.csv) are deleted too, for runs the ledgers do not hold "
+        "(an experiment's: EXP/<id>; a folder of repetitions: each rep-<k>/)",
     )
     p.add_argument("--yes", action="store_true", help="delete (without it: list what would be deleted)")
     p.add_argument("--threads", type=positive_int, default=8, help="DELETE requests at once (default 8)")

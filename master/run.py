@@ -45,6 +45,7 @@ from drtp.master.nodes import NodeLink
 from drtp.master.original_output import write_original_results
 from drtp.master.plan import HeldRecords, Planner, registry_for, with_names
 from drtp.master.preflight import preflight_all
+from drtp.master.push_ledger import PushLedger
 from drtp.master.registry_metrics import METRICS_FILE, RegistryMetrics, metrics_endpoints
 from drtp.master.renewal import SecretRenewal
 from drtp.master.replayer_health import MasterCpu, ReplayerHealth
@@ -366,6 +367,7 @@ class Replay:
             self.results = RunResults(
                 self.out_dir, timed, self.ci.on_time_ms / 1000, self.resume, history, self.replayer
             )
+            self.ledger = PushLedger(self.cfg.path(self.cfg.warmup.output), str(self.out_dir.absolute()))  # drtp clean
         except OSError as e:
             raise write_failed(Path(e.filename) if e.filename else self.out_dir, e) from None
 
@@ -719,6 +721,8 @@ class Replay:
             self.live.add_parts(frame.live)
         inflight, planner = self.inflight, self.planner
         feedback = {res.seq: res for res in frame.feedback} if frame.feedback else {}
+        if feedback:  # what the registries accepted, for drtp clean: before the requests leave ``inflight``
+            self.ledger.add(node, [(inflight[s][1], res) for s, res in feedback.items() if s in inflight])
         n = 0
         for seq in frame.done:
             entry = inflight.pop(seq, None)

@@ -21,6 +21,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from drtp.analysis.results import load_requests, rows
+from drtp.master.push_ledger import pushed_by_rows
 from drtp.registry.local import LocalRegistry, free_port
 from drtp.trace.reader import TraceReader
 from tests.cluster_support import (
@@ -36,8 +38,10 @@ from tests.cluster_support import (
     why_not,
 )
 from tests.credential_support import Helper
+from tests.images import build_image, random_files, skopeo
 from tests.realreg_support import Pki, write_htpasswd
 from tests.registry_log import logged_requests
+from tests.registry_storage import layer_links, tag_dirs
 from tests.replay_support import TOKEN, make_trace
 
 DRTP = [sys.executable, "-m", "drtp.cli"]
@@ -224,8 +228,11 @@ def test_each_registry_in_turn_on_one_allocation(tmp_path, cluster, trace, regis
     # b's paths are the trace's own (two levels: user/repo), without a's prefix
     assert len(second_paths) >= 300 and not any(p.startswith("/v2/one/") for p in second_paths)
     assert f"requests done {2 * len(main)}" in proc.stdout
-    # one warmup map per registry
-    assert len(list(tmp_path.glob("warmup-map-*.jsonl"))) == 2
+    # one warmup map per registry, and beside each the ledger of what the run pushed there (for drtp clean)
+    assert len([p for p in tmp_path.glob("warmup-map-*.jsonl") if ".pushes-" not in p.name]) == 2
+    assert sorted(p.name for p in tmp_path.glob("warmup-map-*.pushes-*.jsonl")) == [
+        f"warmup-map-{name}.pushes-{host.replace(':', '_')}.jsonl" for name, host in zip(names, hosts, strict=True)
+    ]
 
 
 def test_failed_master_job_reported_with_id_and_log(tmp_path, cluster, trace):
@@ -444,6 +451,7 @@ def test_registries_with_credentials_run_in_turn_and_resume(tmp_path, cluster, t
             assert again.returncode == 0, out
             b_objects = check_prefix(reg_b.log_path, PREFIXES["b"], mounts=True)
         assert uris(reg_a.log_path, offset_a) == []  # a, done before, got no request
+        cleaned = clean_after_slurm(tmp_path, config, reg_a, results / "a", env)
     assert "experiment creds in" in again.stdout and "(resumed)" in again.stdout
 
     exp = tmp_path / "slurm-jobs" / "creds"
@@ -473,7 +481,36 @@ def test_registries_with_credentials_run_in_turn_and_resume(tmp_path, cluster, t
             if f.is_file():
                 text = f.read_text(errors="replace")
                 assert all(pw not in text for _, pw in USERS.values()), f
-    assert all(pw not in first.stdout + again.stdout for _, pw in USERS.values())
+    assert all(pw not in first.stdout + again.stdout + cleaned for _, pw in USERS.values())
+
+
+def clean_after_slurm(folder: Path, config: Path, reg: LocalRegistry, run: Path, env: dict) -> str:
+    """``drtp clean -c CONFIG --registry a --yes`` after the Slurm experiment, no ``--run``: the master job wrote
+    the ledger of what registry a accepted beside a's warmup map (the config's folder, not the job's work dir),
+    so nothing drtp made is left in a's storage (the run's own tags and layer links too), and an image skopeo
+    pushed into one of drtp's repositories is kept.  Its output."""
+    user, password = USERS["a"]
+    pushed = list(pushed_by_rows(rows(load_requests(run / "requests.csv"))))
+    run_tags = {(repo, tag) for kind, repo, _, tag in pushed if kind == "manifest" and ":" not in tag}
+    assert run_tags and run_tags <= tag_dirs(reg)  # the run pushed tags of its own, which no warmup map records
+    assert (folder / f"warmup-map-a.pushes-{reg.host.replace(':', '_')}.jsonl").is_file()
+    shared = sorted(run_tags)[0][0]
+    image = build_image(folder / "foreign", [random_files(1, 5000, 21)])
+    creds = f"{user}:{password}"
+    skopeo(
+        "copy",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        creds,
+        f"dir:{folder / 'foreign'}",
+        f"docker://{reg.host}/{shared}:foreign",
+    )
+    done = drtp(["clean", "-c", str(config), "--registry", "a", "--yes"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(pushed)} push ledger entries of 1 run" in done.stdout.splitlines()[0], done.stdout
+    assert tag_dirs(reg) == {(shared, "foreign")}
+    assert layer_links(reg) == {(shared, d) for d in [image["config"], *image["layers"]]}
+    return done.stdout
 
 
 # -- drtp deploy over SSH ------------------------------------------------------------------------

@@ -3,13 +3,13 @@
 Two registries run the same generated trace through two client nodes: ``open`` (deletes enabled, repository
 prefix ``team/``) and ``locked`` (deletes disabled: every DELETE is answered 405 UNSUPPORTED).  Images someone
 else pushed (skopeo; python-dxf for a tag on one of drtp's own manifests) sit beside drtp's.  The registries'
-storage is the ground truth: a tag is ``_manifests/tags/<tag>``, a blob in a repository is
-``_layers/sha256/<hex>/link``.
+storage is the ground truth (tests/registry_storage.py).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +21,9 @@ from dxf import DXF
 from drtp.analysis.results import load_requests, rows
 from drtp.cli import main
 from drtp.config import load_config
-from drtp.master.clean import CONFIG_PUSH, MOUNT_FALLBACK, pushed_by_rows
 from drtp.master.experiment import run_experiment
 from drtp.master.plan import registry_for
+from drtp.master.push_ledger import CONFIG_PUSH, MOUNT_FALLBACK, pushed_by_rows
 from drtp.master.run import run_replay
 from drtp.master.warmup import load_map, run_warmup
 from drtp.registry.client import RegistryClient
@@ -31,39 +31,15 @@ from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.replay.messages import RegistryAuth
 from drtp.replay.result_row import ResultRow
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import write_ibm
 from tests.conftest import ibm_record, write_json
 from tests.images import build_image, random_files, skopeo
 from tests.realreg_support import PASSWORD, USER, Pki, TokenServer, write_htpasswd
+from tests.registry_storage import every_file, layer_links, tag_dirs
 from tests.replay_support import TOKEN, make_trace, write_config
 
 pytestmark = pytest.mark.registry
-
-
-def storage_of(reg: LocalRegistry) -> Path:
-    return reg.workdir / "storage" / "docker" / "registry" / "v2" / "repositories"
-
-
-def layer_links(reg: LocalRegistry) -> set[tuple[str, str]]:
-    """(repository, blob digest) of every blob link in the registry's storage."""
-    root = storage_of(reg)
-    return {
-        (str(link.parent.parent.parent.parent.relative_to(root)), "sha256:" + link.parent.name)
-        for link in root.rglob("_layers/sha256/*/link")
-    }
-
-
-def tag_dirs(reg: LocalRegistry) -> set[tuple[str, str]]:
-    """(repository, tag) of every tag in the registry's storage."""
-    root = storage_of(reg)
-    return {
-        (str(t.parent.parent.parent.relative_to(root)), t.name)
-        for t in root.rglob("_manifests/tags/*")
-        if (t / "current" / "link").exists()
-    }
-
-
-def every_file(reg: LocalRegistry) -> set[Path]:
-    return {p for p in storage_of(reg).rglob("*") if p.is_file()}
 
 
 def clean(config: Path, *args: str) -> subprocess.CompletedProcess:
@@ -173,7 +149,7 @@ def test_clean_deletes_what_drtp_pushed_and_keeps_the_rest(study, tmp_path):
     done = clean(study["config"], "--registry", "open", "--run", str(exp / "open"), "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     kept_line = next(line for line in done.stdout.splitlines() if ": kept " in line)
-    assert f"images drtp did not push reference (in {shared_repo})" in kept_line, done.stdout
+    assert f"images drtp has no record of pushing reference (in {shared_repo})" in kept_line, done.stdout
 
     # no tag and no blob link drtp made remains (but on the manifest someone else tagged); all of theirs does
     assert tag_dirs(reg) == foreign_tags | kept_drtp_tags
@@ -230,7 +206,7 @@ def test_a_registry_that_refuses_delete(study, tmp_path):
     assert hooked.returncode == 1  # the repository with someone else's image keeps drtp's objects
     n_shared = sum(r == shared_repo for r, _ in manifests | blobs)
     assert f": left {n_shared} objects in 1 repository: {shared_repo} (" in hooked.stdout, hooked.stdout
-    assert "holds images drtp did not push: no delete_repository)" in hooked.stdout
+    assert "holds images drtp has no record of pushing: no delete_repository)" in hooked.stdout
     assert "removed with delete_repository" in hooked.stdout
 
 
@@ -265,6 +241,20 @@ def test_bad_input_is_one_line(study, tmp_path):
     r = clean(forged, "--registry", "open")
     assert r.returncode == 2, r.stderr
     assert "forged-open.jsonl: entry 1: digest 'sha256:../../v2' is not algorithm:hex" in r.stderr
+    # a push ledger with a corrupt line before its last: one line naming the file and the line, exit 2
+    (study["dir"] / "forged-open.jsonl").write_text("")
+    ledger = study["dir"] / f"forged-open.pushes-{study['open'].host.replace(':', '_')}.jsonl"
+    push = {
+        "event": "push",
+        "registry": study["open"].url,
+        "kind": "blob",
+        "repository": "a/b",
+        "digest": CONFIG_DIGEST,
+    }
+    ledger.write_text(json.dumps(push) + "\n" + "{not json\n" + json.dumps(push) + "\n")
+    r = clean(forged, "--registry", "open")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"{ledger}: line 2: not a push ledger record" in r.stderr, r.stderr
 
 
 def traced(i: int, method: str, uri: str, status: int = 200, size: int = 0, client: str = "client0") -> dict:
@@ -438,3 +428,84 @@ def test_the_config_blob_warmup_put_where_only_the_run_pushes_is_cleaned_from_th
         done = clean(tmp_path / "config.yaml", "--yes")
         assert done.returncode == 0, done.stdout + done.stderr
         assert layer_links(reg) == set()
+
+
+# -- the push ledger: a clean with no --run -------------------------------------------------------------------
+
+
+def pushy_trace(path: Path, requests: int = 80) -> Path:
+    """A short trace of which a third pushes (new images over few repositories): each run pushes tags and layers
+    of its own, which no warmup map records."""
+    opts = GenerateOptions(
+        requests=requests, seed=3, span_s=8, clients=10, repositories=4, push_ratio=0.3, max_layer_size=20_000
+    )
+    write_ibm(path, generate(opts))
+    return path
+
+
+@pytest.mark.parametrize("command", ["run", "experiment --repeat 2", "ramp"])
+def test_a_clean_with_no_run_given_removes_what_the_runs_pushed(command, tmp_path, nodes):
+    """Each way of running writes every push the registry accepted to the ledger beside the warmup map, as the
+    results arrive; ``drtp clean -c CONFIG --yes`` alone (the results moved away) then leaves no tag and no blob
+    link drtp made in the registry's storage, keeps the images skopeo pushed (one in a repository drtp pushed
+    to), and says what it read.  A second clean finds nothing left in the ledger to ask for."""
+    trace = pushy_trace(tmp_path / "trace.json")
+    with LocalRegistry(tmp_path / "reg") as reg:
+        cfg = {
+            "trace": {"location": str(tmp_path), "traces": [trace.name]},
+            "client_info": {"client_list": [n.address for n in nodes], "threads": 8, "token": TOKEN, "batch": 20},
+            "warmup": {"output": "maps/warmup.jsonl", "threads": 4},
+            "results": "results",
+        }
+        if command == "ramp":  # a ramp replays a registry: list
+            cfg["registry"] = [reg.host]
+        else:
+            cfg["registries"] = [{"id": "lab", "url": reg.url, "insecure": True, "repository": "lab/"}]
+        config = tmp_path / "config.yaml"
+        config.write_text(yaml.safe_dump(cfg))
+        if command == "ramp":
+            assert main(["warmup", "-c", str(config), "-q"]) == 0
+            argv = ["ramp", "-c", str(config), "--from", "20", "--step", "20", "--to", "40", "--step-duration", "1"]
+            argv += ["--slo", "p99<60s"]
+        else:
+            argv = command.split() + ["-c", str(config)]
+        assert main([*argv, "-q"]) == 0
+        shutil.move(tmp_path / "results", tmp_path / "moved")  # results are moved: the clean must not need them
+        runs = sorted(p.parent for p in (tmp_path / "moved").rglob("requests.csv"))
+        assert len(runs) == 2 if command != "run" else len(runs) == 1
+        pushed = [push for run in runs for push in pushed_by_rows(rows(load_requests(run / "requests.csv")))]
+        run_tags = {(repo, tag) for kind, repo, _, tag in pushed if kind == "manifest" and ":" not in tag}
+        run_links = {(repo, digest) for kind, repo, digest, _ in pushed if kind == "blob"}
+        assert len(run_tags) >= 3 and len(run_links) >= 6, pushed  # the runs pushed: no warmup map names these
+        # (the minimal config blob is recorded with each manifest PUT in case warmup put it there: it may not be)
+        assert run_tags <= tag_dirs(reg) and {link for link in run_links if link[1] != CONFIG_DIGEST} <= layer_links(
+            reg
+        )
+        assert sorted(p.name for p in (tmp_path / "maps").glob("*.pushes-*")) == sorted(
+            {f"{Path(m).stem}.pushes-{reg.host.replace(':', '_')}.jsonl" for m in _maps(tmp_path / "maps")}
+        )
+
+        shared = sorted(run_tags)[0][0]
+        mine = push_foreign(tmp_path, reg, f"{shared}:foreign", 11)
+        other = push_foreign(tmp_path, reg, "other/app:v1", 13)
+        done = clean(config, "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        head = done.stdout.splitlines()[0]
+        n_runs = len(runs)
+        assert f", {len(pushed)} push ledger entries of {n_runs} run{'s' if n_runs > 1 else ''}, 0 pushes" in head, head
+        assert "no warmup map" not in done.stdout and "no push ledger" not in done.stdout, done.stdout
+        assert tag_dirs(reg) == {(shared, "foreign"), ("other/app", "v1")}
+        assert layer_links(reg) == {(shared, d) for d in [mine["config"], *mine["layers"]]} | {
+            ("other/app", d) for d in [other["config"], *other["layers"]]
+        }
+        assert pulls(tmp_path, reg, f"{shared}:foreign", mine) and pulls(tmp_path, reg, "other/app:v1", other)
+
+        again = clean(config, "--yes")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "0 push ledger entries of 0 runs" in again.stdout.splitlines()[0], again.stdout
+        assert "deleted 0 manifests and 0 blob links" in again.stdout
+
+
+def _maps(folder: Path) -> list[Path]:
+    """The warmup maps in ``folder`` (not their ledgers)."""
+    return [p for p in folder.glob("*.jsonl") if ".pushes-" not in p.name]
