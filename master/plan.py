@@ -45,6 +45,7 @@ from __future__ import annotations
 import zlib
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 
 import msgspec
 
@@ -439,6 +440,9 @@ def _read_key(rec: TraceRecord, uri: Uri) -> tuple | None:
     return None if uri.reference.startswith("uploads") else ("blob", uri.reference)
 
 
+_seq_of = attrgetter("seq")  # a held record's place in the trace (the sort key of a release)
+
+
 def _waits_for(held: Held, pushes: set[tuple]) -> bool:
     """Does a held record depend on one of ``pushes`` (a manifest PUT on any blob push into its repository)?"""
     key = held.read_key
@@ -561,15 +565,22 @@ class HeldRecords:
             elif n:
                 del queue[:n]
         self.count -= len(out)
-        out.sort(key=lambda h: h.seq)
+        out.sort(key=_seq_of)
         return out
 
     def planned(self, held: Held) -> None:
-        """A released record is about to be planned: the planner counts it from now on."""
-        for table, key in ((self.pushes, held.push_key), (self.reads, held.read_key)):
-            seqs = table.get(key) if key is not None else None
-            if seqs and held.seq in seqs:
-                seqs.remove(held.seq)
-                if not seqs:
-                    del table[key]
-                self._wake(key)  # a later record of another client may wait for this one
+        """A released record is about to be planned: the planner counts it from now on.  (Most held records
+        are reads of layers: ``reads`` files only manifest reads, so those have nothing to take back.)"""
+        if held.push_key is not None:
+            self._unfile(self.pushes, held.push_key, held.seq)
+        key = held.read_key
+        if key is not None and key[0] == "manifest":
+            self._unfile(self.reads, key, held.seq)
+
+    def _unfile(self, table: dict[tuple, list[int]], key: tuple, seq: int) -> None:
+        seqs = table.get(key)
+        if seqs and seq in seqs:
+            seqs.remove(seq)
+            if not seqs:
+                del table[key]
+            self._wake(key)  # a later record of another client may wait for this one
