@@ -13,6 +13,15 @@ total of ``--rates`` requests/s (a slow registry's rate), to show the cost per
 request stays flat (no fixed cost per frame or per event that grows when frames
 carry few results).
 
+With ``--before COMMIT [--after COMMIT]`` it compares two commits of drtp instead: each exported into a folder of
+its own (``git archive``, as ``bench_node_cpu.py`` does) and run from there (``PYTHONPATH``), its master and
+stand-ins both, in alternated rounds (A B, B A, …) on one trace and one registry stand-in, so both sides see
+the same machine; per side the master's CPU µs per dispatched request and the requests/s one master core
+keeps up with (10⁶ ÷ µs), median and range over the rounds, and the load average before and after.  With
+``--instructions`` also the instructions the master executes per request (valgrind's callgrind, a run of
+``--requests`` less one of a fifth of them, so start-up drops out): they repeat where CPU times on a shared
+machine do not.
+
 With ``--live-rounds N`` it measures instead what live metrics (``--metrics-port``) cost: N rounds with
 them off and N with them on, alternated (off, on, off, on, …) on the same trace and stand-ins, the
 master's CPU per request (the exporter listens, and the master adds the frames' parts) and the stand-ins'
@@ -20,6 +29,8 @@ master's CPU per request (the exporter listens, and the master adds the frames' 
 
 Usage: python bench/bench_master.py [--requests 100000] [--nodes 1 2 4] [--rates 20000 2000]
        python bench/bench_master.py --live-rounds 3 [--requests 100000] [--nodes 2] [--rates 2000]
+       python bench/bench_master.py --before COMMIT [--after HEAD] [--rounds 7] [--requests 100000] [--nodes 1]
+                                    [--instructions]   (callgrind: needs valgrind; minutes per side)
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import contextlib
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,7 +54,8 @@ from unittest.mock import patch
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# from a source checkout; appended, so that a round of --before/--after runs its own tree (PYTHONPATH) first
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 from drtp.master.run import run_replay  # noqa: E402
 from drtp.registry.local import free_port  # noqa: E402
@@ -302,6 +315,96 @@ def print_live(rows: list[dict]) -> None:
             print(f"{nodes:>5} {paced or 'full':>6} {who:>7} {shown[0]:>28} {shown[1]:>28} {ratio:>7.3f}")
 
 
+def tree_round(tree: Path, work: Path, trace: Path, registry: str, n_nodes: int, callgrind: bool = False) -> dict:
+    """One full-speed run under ``tree``'s drtp (master and stand-ins), in a process of its own; its row.
+    ``callgrind``: the master's process runs under valgrind's callgrind (not the stand-ins), and the row
+    gets ``instructions``, all the process executed, start-up included."""
+    work.mkdir()
+    (work / "map.jsonl").write_text("")
+    wrap = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={work / 'callgrind.out'}"] if callgrind else []
+    proc = subprocess.run(
+        [
+            *wrap,
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--round",
+            str(work),
+            str(trace),
+            registry,
+            str(n_nodes),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(tree)),
+        cwd=tree,
+        timeout=3600 if callgrind else 900,
+    )
+    if proc.returncode:
+        raise RuntimeError(f"round under {tree} failed:\n{proc.stderr[-3000:]}")
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not row["drtp"].startswith(str(tree)):
+        raise RuntimeError(f"the round under {tree} imported drtp from {row['drtp']}")
+    if callgrind:  # valgrind's last lines: "==pid== Collected : 1,234"
+        collected = [line for line in proc.stderr.splitlines() if "Collected :" in line]
+        row["instructions"] = int(collected[-1].rsplit(":", 1)[1].replace(",", ""))
+    return row
+
+
+def compare(before: str, after: str, rounds: int, requests: int, nodes: int, instructions: bool = False) -> dict:
+    """Alternated rounds (A B, B A, …) of ``before`` and ``after`` at full speed against ``nodes`` stand-ins:
+    {"rows": one per round, "load": the load averages before and after}; with ``instructions`` also
+    {"instructions": per side, the instructions the master executes per request}, which on a shared machine
+    repeat where CPU times do not: callgrind counts a run of ``requests`` and one of a fifth of them, and
+    the difference ÷ the difference in requests leaves start-up out."""
+    from bench_node_cpu import export
+
+    rows = []
+    per_request = {}
+    load_before = os.getloadavg()
+    small = max(1, requests // 5)
+    with stand_in_registry("drtp-bench-master-ab-", requests, small) as (work, registry, full, short):
+        commits = {"before": before, "after": after}
+        trees = {side: export(commit, work / f"tree-{side}") for side, commit in commits.items()}
+        for i in range(rounds):
+            for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                row = tree_round(trees[side], work / f"round-{i}-{side}", full, registry, nodes)
+                rows.append({**row, "side": side, "commit": commits[side], "round": i + 1})
+        if instructions:
+            for side, tree in trees.items():
+                big = tree_round(tree, work / f"callgrind-{side}-full", full, registry, nodes, callgrind=True)
+                low = tree_round(tree, work / f"callgrind-{side}-small", short, registry, nodes, callgrind=True)
+                per_request[side] = (big["instructions"] - low["instructions"]) / (big["requests"] - low["requests"])
+    res = {"rows": rows, "load": {"before": load_before, "after": os.getloadavg()}}
+    if instructions:
+        res["instructions"] = per_request
+    return res
+
+
+def print_compare(res: dict) -> None:
+    """Per side: each round's µs per dispatched request, the median and range, and req/s per master core."""
+    rows = res["rows"]
+    print(f"{'side':>6} {'commit':>10} {'µs/req median (range)':>24} {'req/s per core median (range)':>32}  rounds")
+    medians = {}
+    for side in ("before", "after"):
+        mine = [r for r in rows if r["side"] == side]
+        us = [r["master_cpu_us_per_req"] for r in mine]
+        med = medians[side] = statistics.median(us)
+        rps = f"{1e6 / med:,.0f} ({1e6 / max(us):,.0f}–{1e6 / min(us):,.0f})"
+        shown = " ".join(f"{v:.1f}" for v in us)
+        print(f"{side:>6} {mine[0]['commit']:>10} {f'{med:.2f} ({min(us):.2f}–{max(us):.2f})':>24} {rps:>32}  {shown}")
+    print(f"after ÷ before (medians): {medians['after'] / medians['before']:.3f}")
+    if "instructions" in res:
+        ins = res["instructions"]
+        print(
+            f"instructions per request (callgrind, master process): before {ins['before']:,.0f}, "
+            f"after {ins['after']:,.0f}, after ÷ before {ins['after'] / ins['before']:.3f}"
+        )
+    load = res["load"]
+    print(
+        "load average before: {:.2f} {:.2f} {:.2f}; after: {:.2f} {:.2f} {:.2f}".format(*load["before"], *load["after"])
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=100_000)
@@ -310,7 +413,27 @@ def main() -> None:
     ap.add_argument("--paced-requests", type=int, default=20_000, help="trace length of the paced runs")
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--live-rounds", type=int, help="measure live metrics off vs on: this many alternated rounds each")
+    ap.add_argument("--before", help="compare two commits, alternated: the one before the change")
+    ap.add_argument("--after", default="HEAD", help="the commit with the change (default HEAD: commit it first)")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds per commit with --before")
+    ap.add_argument(
+        "--instructions", action="store_true", help="with --before: also count instructions per request (callgrind)"
+    )
+    ap.add_argument("--round", nargs=4, metavar=("WORK", "TRACE", "REGISTRY", "NODES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.round:  # one round of --before/--after, under the tree PYTHONPATH names
+        import drtp
+
+        work, trace, registry, n = args.round
+        row = one_run(Path(work), Path(trace), registry, int(n), 0)
+        print(json.dumps({**row, "drtp": str(Path(drtp.__file__).resolve().parent)}))
+        return
+    if args.before:
+        res = compare(args.before, args.after, args.rounds, args.requests, args.nodes[0], args.instructions)
+        print_compare(res)
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=2))
+        return
     if args.live_rounds:
         rows = measure_live(args.requests, tuple(args.nodes), tuple(args.rates), args.paced_requests, args.live_rounds)
         print_live(rows)

@@ -45,6 +45,7 @@ from __future__ import annotations
 import zlib
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 
 import msgspec
 
@@ -273,29 +274,33 @@ class Planner:
             self.origin = start
         duration = rec.duration
         start -= self.origin + (duration if self.completion_stamped else 0.0)
+        agent = rec.useragent  # an AgentRecord's (user_agent: trace); a plain TraceRecord has none
+        # positional, in ReplayRequest's field order: its 22 keywords were packed into a dict and matched by name
+        # for every request, some 8 % of the master's instructions per request (tests/test_replay_plan.py
+        # checks that each value lands in its field)
         return ReplayRequest(
-            seq=seq,
-            trace_id=rec.id,
-            client=rec.client,
-            method=rec.method,
-            kind=kind,
-            op=op,
-            registry=registry,
-            repository=repo,
-            reference=ref,
-            size=rec.size,
-            expected_status=rec.status,
-            digest=digest,
-            object_size=object_size,
-            at=at,
-            layers=layers,
-            mount=mount,
-            mount_from=mount_from,
-            config=config,
-            trace_start=start,
-            trace_end=start + duration,
-            upload=upload,
-            user_agent=header_safe(rec.useragent) if rec.useragent else None,  # an AgentRecord's (user_agent: trace)
+            seq,  # seq
+            rec.id,  # trace_id
+            rec.client,  # client
+            rec.method,  # method
+            kind,  # kind
+            op,  # op
+            registry,  # registry
+            repo,  # repository
+            ref,  # reference
+            rec.size,  # size
+            rec.status,  # expected_status
+            digest,  # digest
+            object_size,  # object_size
+            at,  # at
+            layers,  # layers
+            mount,  # mount
+            mount_from,  # mount_from
+            config,  # config
+            start,  # trace_start
+            start + duration,  # trace_end
+            upload,  # upload
+            header_safe(agent) if agent else None,  # user_agent
         )
 
     def replayed(self, rec: TraceRecord, uri: Uri | None = None, assume_found: bool = False) -> None:
@@ -436,6 +441,9 @@ def _read_key(rec: TraceRecord, uri: Uri) -> tuple | None:
     return None if uri.reference.startswith("uploads") else ("blob", uri.reference)
 
 
+_seq_of = attrgetter("seq")  # a held record's place in the trace (the sort key of a release)
+
+
 def _waits_for(held: Held, pushes: set[tuple]) -> bool:
     """Does a held record depend on one of ``pushes`` (a manifest PUT on any blob push into its repository)?"""
     key = held.read_key
@@ -499,7 +507,7 @@ class HeldRecords:
         queue = self.by_client.get(rec.client)
         push_key = read_key = None
         if queue is None:
-            if self.count:
+            if self.count and (self.pushes or self.reads):  # only a held push or manifest read can be overtaken
                 push_key, read_key = _push_key(rec, uri), _read_key(rec, uri)
                 if self._overtakes(read_key, push_key, seq):
                     queue = self.by_client[rec.client] = []
@@ -558,15 +566,22 @@ class HeldRecords:
             elif n:
                 del queue[:n]
         self.count -= len(out)
-        out.sort(key=lambda h: h.seq)
+        out.sort(key=_seq_of)
         return out
 
     def planned(self, held: Held) -> None:
-        """A released record is about to be planned: the planner counts it from now on."""
-        for table, key in ((self.pushes, held.push_key), (self.reads, held.read_key)):
-            seqs = table.get(key) if key is not None else None
-            if seqs and held.seq in seqs:
-                seqs.remove(held.seq)
-                if not seqs:
-                    del table[key]
-                self._wake(key)  # a later record of another client may wait for this one
+        """A released record is about to be planned: the planner counts it from now on.  (Most held records
+        are reads of layers: ``reads`` files only manifest reads, so those have nothing to take back.)"""
+        if held.push_key is not None:
+            self._unfile(self.pushes, held.push_key, held.seq)
+        key = held.read_key
+        if key is not None and key[0] == "manifest":
+            self._unfile(self.reads, key, held.seq)
+
+    def _unfile(self, table: dict[tuple, list[int]], key: tuple, seq: int) -> None:
+        seqs = table.get(key)
+        if seqs and seq in seqs:
+            seqs.remove(seq)
+            if not seqs:
+                del table[key]
+            self._wake(key)  # a later record of another client may wait for this one

@@ -530,13 +530,15 @@ class Replay:
                     continue
                 if arrivals is not None:
                     at = self.offset + next(arrivals)
-                else:
+                elif timed:
                     # the trace's start of a request is its arrival: a registry log stamps completions (a
                     # request that arrived before the first one in the file is due at the start)
                     t = rec.time - rec.duration if self.planner.completion_stamped else rec.time
                     if first is None:
                         first = t
-                    at = self.offset + max(0.0, t - first) / speedup if timed else None
+                    at = self.offset + max(0.0, t - first) / speedup
+                else:
+                    at = None  # stress: as soon as possible (no look at the record's time, which costs)
                 uri = rec.parts  # split once: hold, route and plan all look at it
                 if self.held.hold(rec, seq, at, uri):  # it waits for a request in flight; other clients go on
                     seq += 1
@@ -599,16 +601,15 @@ class Replay:
         return self.router.alive
 
     def _route(self, rec: TraceRecord, uri: Uri, upload: str | None) -> str | None:
+        if uri.kind != "blob" or rec.method not in ("POST", "PATCH", "PUT"):
+            return self.router.pick(rec.client)  # most requests: no upload session to follow
         op_key = (rec.client, uri.repository, upload)
-        pinned = None
-        blob = uri.kind == "blob"
-        if blob and rec.method in ("POST", "PATCH", "PUT"):
-            # an upload continues on the node that opened it (the node holds the session)
-            pinned = self.upload_node.get(op_key)
-            if pinned in self.dead:
-                pinned = None
+        # an upload continues on the node that opened it (the node holds the session)
+        pinned = self.upload_node.get(op_key)
+        if pinned in self.dead:
+            pinned = None
         node = pinned or self.router.pick(rec.client)
-        if node is not None and blob:
+        if node is not None:
             # only a session that opened (202) or goes on is pinned: a mount (201) or a refused open leaves none
             if rec.method == "PATCH" or (rec.method == "POST" and rec.status == 202):
                 self.upload_node[op_key] = node

@@ -129,3 +129,38 @@ def test_held_records_wait_per_client_and_keep_each_objects_order():
     assert held.release() == []
     p.done(req, ReplayResult(2, 201, True, 0.0, 0.01))
     assert [h.seq for h in held.release()] == [3] and len(held) == 0
+
+
+def test_every_planned_field_lands_in_its_own_field_of_the_request():
+    """The planner builds requests positionally (keywords cost the master per request): each value must land
+    in the field it names, checked against requests built by keyword for every kind of field."""
+    from drtp.replay.messages import Layer, ReplayRequest
+    from drtp.trace.records import AgentRecord
+
+    p = Planner(["r:1"])
+    p.learn("a/x", "blob", "base", "sha256:base", 5)
+    p.learn("a/x", "blob", "L2", "sha256:l2", 7)
+    later = T + _dt.timedelta(seconds=1.5)
+    agent = AgentRecord("h", 0.25, "GET", "c9", "v2/a/x/blobs/base", 200, 5, "g1", later, useragent="docker/24.0")
+    p.plan(rec("HEAD", "v2/a/x/blobs/base"), 0, None)  # the image's blobs: base, then L2 (its config)
+    p.plan(rec("HEAD", "v2/a/x/blobs/L2"), 1, None)
+    got = [
+        p.plan(agent, 2, 0.75),
+        p.plan(rec("PUT", "v2/a/x/manifests/v1", 201, 900), 3, None),
+        p.plan(rec("POST", "v2/a/y/blobs/uploads/?mount=base&from=a/x", 202), 4, None, upload="#4"),
+    ]
+    base = {"registry": "r:1", "trace_start": 1.5, "trace_end": 1.75}
+    want = [
+        ReplayRequest(seq=2, trace_id="g1", client="c9", method="GET", kind="blob", op="get", repository="a/x",
+                      reference="base", size=5, expected_status=200, digest="sha256:base", object_size=5, at=0.75,
+                      user_agent="docker/24.0", **base),
+        ReplayRequest(seq=3, trace_id="id", client="c1", method="PUT", kind="manifest", op="manifest-put",
+                      registry="r:1", repository="a/x", reference="v1", size=900,
+                      expected_status=201, layers=[Layer("sha256:base", 5)], config=Layer("sha256:l2", 7),
+                      trace_start=0.0, trace_end=0.01),
+        ReplayRequest(seq=4, trace_id="id", client="c1", method="POST", kind="blob", op="upload-open",
+                      registry="r:1", repository="a/y", reference="uploads/", size=0,
+                      expected_status=202, object_size=5, mount="sha256:base",
+                      mount_from="a/x", trace_start=0.0, trace_end=0.01, upload="#4"),
+    ]  # fmt: skip
+    assert got == want

@@ -42,8 +42,9 @@ _SIGNATURE = re.compile(r"[0-9a-f]{64}")
 
 
 def _mac(token: str, method: str, path: str, stamp: str, nonce: str, body: bytes) -> str:
-    msg = f"{method.upper()}\n{path}\n{stamp}\n{nonce}\n".encode() + body
-    return hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
+    mac = hmac.new(token.encode(), f"{method.upper()}\n{path}\n{stamp}\n{nonce}\n".encode(), hashlib.sha256)
+    mac.update(body)  # fed on, not joined: a batch's body is not copied once more to be signed
+    return mac.hexdigest()
 
 
 def sign(token: str, method: str, path: str, body: bytes = b"") -> dict[str, str]:
