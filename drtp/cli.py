@@ -293,12 +293,14 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return ExitCode.BAD_INPUT
-    import logging
-
     from drtp.verbosity import set_verbosity
 
-    set_verbosity(int(getattr(args, "verbose", 0) or 0))
-    logging.getLogger("drtp.cli").debug("drtp %s: %s", __version__, args.command)
+    verbose = int(getattr(args, "verbose", 0) or 0)
+    set_verbosity(verbose)
+    if verbose >= 2:  # the only level that shows a debug line
+        import logging
+
+        logging.getLogger("drtp.cli").debug("drtp %s: %s", __version__, args.command)
     prog = getattr(args, "drtp_prog", "drtp")  # the command's name: drtp run, drtp analyze compare…
     previous = _on_sigterm_interrupt()
     try:
