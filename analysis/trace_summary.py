@@ -1,8 +1,17 @@
 """What a trace holds: the numbers ``drtp inspect`` prints.
 
-One pass over the records, keeping only counters and sets of distinct
-names, so a trace of any length can be summarised; :func:`summarize_frame`
+:func:`summarize` reads record batches once, keeping only counters and sets of
+distinct names, so a trace of any length can be summarised; :func:`summarize_frame`
 gives the same numbers from the columns ``drtp analyze`` already holds.
+
+A batch is summarised a column at a time, as drtp.trace.columns builds its
+columns: the methods, URIs and clients of a batch are counted or collected in
+one C-level pass each (``Counter.update``, ``set.update`` over ``map``), and each
+distinct URI is split once, at the end, weighted by how often it came (a trace
+repeats its URIs: a popular layer is pulled thousands of times), without the
+grammar's checks the reader has made already.  This needs
+neither numpy nor pandas, whose import alone would cost ``drtp inspect`` more
+than the summary.
 """
 
 from __future__ import annotations
@@ -10,38 +19,45 @@ from __future__ import annotations
 import datetime as _dt
 from collections import Counter
 from collections.abc import Iterable
+from operator import attrgetter
 
-from drtp.trace.records import KINDS, METHODS, TraceRecord, parse_uri
+from drtp.trace.records import KINDS, METHODS, TraceRecord, split_valid_uri
+
+_method, _uri, _client, _size = (attrgetter(name) for name in ("method", "uri", "client", "size"))
 
 
 def summarize(batches: Iterable[list[TraceRecord]]) -> dict:
     """Summary keys: records, span_s, first, last, by_method, by_kind, bytes,
     clients, repositories, objects (distinct layers + manifests; uploads excluded)."""
     by_method: Counter[str] = Counter()
-    by_kind: Counter[str] = Counter()
+    uris: Counter[str] = Counter()
     clients: set[str] = set()
-    repos: set[str] = set()
-    objects: set[tuple[str, str]] = set()
     total_bytes = 0
     records = 0
     first = last = None
     for batch in batches:
+        if not batch:
+            continue
         if first is None:
             first = batch[0].timestamp
         last = batch[-1].timestamp
         records += len(batch)
-        for r in batch:
-            parts = parse_uri(r.uri)
-            by_method[r.method] += 1
-            by_kind[parts.kind] += 1
-            clients.add(r.client)
-            repos.add(parts.repository)
-            total_bytes += r.size
-            if parts.kind == "blob":
-                if not parts.reference.startswith("uploads/"):
-                    objects.add(("", parts.reference))
-            else:
-                objects.add((parts.repository, parts.reference))
+        by_method.update(map(_method, batch))
+        uris.update(map(_uri, batch))
+        clients.update(map(_client, batch))
+        total_bytes += sum(map(_size, batch))
+    by_kind: Counter[str] = Counter()
+    repos: set[str] = set()
+    objects: set[tuple[str, str]] = set()
+    for uri, count in uris.items():
+        parts = split_valid_uri(uri)  # the reader checked every URI
+        by_kind[parts.kind] += count
+        repos.add(parts.repository)
+        if parts.kind == "blob":
+            if not parts.reference.startswith("uploads/"):
+                objects.add(("", parts.reference))  # a layer is its digest, whatever the repository
+        else:
+            objects.add((parts.repository, parts.reference))
     return {
         "records": records,
         "span_s": (last - first).total_seconds() if records else 0.0,

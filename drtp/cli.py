@@ -1,30 +1,30 @@
-"""The ``drtp`` command: assembles the subcommands every part of drtp registers.
+"""The ``drtp`` command: the table of subcommands, and the parser of the one a user names.
 
-Each module of :data:`COMMAND_MODULES` adds its subcommands through a
+Each module of :data:`COMMANDS` adds its subcommands through a
 ``register(subparsers)`` function; their option types and parser class come
-from drtp.cli_options.  User mistakes raise :class:`~drtp.errors.DrtpError`
+from drtp.cli_options.  Only the named command's module is imported and
+registered (a command's module imports what it runs with: the replay's
+registry client, the analysis's pandas…), so ``drtp --help`` and a cheap
+command start without the costs of the others; every other command is listed
+from the table, by its name and help line (a test checks the table against
+what the modules register).  User mistakes raise :class:`~drtp.errors.DrtpError`
 and end as one line on stderr with the error's exit code: 2 for a bad input,
 3 (:class:`~drtp.errors.RunError`) when drtp could not run or finish.  A bug
 exits 3 with its traceback, never 1: 1 means a run completed with too many
 failed requests (drtp.exit_codes).
 
 ``drtp --help`` lists the subcommands by what a user comes to do
-(:data:`COMMAND_GROUPS`), with one example line per group; the list is made
-from the registered subcommands, so a command no group names is still listed,
-under "other commands" (and a test fails until it gets its group).
+(:data:`COMMAND_GROUPS`), with one example line per group; a command no group
+names is still listed, under "other commands" (and a test fails until it gets
+its group).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import logging
 import signal
 import sys
-import threading
-import traceback
-
-import msgspec
+from typing import NamedTuple
 
 from drtp import __version__
 from drtp.cli_options import (
@@ -36,10 +36,6 @@ from drtp.cli_options import (
 )
 from drtp.errors import DrtpError
 from drtp.exit_codes import ExitCode
-from drtp.verbosity import set_verbosity
-
-log = logging.getLogger("drtp.cli")
-
 
 _signals: list[int] = []  # the SIGTERMs this process received: its last line says which stop it was
 
@@ -54,6 +50,8 @@ def _terminated(signum: int, frame: object) -> None:
 def _on_sigterm_interrupt() -> object:
     """Make SIGTERM stop the command as Ctrl-C does; returns the handler it replaced (None off the main
     thread, where Python lets no handler be set)."""
+    import threading
+
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, _terminated)
@@ -61,23 +59,74 @@ def _on_sigterm_interrupt() -> object:
 
 CONFIG_COMMAND = "drtp.cli"  # the one command this module registers itself: `drtp config`
 
-# modules that add subcommands (each has register(subparsers)), in the order `drtp --help` lists them
-COMMAND_MODULES: tuple[str, ...] = (
-    "drtp.trace.cli",  # generate, inspect, capture, convert, sample
-    "drtp.analysis.cost",  # cost
-    CONFIG_COMMAND,  # config
-    "drtp.master.demo",  # demo
-    "drtp.master.cli",  # warmup, run, experiment, ramp, bench
-    "drtp.master.clean",  # clean
-    "drtp.client.cli",  # client
-    "drtp.cluster.cli",  # slurm, deploy
-    "drtp.plugins.cli",  # simulate
-    "drtp.analysis.cli",  # analyze
-    "drtp.master.selfbench",  # selfbench
+
+class Command(NamedTuple):
+    """A subcommand as ``drtp --help`` lists it, and the module whose ``register`` adds it with its options."""
+
+    name: str
+    module: str
+    help: str
+
+
+# every subcommand, in the order `drtp --help` and argparse's "choose from" list them; a module's commands are
+# consecutive, in the order its register() adds them (tests/test_cli.py checks the table against the modules)
+COMMANDS: tuple[Command, ...] = (
+    Command("generate", "drtp.trace.cli", "write a synthetic trace in the IBM format"),
+    Command("inspect", "drtp.trace.cli", "summarise trace files (counts, span, bytes, clients…)"),
+    Command("capture", "drtp.trace.cli", "turn a registry's JSON log into an anonymized IBM-format trace"),
+    Command("convert", "drtp.trace.cli", "convert traces: IBM JSON ⇄ Parquet, registry log → IBM JSON"),
+    Command("sample", "drtp.trace.cli", "cut a representative day, a steady window, or a budget out of a trace"),
+    Command("cost", "drtp.analysis.cost", "storage and egress cost of a trace or run for registry pricing tables"),
+    Command(
+        "config",
+        CONFIG_COMMAND,
+        "validate a config and print every key it sets, defaults included (secrets masked)",
+    ),
+    Command(
+        "demo", "drtp.master.demo", "the main job on a local registry: generate, start a registry, replay, summarise"
+    ),
+    Command("warmup", "drtp.master.cli", "push every object the trace reads into the registry (resumable)"),
+    Command("run", "drtp.master.cli", "replay the trace through the client nodes against the registry"),
+    Command("experiment", "drtp.master.cli", "warmup + run against each registry of 'registries:' in turn"),
+    Command(
+        "ramp",
+        "drtp.master.cli",
+        "open-loop steps of rising rate until the registry breaks its objectives (the knee)",
+    ),
+    Command(
+        "bench",
+        "drtp.master.cli",
+        "synthetic push/pull/manifest benchmark against a registry (replay-format results)",
+    ),
+    Command(
+        "clean",
+        "drtp.master.clean",
+        "delete from the registries what warmup, runs and the preflight pushed (dry run without --yes)",
+    ),
+    Command("client", "drtp.client.cli", "run a client node (executes replay requests sent by the master)"),
+    Command("slurm", "drtp.cluster.cli", "run an experiment as Slurm jobs (submit, status, wait, cancel)"),
+    Command(
+        "deploy",
+        "drtp.cluster.cli",
+        "copy drtp, the config and traces to a host over SSH, run there, pull the results back",
+    ),
+    Command(
+        "simulate", "drtp.plugins.cli", "offline simulation: caches, prefetching, sweeps, original-contract plugins"
+    ),
+    Command(
+        "analyze",
+        "drtp.analysis.cli",
+        "characterize traces or compare replay results; writes JSON, PNG and report.html",
+    ),
+    Command(
+        "selfbench",
+        "drtp.master.selfbench",
+        "benchmark drtp itself beside its baselines (reader, replay vs wrk, timing, simulation, memory, analysis)",
+    ),
 )
 
 
-class CommandGroup(msgspec.Struct, frozen=True):
+class CommandGroup(NamedTuple):
     """A heading of ``drtp --help``: the subcommands a user looks for under it, and one example line."""
 
     title: str
@@ -172,10 +221,9 @@ def register_config(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_config)
 
 
-def grouped_commands(sub: argparse._SubParsersAction) -> str:
-    """The subcommands under the headings of :data:`COMMAND_GROUPS`, each with its help line."""
-    # argparse keeps each subcommand's help line only on the pseudo-actions it lists in --help
-    helps = {action.dest: action.help or "" for action in sub._choices_actions}
+def grouped_commands() -> str:
+    """The subcommands of :data:`COMMANDS` under the headings of :data:`COMMAND_GROUPS`, each with its help line."""
+    helps = {command.name: command.help for command in COMMANDS}
     listed = {name for group in COMMAND_GROUPS for name in group.commands}
     sections = [(g.title, [c for c in g.commands if c in helps], g.example) for g in COMMAND_GROUPS]
     others = [name for name in helps if name not in listed]
@@ -192,7 +240,30 @@ def grouped_commands(sub: argparse._SubParsersAction) -> str:
     return "\n".join(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def register_module(module: str, sub: argparse._SubParsersAction) -> None:
+    """Let ``module`` (a :attr:`Command.module`) add its subcommands, with their options, to ``sub``."""
+    if module == CONFIG_COMMAND:
+        register_config(sub)
+        return
+    import importlib
+
+    importlib.import_module(module).register(sub)
+
+
+def named_command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (drtp's own options take no value)."""
+    for i, word in enumerate(argv):
+        if word == "--":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(command: str | None = None, *, every: bool = True) -> argparse.ArgumentParser:
+    """drtp's parser: every subcommand of :data:`COMMANDS` is listed; with ``every`` each registers its options,
+    otherwise only the module of ``command`` is imported and registers its subcommands (the others are
+    placeholders that carry the name and help line, never parsed: argparse picks the named one)."""
     parser = DrtpArgumentParser(
         prog="drtp",
         description="drtp — the Docker Registry Trace Player: replay, simulate and analyse registry traces.",
@@ -201,22 +272,35 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"drtp {__version__}")
     add_verbose_option(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS)
-    for name in COMMAND_MODULES:
-        register = register_config if name == CONFIG_COMMAND else importlib.import_module(name).register
-        register(sub)
+    loaded = {c.module for c in COMMANDS if every or c.name == command}
+    registered: set[str] = set()
+    for entry in COMMANDS:
+        if entry.module not in loaded:
+            sub.add_parser(entry.name, help=entry.help, add_help=False)
+        elif entry.module not in registered:  # the module adds all its commands, in the table's order
+            register_module(entry.module, sub)
+            registered.add(entry.module)
     parser.usage = "drtp [-h] [--version] [-v] COMMAND ..."
-    parser.epilog = grouped_commands(sub) + "\n\n" + OVERRIDES_HELP
+    parser.epilog = grouped_commands() + "\n\n" + OVERRIDES_HELP
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(named_command(argv), every=False)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return ExitCode.BAD_INPUT
-    set_verbosity(int(getattr(args, "verbose", 0) or 0))
-    log.debug("drtp %s: %s", __version__, args.command)
+    from drtp.verbosity import set_verbosity
+
+    verbose = int(getattr(args, "verbose", 0) or 0)
+    set_verbosity(verbose)
+    if verbose >= 2:  # the only level that shows a debug line
+        import logging
+
+        logging.getLogger("drtp.cli").debug("drtp %s: %s", __version__, args.command)
     prog = getattr(args, "drtp_prog", "drtp")  # the command's name: drtp run, drtp analyze compare…
     previous = _on_sigterm_interrupt()
     try:
@@ -230,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception:  # a bug: its traceback is what a report needs, and Python's own exit 1 would read as a verdict
+        import traceback
+
         traceback.print_exc()
         print(refusal(prog, "internal error (the traceback above is a bug in drtp)"), file=sys.stderr)
         return ExitCode.CANNOT_RUN

@@ -12,10 +12,13 @@ import argparse
 import datetime as _dt
 import math
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from drtp.exit_codes import ExitCode
-from drtp.trace.reader import FORMATS, TraceReader
+from drtp.trace.formats import FORMATS
+
+if TYPE_CHECKING:
+    from drtp.trace.reader import TraceReader
 
 
 class DrtpArgumentParser(argparse.ArgumentParser):
@@ -156,6 +159,8 @@ def add_trace_options(p: argparse.ArgumentParser, limits: bool = True) -> None:
 
 def reader_from_args(args: argparse.Namespace) -> TraceReader:
     """The reader of ``args.files`` that the options of :func:`add_trace_options` ask for."""
+    from drtp.trace.reader import TraceReader
+
     limit_type, amount = (None, None)
     if args.requests is not None:
         limit_type, amount = "requests", args.requests

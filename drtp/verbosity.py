@@ -10,7 +10,6 @@ level (``-vv`` is not lowered by ``verbose: true``).
 
 from __future__ import annotations
 
-import logging
 import sys
 
 LOGGER = "drtp"
@@ -21,6 +20,8 @@ def set_verbosity(level: int) -> None:
     """0: warnings only (nothing changes); 1: INFO; 2 or more: DEBUG.  Never lowers a level set before."""
     if level <= 0:
         return
+    import logging  # here: a command that logs nothing starts without it
+
     wanted = logging.INFO if level == 1 else logging.DEBUG
     logger = logging.getLogger(LOGGER)
     if not any(getattr(h, "drtp_verbosity", False) for h in logger.handlers):

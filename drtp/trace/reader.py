@@ -37,13 +37,13 @@ import msgspec
 from drtp.errors import DrtpError
 from drtp.outputs import replaced_on_success
 from drtp.trace.bad_records import ReadStats, reject
+from drtp.trace.formats import FORMATS
 from drtp.trace.ibm_json import read_array, read_lines
 from drtp.trace.input_files import check_input_file, read_blocks
 from drtp.trace.merge import by_time, in_range, merge_by_time
 from drtp.trace.records import TraceRecord
 from drtp.trace.registry_log import read_registry_log
 
-FORMATS = ("auto", "ibm", "jsonl", "registry-log", "parquet")
 CHUNK_BYTES = 1 << 20
 
 
