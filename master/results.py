@@ -205,6 +205,10 @@ class RunResults:
             self.history.close()
             if self.history.error is not None:
                 extra["stats_history_error"] = f"could not write {self.history.error}"
+            # results that reached the master after their interval's row was written (counted in a later row)
+            extra["stats_history_late"] = self.history.late
+        if self.replayer is not None:  # after the history's last grouping: every gauge it dropped is counted
+            extra.update(self.replayer.summary())
         summary = self.summary(**extra)
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
         return summary

@@ -305,8 +305,7 @@ class Replay:
             extra["incomplete_reason"] = incomplete
         if self.registry_metrics is not None:
             extra["registry_side"] = self._registry_side()
-        extra.update(self.replayer.summary())
-        summary = self._close_results(extra, stop)
+        summary = self._close_results(extra, stop)  # with the replayer's figures (RunResults.close)
         write_original_results(self.cfg, self.out_dir, start_epoch, quiet=self.quiet)  # trace.output, if set
         if not self.quiet:
             print(format_table(summary))

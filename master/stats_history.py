@@ -132,15 +132,18 @@ class StatsHistory:
 
     def _close(self, now: float) -> None:
         self._group(now)
-        last = max(math.floor(now / self.interval_s), max(self.open, default=self.next_index), self.next_index)
-        if last > self.next_index and last not in self.open and now - last * self.interval_s < EDGE:
+        last = max(math.floor(now / self.interval_s), self.next_index)
+        if last > self.next_index and now - last * self.interval_s < EDGE:
             last -= 1  # the run ended on a boundary: no empty interval of zero length after it
+        # ... unless something is to be written there or later: a node whose clock runs ahead of the master's
+        # may report an interval after now, its requests and its gauges alike
+        last = max(last, max(self.open, default=0), max(self.gauges, default=0))
         while self.next_index < last:
             self._write(self.next_index, (self.next_index + 1) * self.interval_s)
         end = max(now, last * self.interval_s)
         if self.written_until is not None and end <= self.written_until:
-            if last not in self.open:  # resumed with nothing left to do: the file ends where it ended
-                self.file.close()
+            if last not in self.open and last not in self.gauges:
+                self.file.close()  # resumed with nothing left to do: the file ends where it ended
                 return
             end = (last + 1) * self.interval_s  # after the interrupted run's last row: the interval's end
         self._write(last, end)
@@ -187,7 +190,7 @@ class StatsHistory:
         self.parts.clear()
         for part in parts:
             if part.index < first:
-                self.late += part.requests
+                self.late += part.counts.get("requests", 0)  # its rows, as ``late`` counts the master's own
             self._interval(part.index).add_part(part)
         gauges, pop = self.gauge_parts, self.gauge_parts.popleft
         while gauges:
