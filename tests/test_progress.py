@@ -22,7 +22,8 @@ import pytest
 
 from drtp.cluster import slurm
 from drtp.config import Slurm
-from drtp.master.stats_history import WRITE_LAG_S, StatsHistory
+from drtp.errors import DrtpError
+from drtp.master.stats_history import WRITE_LAG_ENV, WRITE_LAG_S, StatsHistory
 from drtp.progress import Snapshot, configure, format_line, progress
 from drtp.registry.local import LocalRegistry
 from drtp.replay.frames import IntervalStats
@@ -227,6 +228,22 @@ def test_a_nodes_interval_part_that_comes_after_its_row_was_written_counts_in_th
         ("3", "2", "2", "114"),  # its own request and the two late ones
     ]
     assert h.late == 2  # requests, as for the rows the master makes itself
+
+
+def test_the_environment_sets_the_write_lag_and_a_bad_one_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv(WRITE_LAG_ENV, "0")
+    clock = FakeClock()
+    h = StatsHistory(tmp_path / "s.csv", 1.0, clock)
+    h.add(row(0.5))
+    clock.now = 1.0
+    h.tick()  # written as soon as the interval is over
+    assert [r["requests"] for r in _history(tmp_path / "s.csv")] == ["1"]
+    for bad in ("soon", "-1", "nan", "inf"):
+        monkeypatch.setenv(WRITE_LAG_ENV, bad)
+        with pytest.raises(DrtpError, match=f"environment variable {WRITE_LAG_ENV}: expected a number of seconds"):
+            StatsHistory(tmp_path / "t.csv", 1.0, clock)
+    monkeypatch.delenv(WRITE_LAG_ENV)
+    assert StatsHistory(tmp_path / "u.csv", 1.0, clock).write_lag_s == WRITE_LAG_S
 
 
 def test_a_lost_request_counts_as_a_failure_when_the_master_learns_of_it(tmp_path):
