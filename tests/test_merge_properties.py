@@ -162,14 +162,14 @@ class Fed:
 
 @dataclass
 class Outputs:
-    out: Path
-    summary: dict
-    history: list[dict]
+    """What the run wrote (read back before its directory goes), what it was fed, and its live metrics."""
+
+    summary: dict  # summary.json
+    history: list[dict]  # stats_history.csv's rows
+    requests: list[ResultRow]  # requests.csv's rows
     live: LiveMetrics
     fed: Fed
-    run: Run
-    last_write: float  # the master's clock when the run closed
-    requests: list[ResultRow]  # requests.csv's rows
+    closed_at: float  # the master's clock when the run closed
 
 
 def node_frames(node: NodeScript, interval_s: float, timed: bool) -> list[ResultFrame]:
@@ -225,7 +225,7 @@ def replay(run: Run, out: Path) -> Outputs:
             node = scripts[who]
             if number == node.dies_before:  # the stream ends here: what it had not reported is lost
                 dead.add(who)
-                reported = [0, *node.cuts][number] if number <= len(node.cuts) else len(node.finished)
+                reported = [0, *node.cuts, len(node.finished)][number]  # before the last frame: all of them
                 for req, _ in node.finished[reported:]:
                     rows = results.add(who, req, None, lost_reason=f"client node {who} died")
                     tally = LiveTally()  # as master/run.py counts a lost request for live metrics
@@ -251,7 +251,7 @@ def replay(run: Run, out: Path) -> Outputs:
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
     with open(out / STATS_FILE, newline="") as f:
         history_rows = list(csv.DictReader(f))
-    return Outputs(out, summary, history_rows, live, fed, run, clock.now, read_requests(out))
+    return Outputs(summary, history_rows, read_requests(out), live, fed, clock.now)
 
 
 def replayed(run: Run) -> Outputs:
@@ -339,7 +339,7 @@ def test_stats_history_counts_every_row_once_in_its_interval_or_the_oldest_open_
     assert o.summary["replayer"]["late_gauges"] == late_gauges
     # the intervals are the run's, one after the other; the last ends when the run closed
     assert [float(h["elapsed_s"]) for h in history[:-1]] == [round((k + 1) * iv, 3) for k in range(len(history) - 1)]
-    assert float(history[-1]["elapsed_s"]) >= min(o.last_write, len(history) * iv) - 1e-3
+    assert float(history[-1]["elapsed_s"]) >= min(o.closed_at, len(history) * iv) - 1e-3
 
 
 @PROPERTY
