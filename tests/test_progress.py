@@ -246,6 +246,16 @@ def test_the_environment_sets_the_write_lag_and_a_bad_one_is_refused_in_one_line
     assert StatsHistory(tmp_path / "u.csv", 1.0, clock).write_lag_s == WRITE_LAG_S
 
 
+def test_a_gauge_of_an_interval_after_the_runs_end_is_written_not_lost(tmp_path):
+    clock = FakeClock(1.5)
+    h = StatsHistory(tmp_path / "s.csv", 1.0, clock)
+    h.gauge(3, "node_cpu_max", 0.5)  # a node whose clock runs ahead of the master's
+    h.close()
+    rows = _history(tmp_path / "s.csv")
+    assert [r["node_cpu_max"] for r in rows] == ["", "", "", "0.500"]
+    assert h.late_gauges == 0
+
+
 def test_a_lost_request_counts_as_a_failure_when_the_master_learns_of_it(tmp_path):
     clock = FakeClock(4.2)
     h = StatsHistory(tmp_path / "s.csv", 1.0, clock)
