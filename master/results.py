@@ -205,6 +205,8 @@ class RunResults:
             self.history.close()
             if self.history.error is not None:
                 extra["stats_history_error"] = f"could not write {self.history.error}"
+            # results that reached the master after their interval's row was written (counted in a later row)
+            extra["stats_history_late"] = self.history.late
         summary = self.summary(**extra)
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
         return summary

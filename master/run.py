@@ -310,8 +310,9 @@ class Replay:
         }
         if self.registry_metrics is not None and (side := broken.step("registry metrics", self._registry_side)):
             extra["registry_side"] = side
-        extra.update(broken.step("replayer health", self.replayer.summary) or {})
         broken.step("stats history", self.history.close)
+        # after the history's last grouping: the block counts every gauge that grouping dropped as late
+        extra.update(broken.step("replayer health", self.replayer.summary) or {})
         # trace.output, if set: from requests.csv (every row is written), before summary.json, which says if it failed
         try:
             broken.step("original output", write_original_results, self.cfg, self.out_dir, start_epoch, self.quiet)

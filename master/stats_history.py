@@ -28,7 +28,15 @@ A request lost with its node has no end: it counts as a failure in the interval
 in which the master learned of it.  Results reach the master a little after
 they end, so an interval's row is written (and flushed) once the run's clock is
 :data:`WRITE_LAG_S` past its end; a result that comes later still counts in the
-oldest interval not yet written, never nowhere.
+oldest interval not yet written, never nowhere, and is counted
+(:attr:`StatsHistory.late`, summary.json's ``stats_history_late``): a request
+whose helper ran after it (an upload cancel, a mount fallback) behind a slow
+registry comes late, as does everything a starved master or node handles late.
+The environment variable ``DRTP_STATS_WRITE_LAG_S`` (seconds ≥ 0) sets another
+lag for a run (:func:`run_write_lag_s`): ``0`` writes each row as soon as its
+interval is over, which makes such results late on purpose — how the tests
+make parts late for real; a shorter lag moves results to later rows, never
+drops one.
 
 The client nodes group their rows by interval themselves and send each
 interval's counts and latency histogram (drtp.replay.frames); the history
@@ -47,10 +55,12 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from drtp.errors import DrtpError
 from drtp.outputs import os_reason, other_columns
 from drtp.replay.frames import IntervalPart, IntervalStats
 from drtp.replay.result_row import ResultRow
@@ -58,17 +68,42 @@ from drtp.replay.stats_file import STATS_COLUMNS, STATS_COUNTS, STATS_GAUGES
 from drtp.units import MS_PER_S
 
 WRITE_LAG_S = 2.0  # how long after an interval's end its row waits for results still on their way
+WRITE_LAG_ENV = "DRTP_STATS_WRITE_LAG_S"  # another write lag for a run, in seconds (0: rows written at once)
 EDGE = 1e-9  # an end read back from the file lands on the boundary it was written at, despite rounding
+
+
+def run_write_lag_s() -> float:
+    """:data:`WRITE_LAG_S`, or the lag the environment sets (:data:`WRITE_LAG_ENV`); a value that is not a number
+    of seconds ≥ 0 is refused in one line."""
+    text = os.environ.get(WRITE_LAG_ENV, "").strip()
+    if not text:
+        return WRITE_LAG_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise DrtpError(f"environment variable {WRITE_LAG_ENV}: expected a number of seconds >= 0, got {text!r}")
+    return value
 
 
 class StatsHistory:
     """Groups result rows by the interval in which they ended and writes one CSV row per interval."""
 
-    def __init__(self, path: Path, interval_s: float, clock: Callable[[], float], resume: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        interval_s: float,
+        clock: Callable[[], float],
+        resume: bool = False,
+        write_lag_s: float | None = None,
+    ) -> None:
+        """``write_lag_s``: how long after an interval's end its row is written (None: :func:`run_write_lag_s`)."""
         if not (math.isfinite(interval_s) and interval_s > 0):
             raise ValueError(f"stats interval must be > 0 s, got {interval_s!r}")
         self.path = path
         self.interval_s = interval_s
+        self.write_lag_s = run_write_lag_s() if write_lag_s is None else write_lag_s
         self.clock = clock  # seconds since the run's start
         self.pending: list[ResultRow] = []  # rows added since they were last grouped
         # a row the master recorded: one append, nothing else (a helper's row is left out when grouped)
@@ -113,11 +148,12 @@ class StatsHistory:
         if self.error is not None:
             return
         now = self.clock()
-        if (self.next_index + 1) * self.interval_s + WRITE_LAG_S > now:
+        lag = self.write_lag_s
+        if (self.next_index + 1) * self.interval_s + lag > now:
             return
         try:
             self._group(now)
-            while (self.next_index + 1) * self.interval_s + WRITE_LAG_S <= now:
+            while (self.next_index + 1) * self.interval_s + lag <= now:
                 self._write(self.next_index, (self.next_index + 1) * self.interval_s)
             self.file.flush()
         except OSError as e:
@@ -140,15 +176,18 @@ class StatsHistory:
 
     def _close(self, now: float) -> None:
         self._group(now)
-        last = max(math.floor(now / self.interval_s), max(self.open, default=self.next_index), self.next_index)
-        if last > self.next_index and last not in self.open and now - last * self.interval_s < EDGE:
+        last = max(math.floor(now / self.interval_s), self.next_index)
+        if last > self.next_index and now - last * self.interval_s < EDGE:
             last -= 1  # the run ended on a boundary: no empty interval of zero length after it
+        # ... unless something is to be written there or later: a node whose clock runs ahead of the master's
+        # may report an interval after now, its requests and its gauges alike
+        last = max(last, max(self.open, default=0), max(self.gauges, default=0))
         while self.next_index < last:
             self._write(self.next_index, (self.next_index + 1) * self.interval_s)
         end = max(now, last * self.interval_s)
         if self.written_until is not None and end <= self.written_until:
-            if last not in self.open:  # resumed with nothing left to do: the file ends where it ended
-                self.file.close()
+            if last not in self.open and last not in self.gauges:
+                self.file.close()  # resumed with nothing left to do: the file ends where it ended
                 return
             end = (last + 1) * self.interval_s  # after the interrupted run's last row: the interval's end
         self._write(last, end)
@@ -197,7 +236,7 @@ class StatsHistory:
         self.parts.clear()
         for part in parts:
             if part.index < first:
-                self.late += part.requests
+                self.late += part.counts.get("requests", 0)  # its rows, as ``late`` counts the master's own
             self._interval(part.index).add_part(part)
         gauges, pop = self.gauge_parts, self.gauge_parts.popleft
         while gauges:

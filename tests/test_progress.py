@@ -22,9 +22,11 @@ import pytest
 
 from drtp.cluster import slurm
 from drtp.config import Slurm
-from drtp.master.stats_history import WRITE_LAG_S, StatsHistory
+from drtp.errors import DrtpError
+from drtp.master.stats_history import WRITE_LAG_ENV, WRITE_LAG_S, StatsHistory
 from drtp.progress import Snapshot, configure, format_line, progress
 from drtp.registry.local import LocalRegistry
+from drtp.replay.frames import IntervalStats
 from drtp.replay.outcome import LOST, OK
 from drtp.replay.result_row import ResultRow
 from drtp.replay.stats_file import STATS_COLUMNS as COLUMNS
@@ -204,6 +206,54 @@ def test_history_rows_are_written_once_their_interval_is_over_and_grouped_by_end
     assert [int(r["requests"]) for r in rows] == [5, 1, 1, 0]  # nothing lost: the late row is in [1, 2)
     assert h.late == 1
     assert rows[3]["p50_ms"] == "" and rows[3]["rate_per_s"] == "0.000"
+
+
+def test_a_nodes_interval_part_that_comes_after_its_row_was_written_counts_in_the_oldest_open_interval(tmp_path):
+    clock = FakeClock()
+    path = tmp_path / "stats_history.csv"
+    h = StatsHistory(path, 1.0, clock)
+    on_time, late = IntervalStats(), IntervalStats()
+    on_time.add_row(row(0.5))
+    for end in (0.7, 0.8):  # ended in [0, 1), but their node's frame comes after that row was written
+        late.add_row(row(end, outcome="http", nbytes=7, status=429))
+    h.add_parts([on_time.part(0)])
+    clock.now = 1.0 + WRITE_LAG_S
+    h.tick()
+    h.add_parts([late.part(0), on_time.part(1)])
+    clock.now = 2.0  # the run ends with interval 1
+    h.close()
+    rows = _history(path)
+    assert [(r["requests"], r["failures"], r["throttled"], r["bytes"]) for r in rows] == [
+        ("1", "0", "0", "100"),
+        ("3", "2", "2", "114"),  # its own request and the two late ones
+    ]
+    assert h.late == 2  # requests, as for the rows the master makes itself
+
+
+def test_the_environment_sets_the_write_lag_and_a_bad_one_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv(WRITE_LAG_ENV, "0")
+    clock = FakeClock()
+    h = StatsHistory(tmp_path / "s.csv", 1.0, clock)
+    h.add(row(0.5))
+    clock.now = 1.0
+    h.tick()  # written as soon as the interval is over
+    assert [r["requests"] for r in _history(tmp_path / "s.csv")] == ["1"]
+    for bad in ("soon", "-1", "nan", "inf"):
+        monkeypatch.setenv(WRITE_LAG_ENV, bad)
+        with pytest.raises(DrtpError, match=f"environment variable {WRITE_LAG_ENV}: expected a number of seconds"):
+            StatsHistory(tmp_path / "t.csv", 1.0, clock)
+    monkeypatch.delenv(WRITE_LAG_ENV)
+    assert StatsHistory(tmp_path / "u.csv", 1.0, clock).write_lag_s == WRITE_LAG_S
+
+
+def test_a_gauge_of_an_interval_after_the_runs_end_is_written_not_lost(tmp_path):
+    clock = FakeClock(1.5)
+    h = StatsHistory(tmp_path / "s.csv", 1.0, clock)
+    h.gauge(3, "node_cpu_max", 0.5)  # a node whose clock runs ahead of the master's
+    h.close()
+    rows = _history(tmp_path / "s.csv")
+    assert [r["node_cpu_max"] for r in rows] == ["", "", "", "0.500"]
+    assert h.late_gauges == 0
 
 
 def test_a_lost_request_counts_as_a_failure_when_the_master_learns_of_it(tmp_path):
