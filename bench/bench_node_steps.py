@@ -70,6 +70,8 @@ def one_run(engine: str, kind: str, n: int, host: str, digest: str | None, varia
     from drtp.replay.frames import gather
     from drtp.replay.messages import UNLIMITED, ClientModel, RunSpec
 
+    live = {"live": True} if variant == "live" else {}  # (an older tree's RunSpec has no ``live``)
+
     model = ClientModel()
     if variant == "unlimited":
         model = ClientModel(concurrency=UNLIMITED)
@@ -77,9 +79,7 @@ def one_run(engine: str, kind: str, n: int, host: str, digest: str | None, varia
         model = ClientModel(user_agent="containerd/v1.7.0")
     elif variant == "pools":
         model = ClientModel(connections=1)
-    spec = RunSpec(
-        f"steps-{variant}", time.time(), threads=16, engine=engine, client=model, live=variant == "live", timeout=30
-    )
+    spec = RunSpec(f"steps-{variant}", time.time(), threads=16, engine=engine, client=model, timeout=30, **live)
     reqs = requests_of(kind, n, host, digest)
     if variant == "no-spans":
         reqs = [msgspec.structs.replace(r, trace_start=None, trace_end=None) for r in reqs]
@@ -93,16 +93,17 @@ def one_run(engine: str, kind: str, n: int, host: str, digest: str | None, varia
     sizes = []
 
     def stream() -> None:  # client/server.py ``results``, without the HTTP response around it
-        frames, health, last_sent = run.frames, run.health, 0.0
+        frames, health, last_sent = run.frames, getattr(run, "health", None), 0.0  # (an older tree has no health)
         while True:
             item = run.results.get()
             finished, ended = gather(item, run.results, last_sent, False)
             if finished:
-                sizes.append(len(frames.frame(finished, health.take())))
+                sizes.append(len(frames.frame(finished, health.take()) if health else frames.frame(finished)))
                 last_sent = time.monotonic()
             if ended:
-                health.finish()
-                sizes.append(len(frames.last(health.take())))
+                if health:
+                    health.finish()
+                sizes.append(len(frames.last(health.take()) if health else frames.last()))
                 return
 
     reader = threading.Thread(target=stream)
@@ -182,7 +183,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="drtp-steps-") as tmp, LocalRegistry(Path(tmp) / "reg") as reg:
         digest = prepare(Path(tmp), reg)
         unit = "instructions/request" if a.callgrind else "CPU µs/request"
-        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {unit}; tree {ROOT}")
+        import drtp
+
+        tree = Path(drtp.__file__).resolve().parent.parent
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {unit}; drtp of {tree}")
         print("| engine | kind | variant | median | range | − as-is |")
         print("|---|---|---|---|---|---|")
         for engine in a.engine:
