@@ -91,6 +91,7 @@ def one_run(engine: str, kind: str, n: int, host: str, digest: str | None, varia
     cpu0 = time.process_time()
     run = LoopRun(spec) if engine == "loop" else NodeRun(spec)
     sizes = []
+    framed = threading.Condition()  # a frame went: the feeder looks whether a batch fits (no polling to count)
 
     def stream() -> None:  # client/server.py ``results``, without the HTTP response around it
         frames, health, last_sent = run.frames, getattr(run, "health", None), 0.0  # (an older tree has no health)
@@ -100,6 +101,8 @@ def one_run(engine: str, kind: str, n: int, host: str, digest: str | None, varia
             if finished:
                 sizes.append(len(frames.frame(finished, health.take()) if health else frames.frame(finished)))
                 last_sent = time.monotonic()
+                with framed:
+                    framed.notify()
             if ended:
                 if health:
                     health.finish()
@@ -109,12 +112,11 @@ def one_run(engine: str, kind: str, n: int, host: str, digest: str | None, varia
     reader = threading.Thread(target=stream)
     reader.start()
     sent = 0
-    while sent < n:
-        if sent - run.done <= INFLIGHT - BATCH:
-            run.submit(reqs[sent : sent + BATCH])
-            sent += BATCH
-        else:
-            time.sleep(0.002)
+    while sent < n:  # as the master's feeder: a whole batch once it fits under the cap (looked at after each frame)
+        with framed:
+            framed.wait_for(lambda s=sent: s - run.done <= INFLIGHT - BATCH)
+        run.submit(reqs[sent : sent + BATCH])
+        sent += BATCH
     run.end()
     reader.join()
     cpu = time.process_time() - cpu0
