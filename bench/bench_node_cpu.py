@@ -23,12 +23,20 @@ Two parts:
 * ``threads`` — the same with the threads engine (the as-is engine, here without waits):
   its per-node sampler thread (replayer health) is that engine's own cost.
 
+``stress`` and ``threads`` run each ``--mix``: ``manifest`` (GETs of one ~1 KB manifest by 500
+trace clients), ``blob`` (GETs of one 300 KB blob) and ``mixed`` (the generated trace's GETs).
+Beside them, in the same rounds (A B W, W B A…), ``wrk`` sends the same GETs over plain http to
+the same registry at the same concurrency (32 connections, its CPU from ``getrusage`` of its
+process) unless ``--no-wrk``: the table gives each commit's node CPU ÷ wrk's, the least CPU a
+load generator needs per request on this machine.
+
 Replayer health (the nodes' CPU and lag sampling, the master's CPU sampling) costs a tick every 10 ms per
 node and one wake per interval on the master: ``--before`` a commit without it, ``--after`` one with it
 shows whether it shows beyond the rounds' spread.
 
 Usage: python bench/bench_node_cpu.py --before COMMIT [--after COMMIT] [--rounds 5] [--requests 6000]
-       [--part result stress threads] [--json]   (from a source checkout; ``stress`` needs docker-registry)
+       [--part result stress threads] [--mix manifest blob mixed] [--no-wrk] [--json]
+       (from a source checkout; ``stress`` and ``threads`` need docker-registry, the wrk column wrk)
 """
 
 from __future__ import annotations
@@ -36,11 +44,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,15 +173,23 @@ def stress_round(registry: str, trace: str, warm_map: str, work: str, engine: st
 
 # -- the parent: exports, the registry, alternated rounds, the table ----------------------------------------
 
+# the stress mixes: (trace URI, object size) of bench_replay's stress cases; None: the generated trace's GETs
+MIXES = {
+    "manifest": ("v2/bench/small/manifests/latest", 1000),
+    "blob": ("v2/bench/big/blobs/layer300k", 300_000),
+    "mixed": (None, None),
+}
+WRK_CONNECTIONS = 32  # the nodes' 2 × 16 slots
 
-def alternate(rounds: int, run_before, run_after) -> tuple[list[dict], list[dict]]:
-    """``rounds`` of each, A B then B A and so on: neither side always runs first after the other."""
-    before, after = [], []
+
+def alternate(rounds: int, *runs) -> list[list[dict]]:
+    """``rounds`` of each runner, in order then reversed and so on (A B W, W B A…): none always runs first."""
+    out: list[list[dict]] = [[] for _ in runs]
+    pairs = list(zip(out, runs, strict=True))
     for i in range(rounds):
-        pair = ((before, run_before), (after, run_after))
-        for out, run in pair if i % 2 == 0 else reversed(pair):
-            out.append(run())
-    return before, after
+        for got, run in pairs if i % 2 == 0 else reversed(pairs):
+            got.append(run())
+    return out
 
 
 def row(part: str, before: list[dict], after: list[dict], key: str = "us_per_request") -> dict:
@@ -193,7 +211,31 @@ def row(part: str, before: list[dict], after: list[dict], key: str = "us_per_req
     return out
 
 
-def measure(before: str, after: str, rounds: int, requests: int, parts: list[str]) -> list[dict]:
+def wrk_round(url: str, paths: list[str] | None, seconds: int) -> dict:
+    """wrk's CPU µs per request (and rate) for the same GETs at the nodes' concurrency."""
+    from bench_replay import wrk_run
+
+    rps, us = wrk_run(url, WRK_CONNECTIONS, seconds, paths)
+    return {"us_per_request": us, "rps": rps}
+
+
+def with_wrk(r: dict, wrk: list[dict] | None) -> dict:
+    """The row with wrk's median and spread and each side's median ÷ wrk's."""
+    if not wrk:
+        return r
+    w = [x["us_per_request"] for x in wrk]
+    med = statistics.median(w)
+    return r | {
+        "wrk_us": med,
+        "wrk_spread": (min(w), max(w)),
+        "before_x_wrk": r["before_us"] / med,
+        "after_x_wrk": r["after_us"] / med,
+    }
+
+
+def measure(
+    before: str, after: str, rounds: int, requests: int, parts: list[str], mixes: list[str], wrk: bool = True
+) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="drtp-nodecpu-") as tmp:
         work = Path(tmp)
@@ -202,45 +244,81 @@ def measure(before: str, after: str, rounds: int, requests: int, parts: list[str
             runs = [lambda t=t: child(t, "result", str(requests * 5)) for t in trees]
             rows.append(row("result: result_of + frames (µs CPU/request)", *alternate(rounds, *runs)))
             print(format_rows(rows[-1:], before, after), file=sys.stderr)
-        if "stress" in parts or "threads" in parts:
-            sys.path.insert(0, str(ROOT / "bench"))
-            from bench_replay import config, mixed_trace
+        engines = [(p, e) for p, e in (("stress", "loop"), ("threads", "threads")) if p in parts]
+        if not engines:
+            return rows
+        sys.path.insert(0, str(ROOT / "bench"))
+        from bench_replay import case_trace, config, warm_map, wrk_run
 
-            from drtp.config import load_config
-            from drtp.master.warmup import run_warmup
-            from drtp.registry.local import LocalRegistry
+        from drtp.config import load_config
+        from drtp.master.warmup import run_warmup
+        from drtp.registry.local import LocalRegistry
+        from drtp.trace.reader import TraceReader
 
-            with LocalRegistry(work / "registry") as reg:
-                trace = work / "stress.json"
-                mixed_trace(trace, requests)
-                os.environ.setdefault("DRTP_TOKEN", os.urandom(16).hex())  # the config names it; no node here
-                cfg = load_config(config(work, trace, reg.host, ["127.0.0.1:1"], 16, wait=False))
+        if wrk and not shutil.which("wrk"):
+            raise SystemExit("wrk is not installed (apt-get install -y wrk), or pass --no-wrk")
+        with LocalRegistry(work / "registry") as reg:
+            os.environ.setdefault("DRTP_TOKEN", os.urandom(16).hex())  # the config names it; no node here
+            for mix in mixes:
+                uri, size = MIXES[mix]
+                mix_dir = work / f"mix-{mix}"
+                mix_dir.mkdir()
+                trace = mix_dir / f"stress-{mix}.json"
+                case_trace(trace, requests, uri, size)
+                cfg = load_config(config(mix_dir, trace, reg.host, ["127.0.0.1:1"], 16, wait=False))
                 run_warmup(cfg, quiet=True)
                 warm = str(cfg.path(cfg.warmup.output))
+                mapping = warm_map(cfg)
+                paths = sorted({_url_path(r, mapping) for r in TraceReader([trace])})
+                url, wrk_paths = f"{reg.url}{paths[0]}", (paths if len(paths) > 1 else None)
                 child(trees[0], "stress", reg.host, str(trace), warm, str(work))  # warm the registry's caches
-                for part, engine in (("stress", "loop"), ("threads", "threads")):
-                    if part not in parts:
-                        continue
-                    runs = [
-                        lambda t=t, e=engine: child(t, "stress", reg.host, str(trace), warm, str(work), e)
-                        for t in trees
-                    ]
+                if wrk:
+                    wrk_run(url, WRK_CONNECTIONS, 2, wrk_paths)
+                seconds = 4 if mix == "manifest" else 6
+                for part, engine in engines:
+                    runs = [partial(child, t, "stress", reg.host, str(trace), warm, str(work), engine) for t in trees]
+                    if wrk:
+                        runs.append(partial(wrk_round, url, wrk_paths, seconds))
                     got = alternate(rounds, *runs)
-                    rows.append(row(f"{part}: node CPU (µs/request, 2 nodes, {engine})", *got))
-                    rows.append(row(f"{part}: master CPU (µs/request, {engine})", *got, key="master_us"))
+                    w = got[2] if wrk else None
+                    r = with_wrk(row(f"{part}: node CPU (µs/request, 2 nodes, {engine})", got[0], got[1]), w)
+                    rows.append(r | {"mix": mix, "engine": engine, "who": "node"})
+                    m = row(f"{part}: master CPU (µs/request, {engine})", got[0], got[1], key="master_us")
+                    rows.append(m | {"mix": mix, "engine": engine, "who": "master"})
                     print(format_rows(rows[-2:], before, after), file=sys.stderr)
     return rows
 
 
+def _url_path(rec, mapping: dict) -> str:
+    from bench_replay import url_path
+
+    return url_path(rec, mapping)
+
+
+def _spread(lo: float, hi: float) -> str:
+    return f"{lo:.1f}–{hi:.1f}"
+
+
 def format_rows(rows: list[dict], before: str, after: str) -> str:
-    lines = [f"before = {before}, after = {after}; median of the rounds [min–max]"]
+    """A markdown table: commit × engine × mix → CPU µs per request (median, min–max) and ÷ wrk's median."""
+    lines = [
+        f"before = {before}, after = {after}; CPU µs per request, median of the rounds [min–max]; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        "",
+        "| part | mix | commit | median µs | range | ÷ wrk | req/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(
-            f"{r['part']}: before {r['before_us']:.2f} [{r['before_spread'][0]:.2f}–{r['before_spread'][1]:.2f}], "
-            f"after {r['after_us']:.2f} [{r['after_spread'][0]:.2f}–{r['after_spread'][1]:.2f}], "
-            f"ratio {r['ratio']:.3f}, {r['rounds']} rounds each"
-            + (f"; req/s {r['before_rps']:.0f} → {r['after_rps']:.0f}" if "before_rps" in r else "")
-        )
+        mix = r.get("mix", "")
+        for side, commit in (("before", before), ("after", after)):
+            lo, hi = r[f"{side}_spread"]
+            x = f"{r[f'{side}_x_wrk']:.2f}×" if f"{side}_x_wrk" in r else ""
+            rps = f"{r[f'{side}_rps']:.0f}" if f"{side}_rps" in r else ""
+            med = r[f"{side}_us"]
+            lines.append(f"| {r['part']} | {mix} | {commit} | {med:.1f} | {_spread(lo, hi)} | {x} | {rps} |")
+        if "wrk_us" in r:
+            lines.append(f"| {r['part']} | {mix} | wrk | {r['wrk_us']:.1f} | {_spread(*r['wrk_spread'])} | 1.00× | |")
+        lines.append(f"| {r['part']} | {mix} | after ÷ before | {r['ratio']:.3f} | | | |")
     return "\n".join(lines)
 
 
@@ -258,9 +336,11 @@ def main() -> None:
     ap.add_argument(
         "--part", nargs="+", choices=("result", "stress", "threads"), default=["result", "stress", "threads"]
     )
+    ap.add_argument("--mix", nargs="+", choices=tuple(MIXES), default=["manifest", "blob"])
+    ap.add_argument("--no-wrk", action="store_true", help="leave wrk's column out")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    rows = measure(a.before, a.after, a.rounds, a.requests, a.part)
+    rows = measure(a.before, a.after, a.rounds, a.requests, a.part, a.mix, wrk=not a.no_wrk)
     print(json.dumps(rows, indent=1) if a.json else format_rows(rows, a.before, a.after))
 
 

@@ -10,7 +10,9 @@ request when the gate is open for it:
 
 - ``TRACE_ORDER``: when every request of the client still running overlapped it in the trace;
 - ``N``: when fewer than N of the client's requests run (still in trace order);
-- ``UNLIMITED``: at once (no per-client order; ``threads`` bounds the node as a whole).
+- ``UNLIMITED``: at once (no per-client order; ``threads`` bounds the node as a whole).  Such a request
+  outside an upload session needs no lane at all (:meth:`ClientGate.passes`): the engine lists the
+  request itself, in the order it came, and the gate never sees it.
 
 In the two ordered modes the client model also caps a client's blob GETs (``downloads``) and blob
 upload requests (``uploads``) running at once: a real client downloads and uploads only so many
@@ -68,13 +70,21 @@ class ClientGate:
         self.limit = model.concurrency if model.concurrency > 0 else 0
         self.max_downloads = model.downloads if self.ordered else 0
         self.max_uploads = model.uploads if self.ordered else 0
+        self.unlimited = not self.ordered
         self.lanes: dict[object, Lane] = {}
-        # UNLIMITED: one lane for every request outside an upload session; it never waits
+        # UNLIMITED: one lane for every request outside an upload session; it never waits (the engines let such
+        # requests pass the gate, :meth:`passes`; the lane serves a caller that adds them all the same)
         self.free = Lane(None)
 
     def __len__(self) -> int:
         """Lanes with requests waiting or running (for tests and logs)."""
         return len(self.lanes) + (1 if self.free.queue or self.free.running else 0)
+
+    def passes(self, req: ReplayRequest) -> bool:
+        """Whether ``req`` may start whenever a slot is free, whatever else runs: with ``UNLIMITED``, every
+        request outside an upload session.  The engines list such a request itself, not a lane, and call
+        neither :meth:`add`, :meth:`take` nor :meth:`done` for it: nothing of it is kept here."""
+        return self.unlimited and req.op not in UPLOAD_OPS
 
     def _lane_key(self, req: ReplayRequest):
         if self.ordered:

@@ -371,8 +371,12 @@ def object_path(req: ReplayRequest) -> str:
     return f"/v2/{req.repository}/{req.kind}s/{req.digest or req.reference}"
 
 
+# the headers of a manifest read: one dict for every one (no sender changes the headers it is given)
+MANIFEST_READ_HEADERS: dict[str, str] = {"Accept": ACCEPT}
+
+
 def object_headers(req: ReplayRequest) -> dict[str, str] | None:
-    return {"Accept": ACCEPT} if req.kind == "manifest" else None
+    return MANIFEST_READ_HEADERS if req.kind == "manifest" else None
 
 
 def object_digest(req: ReplayRequest, r: Response) -> str | None:

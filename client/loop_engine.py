@@ -65,7 +65,8 @@ class LoopRun(RunBook):
         self.live = 0  # worker tasks alive
         self.next_worker = 0
         self.all_done: asyncio.Future | None = None
-        self.ready: deque[Lane] = deque()  # lanes of the gate whose next request may start, in turn
+        # lanes of the gate whose next request may start, in turn, and requests that pass the gate (unlimited)
+        self.ready: deque[Lane | ReplayRequest] = deque()
         self.idle: deque[asyncio.Future] = deque()  # workers waiting for work
         self.outbox: list[Finished] = []
         self.closing = False  # set at once by end()/cancel(): no more batches (``ended`` is set on the loop)
@@ -126,11 +127,22 @@ class LoopRun(RunBook):
     def _submit(self, requests: list[ReplayRequest]) -> None:
         if self.cancelled:
             return
-        add, listed = self.gate.add, self.ready.append
-        for req in requests:
-            lane = add(req)
-            if lane is not None:
-                listed(lane)
+        gate, listed = self.gate, self.ready.append
+        add = gate.add
+        if gate.unlimited:  # no per-client order: a request outside an upload session is listed itself
+            passes = gate.passes
+            for req in requests:
+                if passes(req):
+                    listed(req)
+                else:
+                    lane = add(req)
+                    if lane is not None:
+                        listed(lane)
+        else:
+            for req in requests:
+                lane = add(req)
+                if lane is not None:
+                    listed(lane)
         self.queued += len(requests)
         self._wake(len(requests))
 
@@ -159,11 +171,14 @@ class LoopRun(RunBook):
                 self._wake(len(self.idle))
                 return None
             if self.ready:
-                lane = self.ready.popleft()
-                req, again = self.gate.take(lane)
-                if again:  # its next request may start too (it overlapped this one in the trace)
-                    self.ready.append(lane)
-                    self._wake(1)
+                item = self.ready.popleft()
+                if item.__class__ is Lane:
+                    req, again = self.gate.take(item)
+                    if again:  # its next request may start too (it overlapped this one in the trace)
+                        self.ready.append(item)
+                        self._wake(1)
+                else:  # a request that passes the gate (ClientGate.passes)
+                    req = item
                 self._started()
                 return req
             fut = self.loop.create_future()
@@ -206,10 +221,12 @@ class LoopRun(RunBook):
             self.loop.call_later(FLUSH_S, self._flush)
         self.running -= 1
         self.done += 1
-        lane = self.gate.done(req)
-        if lane is not None:  # its end lets the client's next request start
-            self.ready.append(lane)
-            self._wake(1)
+        gate = self.gate
+        if not gate.unlimited or not gate.passes(req):
+            lane = gate.done(req)
+            if lane is not None:  # its end lets the client's next request start
+                self.ready.append(lane)
+                self._wake(1)
         self._maybe_finish()
 
     def _flush(self) -> None:

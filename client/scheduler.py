@@ -120,7 +120,8 @@ class NodeRun(RunBook):
     def __init__(self, spec: RunSpec) -> None:
         super().__init__(spec)
         self.cv = threading.Condition()
-        self.ready: list[tuple[float, int, Lane]] = []  # (due, tie, lane) of the lanes whose head may start
+        # (due, tie, lane) of the lanes whose head may start, (due, tie, request) of requests that pass the gate
+        self.ready: list[tuple[float, int, Lane | ReplayRequest]] = []
         self.tie = itertools.count()
         self.slots = max(1, spec.threads)
         self.busy: dict[int, float] = {}  # worker id -> clock time its request started
@@ -154,8 +155,12 @@ class NodeRun(RunBook):
         with self.cv:
             if self.ended or self.cancelled:
                 raise RuntimeError("the run is closed")
-            add, ready, tie = self.gate.add, self.ready, self.tie
+            gate, ready, tie = self.gate, self.ready, self.tie
+            add, passes = gate.add, gate.passes
             for req in requests:
+                if gate.unlimited and passes(req):  # no per-client order: listed itself, not its lane
+                    heapq.heappush(ready, (req.at or 0.0, next(tie), req))
+                    continue
                 lane = add(req)
                 if lane is not None:
                     heapq.heappush(ready, (req.at or 0.0, next(tie), lane))
@@ -185,11 +190,14 @@ class NodeRun(RunBook):
                     due = self.ready[0][0]
                     wait = due - self.clock()
                     if wait <= 0:
-                        _, _, lane = heapq.heappop(self.ready)
-                        req, again = self.gate.take(lane)
-                        if again:  # its next request may start too (it overlapped this one in the trace)
-                            heapq.heappush(self.ready, (lane.queue[0].at or 0.0, next(self.tie), lane))
-                            self.cv.notify()
+                        _, _, item = heapq.heappop(self.ready)
+                        if item.__class__ is Lane:
+                            req, again = self.gate.take(item)
+                            if again:  # its next request may start too (it overlapped this one in the trace)
+                                heapq.heappush(self.ready, (item.queue[0].at or 0.0, next(self.tie), item))
+                                self.cv.notify()
+                        else:  # a request that passes the gate (ClientGate.passes)
+                            req = item
                         self._started()
                         return req
                     self.cv.wait(wait)
@@ -215,7 +223,8 @@ class NodeRun(RunBook):
                 self.stalled.discard(wid)
                 self.running -= 1
                 self.done += 1
-                lane = self.gate.done(req)
+                gate = self.gate
+                lane = None if gate.unlimited and gate.passes(req) else gate.done(req)
                 if lane is not None:  # its end lets the client's next request start
                     heapq.heappush(self.ready, (lane.queue[0].at or 0.0, next(self.tie), lane))
                     self.cv.notify()

@@ -315,6 +315,46 @@ def test_async_connection_edge_cases():
     assert isinstance(slow, RequestError) and slow.outcome == "timeout"
 
 
+def test_async_connection_reuses_its_parser_only_between_whole_get_answers():
+    """After a GET answer that ended at its Content-Length the next answer is read by the same parser, with
+    nothing of the previous one left (headers, status, bytes); after a HEAD, a chunked answer or a closed
+    connection a new one reads it, so every answer reads as on a fresh connection."""
+    digest = "sha256:" + "a" * 64
+    first = f"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nDocker-Content-Digest: {digest}\r\n\r\nok".encode()
+    missing = b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nnot"
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    last = b"HTTP/1.1 201 Created\r\nContent-Length: 4\r\nLocation: /x\r\n\r\ndone"
+    peer = Peer([first, missing, head, first, chunked, last])
+    requests = [("GET", "/a"), ("GET", "/b"), ("HEAD", "/c"), ("GET", "/d"), ("GET", "/e"), ("GET", "/f")]
+    parsers = []
+
+    import asyncio
+
+    from drtp.registry.async_transport import AsyncConnection
+
+    async def go():
+        conn = AsyncConnection(f"127.0.0.1:{peer.port}", 5)
+        out = []
+        for method, target in requests:
+            out.append(await conn.request(method, target))
+            parsers.append(conn.parser)
+        return out
+
+    a, b, c, d, e, f = asyncio.run(go())
+    assert (a.status, a.bytes, a.header("docker-content-digest")) == (200, 2, digest)
+    assert (b.status, b.bytes, b.header("docker-content-digest")) == (404, 3, None)  # nothing of a's
+    assert (c.status, c.bytes, c.header("content-length")) == (200, 0, "5")
+    assert (d.status, d.bytes, d.header("docker-content-digest")) == (200, 2, digest)
+    assert (e.status, e.bytes) == (200, len(b"3\r\nabc\r\n0\r\n\r\n"))
+    assert (f.status, f.bytes, f.header("location"), f.header("transfer-encoding")) == (201, 4, "/x", None)
+    assert parsers[1] is parsers[0]  # a ended at its Content-Length: b was read by the same parser
+    assert parsers[2] is not parsers[1]  # a HEAD gets its own (its answer's Content-Length has no body)
+    assert parsers[3] is not parsers[2]  # and the GET after it a new one
+    assert parsers[5] is not parsers[4]  # as the answer after a chunked one
+    assert peer.connections == 1
+
+
 def run_on_loop(requests, timeout: float = 5.0) -> list:
     """Submit requests to a LoopRun (the stress engine), end the run, return its results by seq."""
     import time

@@ -195,6 +195,9 @@ class _StreamedAnswer(_Answer):
             self.sink(data)
 
 
+_BYTES = (bytes, bytearray)  # a body sent as it is (else a maker of chunks)
+
+
 def request_head(
     method: str, target: str, netloc: str, body, headers: dict[str, str] | None, agent: str = USER_AGENT
 ) -> bytes:
@@ -202,19 +205,19 @@ def request_head(
 
     ``agent`` is the User-Agent: drtp's own, or the one of the client a run plays (a client profile, or
     the trace's own); it must be one line of visible text (checked where the run spec is admitted)."""
-    head = [f"{method} {target} HTTP/1.1\r\nHost: {netloc}\r\nUser-Agent: {agent}\r\n"]
+    head = f"{method} {target} HTTP/1.1\r\nHost: {netloc}\r\nUser-Agent: {agent}\r\n"
     has_length = False
     if headers:
         for k, v in headers.items():
-            head.append(f"{k}: {v}\r\n")
+            head += f"{k}: {v}\r\n"
             if len(k) == 14 and k.lower() == "content-length":
                 has_length = True
-    if isinstance(body, bytes | bytearray) and not has_length:
-        head.append(f"Content-Length: {len(body)}\r\n")
-    elif body is None and method in BODY_METHODS and not has_length:
-        head.append("Content-Length: 0\r\n")
-    head.append("\r\n")
-    return "".join(head).encode("latin-1")
+    if body is None:
+        if method in BODY_METHODS and not has_length:
+            head += "Content-Length: 0\r\n"
+    elif isinstance(body, _BYTES) and not has_length:
+        head += f"Content-Length: {len(body)}\r\n"
+    return (head + "\r\n").encode("latin-1")
 
 
 def cut_short(answer: AnswerState, nbytes: int) -> RequestError:
