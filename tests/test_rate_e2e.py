@@ -119,11 +119,12 @@ def test_ramp_against_a_token_bucket_finds_the_knee_at_or_just_below_its_rate(tm
         proc = drtp(tmp_path, "ramp", "--out", str(out), *args, "--slo", f"throttled<{THROTTLED_SLO:.0%}", "-q")
         assert proxy.errors == []
         replayed = [f for f in proxy.forwarded if is_replayed(f.method, f.path)]
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: no step held (checked below)
     ramp = json.loads((out / "ramp.json").read_text())
     steps = ramp["steps"]
     knee = ramp["knee_rps"]
     assert ramp["complete"] and ramp["broke"] and (out / "ramp.png").stat().st_size > 0
+    assert proc.returncode == (1 if knee is None else 0), proc.stderr[-3000:]
     # the knee is the bucket's only if drtp starts each step's requests on time: on a machine running many
     # more busy processes than it has CPUs a node may start a step's last requests so late that the step did
     # not start at its rate (the ramp then rightly ends there, naming drtp), or start late requests together,
