@@ -97,6 +97,8 @@ class TokenServer:
         self.issued = 0
         self.refused = 0  # token requests refused for their credentials
         self.scopes: list[str] = []  # the scope asked for, per token issued
+        self.hold: threading.Event | None = None  # when given, each token request waits until it is set ...
+        self.holding = threading.Event()  # ... and this is set once one does
         self.expires_in = expires_in  # the tokens' life in seconds (the JWT's exp and the answer's expires_in)
         self.port = free_port()
         app = bottle.Bottle()
@@ -118,6 +120,9 @@ class TokenServer:
         }
 
     def token(self):
+        if self.hold is not None:
+            self.holding.set()
+            self.hold.wait(60)
         auth = bottle.request.auth
         if auth != (self.user, self.password):
             self.refused += 1

@@ -84,7 +84,11 @@ def test_rate_run_carries_a_stall_in_the_latency_of_the_requests_meant_to_start_
     assert intended[0] == pytest.approx(0.0, abs=1e-6)
     assert (intended[1:] - intended[:-1]) == pytest.approx(1 / RATE, abs=1e-5)
     assert summary["offered_rps"] == pytest.approx(RATE, rel=0.01)
-    assert 0 < summary["achieved_rps"] <= summary["offered_rps"] * 1.05
+    # no request started before its intended start; the achieved rate is the rows' (sent less one over the
+    # span of their starts): above the offered rate only when a loaded node started the first ones late
+    assert (main.start_s >= main.intended_s - SLACK_S).all(), main[main.start_s < main.intended_s - SLACK_S]
+    span = main.start_s.max() - main.start_s.min()
+    assert summary["achieved_rps"] == pytest.approx((len(main) - 1) / span, rel=1e-3)
 
     # every request meant to start while the registry stalled ended after the stall: its latency counted
     # from the intended start (response_s) holds the rest of the stall, however late the node started it
@@ -115,12 +119,33 @@ def test_ramp_against_a_token_bucket_finds_the_knee_at_or_just_below_its_rate(tm
         proc = drtp(tmp_path, "ramp", "--out", str(out), *args, "--slo", f"throttled<{THROTTLED_SLO:.0%}", "-q")
         assert proxy.errors == []
         replayed = [f for f in proxy.forwarded if is_replayed(f.method, f.path)]
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: no step held (checked below)
     ramp = json.loads((out / "ramp.json").read_text())
     steps = ramp["steps"]
     knee = ramp["knee_rps"]
     assert ramp["complete"] and ramp["broke"] and (out / "ramp.png").stat().st_size > 0
-    assert not any(s["under_offered"] for s in ramp["steps"])  # the registry's limit, not drtp's
+    assert proc.returncode == (1 if knee is None else 0), proc.stderr[-3000:]
+    # the knee is the bucket's only if drtp starts each step's requests on time: on a machine running many
+    # more busy processes than it has CPUs a node may start a step's last requests so late that the step did
+    # not start at its rate (the ramp then rightly ends there, naming drtp), or start late requests together,
+    # a burst the bucket throttles; the step that ended the ramp then says it fell behind
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    fell_behind = load > 2 * cpus and bool(steps[-1]["behind"])
+    under = [s for s in steps if s["under_offered"]]
+    if under and fell_behind:
+        last = steps[-1]
+        assert under == [last] and not last["held"], steps
+        assert last["achieved_rps"] < 0.95 * last["offered_rps"], last
+        assert "the replayer's limit, not the registry's" in last["broken"], last
+    else:
+        assert not under, steps  # the registry's limit, not drtp's
+    if fell_behind and not (knee in (BUCKET_RPS - RAMP_STEP, BUCKET_RPS) and steps[-1]["throttled"] >= THROTTLED_SLO):
+        assert all(s["held"] for s in steps[:-1]) and not steps[-1]["held"], steps
+        assert len(replayed) == sum(s["requests"] for s in steps)
+        pytest.skip(
+            f"ramped, but drtp fell behind at {steps[-1]['rate']:g}/s on this loaded machine (load average "
+            f"{load:.1f} on {cpus} CPUs; {steps[-1]['behind']}): the knee is not judged"
+        )
     assert knee in (BUCKET_RPS - RAMP_STEP, BUCKET_RPS), steps
     # steps at 10, 20, … up to the first that broke, which is the one after the knee, throttled by the bucket
     assert [s["rate"] for s in steps] == [10.0 + RAMP_STEP * i for i in range(len(steps))]

@@ -211,7 +211,13 @@ def test_a_refused_secret_fails_writes_once_and_sends_reads_again_once_after_the
 @pytest.mark.parametrize("engine", ["loop", "threads"])
 def test_a_node_reports_a_refused_secret_and_sends_the_read_again_once_with_the_renewed_one(tmp_path, pki, engine):
     """The node's side alone, this test in the master's place: the refusal comes back in the result stream,
-    the renewed secret goes in a signed update, and the waiting reads are sent once more."""
+    the renewed secret goes in a signed update, and the waiting reads are sent once more.
+
+    The renewal is sent only once the token server refused every request of the second batch (its four
+    reads and the write): a registry's 401 alone is no such proof, it is the challenge that comes before
+    the token fetch, and a read whose fetch starts after the renewal gets its token with the renewed secret
+    on its first send (one attempt, one challenge), as it should.
+    """
     import csv
     import io
     import queue
@@ -224,7 +230,8 @@ def test_a_node_reports_a_refused_secret_and_sends_the_read_again_once_with_the_
     from tests.replay_support import blob_get
 
     stack = ExitStack()
-    reg = _token_registry(stack, tmp_path / "t", pki, PASSWORD, expires_in=2)
+    reg = _token_registry(stack, tmp_path / "t", pki, PASSWORD)  # tokens that live the whole test
+    server = reg.token_server
     node = Node(tmp_path)
     stack.callback(node.stop)
     events: queue.Queue = queue.Queue()
@@ -234,11 +241,12 @@ def test_a_node_reports_a_refused_secret_and_sends_the_read_again_once_with_the_
     spec = msgspec.structs.replace(spec, registries=[reg.url], node="n1")
     rows: dict[str, dict] = {}
     refusals = []
+    refused_at_renewal: list[int] = []
 
-    def until(n: int, renew_after: str | None = None, refused_reads: int = 0) -> None:
+    def until(n: int, refused_fetches: int | None = None) -> None:
         """Collect rows until ``n`` came; on a refusal, send the renewed secret (as the master's renewal
-        thread does) — only once the row ``renew_after`` is in and the registry refused ``refused_reads``
-        reads, so that every request of the batch met the refusal before the renewal."""
+        thread does) — only once the token server refused ``refused_fetches`` token requests, so that every
+        request of the batch met the refusal before the renewal."""
         deadline = time.monotonic() + 30
         while len(rows) < n and time.monotonic() < deadline:
             try:
@@ -253,33 +261,51 @@ def test_a_node_reports_a_refused_secret_and_sends_the_read_again_once_with_the_
                     if row["auxiliary"] == "False":  # the trace rows (not an upload's helper rows)
                         rows[row["trace_id"]] = row
                 refusals.extend(frame.refused)
-            ready = renew_after is None or (
-                renew_after in rows
-                and sum(x.method == "GET" for x in refused_requests(reg.log_path, offset, settle_s=0)) >= refused_reads
-            )
+            ready = refused_fetches is not None and server.refused >= refused_fetches
             if refusals and ready and not sent:
+                refused_at_renewal.append(server.refused)
                 sent.append(link.send_secret(SecretUpdate(spec.run, reg.url, 1, USER, "renewed-secret")))
 
-    def reads(first: int) -> list:
+    # the second batch goes to a repository the node holds no token for: each of its requests is challenged
+    # and fetches a token with the old secret, one refused fetch each (no cached token expires, so no
+    # background renewal asks the token server besides)
+    def reads(first: int, repository: str) -> list:
         return [
-            blob_get(i, client=f"c{i}", registry=reg.url, expected_status=404, digest=f"sha256:{i:064x}")
+            blob_get(
+                i,
+                client=f"c{i}",
+                registry=reg.url,
+                repository=repository,
+                expected_status=404,
+                digest=f"sha256:{i:064x}",
+            )
             for i in range(first, first + 4)
         ]
 
-    write = blob_get(8, registry=reg.url, method="POST", op="upload-open", reference="uploads/", expected_status=202)
+    write = blob_get(
+        8,
+        registry=reg.url,
+        repository="team/other",
+        method="POST",
+        op="upload-open",
+        reference="uploads/",
+        expected_status=202,
+    )
     sent: list[bool] = []
-    offset = 0
     with stack:
         link.start(spec)
-        link.send(reads(0))
-        until(4)
-        reg.token_server.password = "renewed-secret"  # the registry's side changes; the node's secret is old
-        time.sleep(2.5)  # the tokens fetched with it expire (the node fetched nothing since)
+        link.send(reads(0, "library/alpine"))
+        until(4)  # the old secret worked: a refusal of it later is worth a renewal
+        issued = server.issued
+        server.password = "renewed-secret"  # the registry's side changes; the node's secret is old
         offset = reg.log_path.stat().st_size
-        link.send([write, *reads(4)])
-        until(9, renew_after="t8", refused_reads=4)
+        link.send([write, *reads(4, "team/other")])
+        until(9, refused_fetches=5)
         link.end()
     assert sent == [True]
+    # the token server refused the batch's five requests (and nothing else) before the renewal, and none after
+    assert refused_at_renewal == [5] and server.refused == 5
+    assert server.issued > issued  # the reads' second send fetched its token with the renewed secret
     assert [rows[f"t{i}"]["status"] for i in range(8)] == ["404"] * 8, [
         (k, r["status"], r["attempts"], r["error"]) for k, r in rows.items()
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -82,6 +83,38 @@ def test_a_token_is_renewed_before_it_expires_without_a_401(token_registry):
     clock.now = expires_at + 1  # the first token's end: the renewed one serves, no 401
     assert auth.header(path) == renewed
     assert get(auth, conn, path) == (404, 404)
+
+
+def test_a_token_due_for_renewal_never_waits_for_another_requests_token_fetch(token_registry):
+    """A node's event loop asks :meth:`Authenticator.header` for every request: a token due for renewal
+    starts its renewal and is used at once, even while another request's challenge is fetching a token
+    (which holds the fetch lock as long as the token server takes)."""
+    reg, server, ca = token_registry
+    clock = FakeClock()
+    auth = Authenticator(RegistryAuth(reg.url, USER, PASSWORD, ca), clock=clock)
+    path = "/v2/due/soon/manifests/latest"
+    assert get(auth, Connection("https", reg.host, 10.0, auth.ssl), path) == (401, 404)
+    first, issued = auth.header(path), server.issued
+    clock.now = token_times(clock.now, 120)[0] + 1  # inside the renewal window, still valid
+    server.hold, server.holding = threading.Event(), threading.Event()
+    other = Connection("https", reg.host, 10.0, auth.ssl)
+    challenged = threading.Thread(target=get, args=(auth, other, "/v2/other/scope/manifests/latest"), daemon=True)
+    challenged.start()
+    answered: list[dict] = []
+    try:
+        assert server.holding.wait(30)  # the other request's challenge is fetching its token: the server holds it
+        asking = threading.Thread(target=lambda: answered.append(auth.header(path)), daemon=True)
+        asking.start()
+        asking.join(30)  # returns at once unless it waits for the held fetch (then not before the hold ends)
+        assert answered == [first] and auth.renewing == {auth.scope_of["due/soon"]}
+    finally:
+        server.hold.set()
+        challenged.join(30)
+        server.hold = None
+    deadline = time.monotonic() + 20
+    while (auth.renewing or server.issued < issued + 2) and time.monotonic() < deadline:
+        time.sleep(0.02)  # the held fetch and the renewal both end with a token
+    assert server.issued == issued + 2 and auth.renew_errors == 0 and auth.header(path) != first
 
 
 def test_token_times_renew_a_tenth_of_a_long_life_before_and_half_of_a_short_one():

@@ -181,7 +181,10 @@ class Authenticator:
         self.challenges: dict[str, dict[str, str]] = {}  # scope -> the challenge's parameters (to renew it)
         self.renewing: set[str] = set()  # scopes whose renewal is under way
         self.renew_errors = 0  # renewals that failed (the token in hand is used until it expires)
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # one token fetch at a time: held across the fetch
+        # guards ``renewing`` alone: :meth:`header` takes it, never ``lock``, so no request (nor a node's
+        # event loop) waits for another request's token fetch
+        self.renewing_lock = threading.Lock()
 
     def header(self, path: str) -> dict[str, str]:
         if self.source is not None:  # the master's own requests: the source's secret, renewed near its TTL
@@ -331,7 +334,7 @@ class Authenticator:
 
     def _renew_soon(self, scope: str) -> None:
         """Fetch a new token for ``scope`` in the background; the caller goes on with the one it has."""
-        with self.lock:
+        with self.renewing_lock:
             if scope in self.renewing or scope not in self.challenges:
                 return
             self.renewing.add(scope)
@@ -346,7 +349,7 @@ class Authenticator:
         except AuthError:
             self.renew_errors += 1  # the token in hand serves until it expires; then a 401 fetches again
         finally:
-            with self.lock:
+            with self.renewing_lock:
                 self.renewing.discard(scope)
 
     def fetch_token(self, params: dict[str, str]) -> tuple[str, float]:
