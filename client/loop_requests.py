@@ -129,17 +129,10 @@ class LoopRequests:
         target, headers = object_path(req), object_headers(req)
         agent = req.user_agent
         start = self.clock()
-        if self.retries or server in self.auth:
+        if server in self.auth:
             r = await self._authenticated(conns, server, req.method, target, headers, agent)
-        else:  # the common case, what _authenticated and _send do for it: no credentials, sent once
-            conn = conns.get(server)
-            if conn is None:
-                conn = self.connection(conns, server)
-            try:
-                r = await conn.request(req.method, target, headers, agent)
-                r.attempts = 1
-            except RequestError as e:
-                r = Response.failed(e, 1)
+        else:  # the common case: no credentials, so no challenge to answer (what _authenticated does for it)
+            r = await self._send(self.connection(conns, server), req.method, target, headers, agent)
         if r.status not in REDIRECTS:  # no redirect to follow (the common case): the loop below is skipped
             latency = self.clock() - start
             return result_of(req, r, start, latency, object_digest(req, r), [])
