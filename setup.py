@@ -16,7 +16,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=["drtp", "drtp.trace", "drtp.registry", "drtp.replay", "drtp.cluster", "drtp.slurm"]
-    + [f"drtp.{p}" for p in PARTS],
+    + [f"drtp.{p}" for p in PARTS]
+    + [f"drtp.master.{g}" for g in ("run", "outputs", "series", "commands")],
     package_dir={"drtp": "drtp", "drtp.slurm": "slurm", **{f"drtp.{p}": p for p in PARTS}},
     package_data={"drtp.slurm": ["*.sbatch"]},
     install_requires=[
@@ -33,7 +34,7 @@ setup(
         "libcachesim>=0.3.5",  # standard eviction policies beside drtp's own caches
         "uhashring>=2",  # consistent hashing of trace clients to client nodes
         # the parser of registries' own metrics (drtp/registry/metrics.py); the live metrics exporter
-        # (master/live_metrics.py: start_http_server returns its server and thread since 0.20, to stop it)
+        # (master/outputs/live_metrics.py: start_http_server returns its server and thread since 0.20, to stop it)
         "prometheus-client>=0.20",
         "scipy>=1.10",  # drtp analyze compare: bootstrap intervals and rank tests (analysis/compare.py)
         "httptools>=0.6",  # the client node's HTTP/1.1 answer parser (llhttp), drtp/registry/transport.py

@@ -1,7 +1,7 @@
 """The registry's own witness beside drtp's: client-side and registry-side figures per handler and method.
 
 A run that read its registry's metrics keeps, in ``summary.json``'s ``registry_side`` (made by
-drtp.master.registry_metrics), each slice's two counts and two means: what drtp sent and how long
+drtp.master.outputs.registry_metrics), each slice's two counts and two means: what drtp sent and how long
 it waited (the client side: network, TLS, its own queueing and the registry's time), and what the
 registry completed and how long its handler took (its own duration histogram).  This module only
 lays those numbers out for the report — a table and a figure — and recounts nothing.

@@ -31,9 +31,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # tests/faultproxy.py lives in the checkout, not in the package
 
 from drtp.config import load_config  # noqa: E402
-from drtp.master.demo import start_nodes, stop_nodes  # noqa: E402
-from drtp.master.run import run_replay  # noqa: E402
-from drtp.master.warmup import run_warmup  # noqa: E402
+from drtp.master.commands.demo import start_nodes, stop_nodes  # noqa: E402
+from drtp.master.run.replay import run_replay  # noqa: E402
+from drtp.master.run.warmup import run_warmup  # noqa: E402
 from drtp.registry.local import LocalRegistry  # noqa: E402
 from drtp.trace.generate import GenerateOptions, generate  # noqa: E402
 from drtp.trace.reader import write_ibm  # noqa: E402

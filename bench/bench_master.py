@@ -57,7 +57,7 @@ from prometheus_client.parser import text_string_to_metric_families
 # from a source checkout; appended, so that a round of --before/--after runs its own tree (PYTHONPATH) first
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from drtp.master.run import run_replay  # noqa: E402
+from drtp.master.run.replay import run_replay  # noqa: E402
 from drtp.registry.local import free_port  # noqa: E402
 from drtp.trace.generate import GenerateOptions, generate  # noqa: E402
 from drtp.trace.reader import TraceReader, write_ibm  # noqa: E402
@@ -197,7 +197,7 @@ def one_run(work: Path, trace: Path, registry: str, n_nodes: int, rate: float, l
 
         extra = {}
         if live:
-            from drtp.master.live_metrics import LiveMetrics, LiveSettings
+            from drtp.master.outputs.live_metrics import LiveMetrics, LiveSettings
 
             exporter = LiveMetrics(LiveSettings(free_port(), linger_s=0))
             exporter.start()

@@ -132,8 +132,8 @@ def stress_round(registry: str, trace: str, warm_map: str, work: str, engine: st
     from bench_replay import cpu_s
 
     from drtp.config import load_config
-    from drtp.master.demo import start_nodes, stop_nodes
-    from drtp.master.run import run_replay
+    from drtp.master.commands.demo import start_nodes, stop_nodes
+    from drtp.master.run.replay import run_replay
 
     token = os.urandom(16).hex()
     os.environ["DRTP_TOKEN"] = token
@@ -251,7 +251,7 @@ def measure(
         from bench_replay import case_trace, config, warm_map, wrk_run
 
         from drtp.config import load_config
-        from drtp.master.warmup import run_warmup
+        from drtp.master.run.warmup import run_warmup
         from drtp.registry.local import LocalRegistry
         from drtp.trace.reader import TraceReader
 

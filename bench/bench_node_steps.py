@@ -152,7 +152,7 @@ def prepare(work: Path, reg) -> str:
     from bench_replay import case_trace, config, warm_map
 
     from drtp.config import load_config
-    from drtp.master.warmup import run_warmup
+    from drtp.master.run.warmup import run_warmup
 
     os.environ.setdefault("DRTP_TOKEN", os.urandom(16).hex())
     digest = ""

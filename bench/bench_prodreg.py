@@ -44,9 +44,9 @@ sys.path[:0] = [str(BENCH_DIR), str(BENCH_DIR.parent)]
 from bench_replay import WRK_LIST_SCRIPT, case_trace, cpu_s, warmed_paths  # noqa: E402
 
 from drtp.config import load_config  # noqa: E402
-from drtp.master.demo import start_nodes, stop_nodes  # noqa: E402
-from drtp.master.experiment import registry_config  # noqa: E402
-from drtp.master.run import run_replay  # noqa: E402
+from drtp.master.commands.demo import start_nodes, stop_nodes  # noqa: E402
+from drtp.master.run.replay import run_replay  # noqa: E402
+from drtp.master.series.experiment import registry_config  # noqa: E402
 from drtp.registry.auth import Authenticator  # noqa: E402
 from drtp.registry.local import LocalRegistry  # noqa: E402
 from drtp.registry.manifest import ACCEPT  # noqa: E402

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from drtp.master.bench import Bench  # noqa: E402
+from drtp.master.commands.bench import Bench  # noqa: E402
 from drtp.registry.local import LocalRegistry  # noqa: E402
 from drtp.replay.messages import RegistryAuth  # noqa: E402
 from drtp.units import parse_size  # noqa: E402

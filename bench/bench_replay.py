@@ -32,9 +32,9 @@ from unittest.mock import patch
 import yaml
 
 from drtp.config import load_config
-from drtp.master.demo import start_nodes, stop_nodes
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
+from drtp.master.commands.demo import start_nodes, stop_nodes
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import ACCEPT
 from drtp.trace.generate import GenerateOptions, generate
@@ -352,8 +352,8 @@ def peak_rss_mb() -> float:
 
 def rss_child(trace: str, out: str) -> None:
     """Run the master's per-request path over a trace; print peak RSS (MB) as JSON."""
-    from drtp.master.plan import Planner
-    from drtp.master.results import RunResults
+    from drtp.master.outputs.results import RunResults
+    from drtp.master.run.plan import Planner
     from drtp.replay.messages import ReplayResult
     from drtp.trace.reader import TraceReader
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from drtp.master.warmup import Warmup, load_map, plan_warmup  # noqa: E402
+from drtp.master.run.warmup import Warmup, load_map, plan_warmup  # noqa: E402
 from drtp.registry.client import RegistryClient  # noqa: E402
 from drtp.registry.local import LocalRegistry, registry_binary  # noqa: E402
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST  # noqa: E402

@@ -18,7 +18,7 @@ In the two ordered modes the client model also caps a client's blob GETs (``down
 upload requests (``uploads``) running at once: a real client downloads and uploads only so many
 layers in parallel.  Whatever the mode, the requests of one upload session (same repository and
 upload key: POST, PATCH, PUT) never overlap and keep their order: a PATCH needs the session its POST
-opened.  Where the trace has no upload ids the keys are the master's guesses (drtp.master.plan
+opened.  Where the trace has no upload ids the keys are the master's guesses (drtp.master.run.plan
 ``Planner.upload_of``); a request with no key belongs to no session here.
 
 The queue of requests that may start is the engine's (a heap of due times on the thread engine, a

@@ -16,7 +16,7 @@ Blob uploads follow the Registry V2 protocol: the trace's POST
 opens an upload, a PATCH sends the layer's bytes, the PUT closes it with the
 digest (or sends the whole layer at once).  The open upload is remembered per
 (trace client, repository, upload key): the master gives the requests of one
-trace upload one key (its upload id, see master/plan.py), so one client's
+trace upload one key (its upload id, see master/run/plan.py), so one client's
 uploads into a repository may overlap; where the trace has no upload ids the
 keys are the master's guesses, and a request without one finds the upload of
 key None (the node's gate, client/client_gate.py, keeps a session's requests in order).

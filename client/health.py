@@ -45,7 +45,7 @@ too, and its row of stats_history.csv would otherwise lack the node.  Each part
 carries the wall time it covers (``wall_s``): the last one may cover a few ms
 of end work, whose CPU share says nothing of the run, so the master's verdict
 and per-run figures leave out parts shorter than half an interval
-(master/replayer_health.py ``judged``); stats_history.csv still shows them.
+(master/outputs/replayer_health.py ``judged``); stats_history.csv still shows them.
 """
 
 from __future__ import annotations

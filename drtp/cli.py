@@ -83,24 +83,26 @@ COMMANDS: tuple[Command, ...] = (
         "validate a config and print every key it sets, defaults included (secrets masked)",
     ),
     Command(
-        "demo", "drtp.master.demo", "the main job on a local registry: generate, start a registry, replay, summarise"
+        "demo",
+        "drtp.master.commands.demo",
+        "the main job on a local registry: generate, start a registry, replay, summarise",
     ),
-    Command("warmup", "drtp.master.cli", "push every object the trace reads into the registry (resumable)"),
-    Command("run", "drtp.master.cli", "replay the trace through the client nodes against the registry"),
-    Command("experiment", "drtp.master.cli", "warmup + run against each registry of 'registries:' in turn"),
+    Command("warmup", "drtp.master.commands.cli", "push every object the trace reads into the registry (resumable)"),
+    Command("run", "drtp.master.commands.cli", "replay the trace through the client nodes against the registry"),
+    Command("experiment", "drtp.master.commands.cli", "warmup + run against each registry of 'registries:' in turn"),
     Command(
         "ramp",
-        "drtp.master.cli",
+        "drtp.master.commands.cli",
         "open-loop steps of rising rate until the registry breaks its objectives (the knee)",
     ),
     Command(
         "bench",
-        "drtp.master.cli",
+        "drtp.master.commands.cli",
         "synthetic push/pull/manifest benchmark against a registry (replay-format results)",
     ),
     Command(
         "clean",
-        "drtp.master.clean",
+        "drtp.master.commands.clean",
         "delete from the registries what warmup, runs and the preflight pushed (dry run without --yes)",
     ),
     Command("client", "drtp.client.cli", "run a client node (executes replay requests sent by the master)"),
@@ -120,7 +122,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "selfbench",
-        "drtp.master.selfbench",
+        "drtp.master.commands.selfbench",
         "benchmark drtp itself beside its baselines (reader, replay vs wrk, timing, simulation, memory, analysis)",
     ),
 )

@@ -213,7 +213,7 @@ class Deploy(_Section):
 
 class LiveMetricsSection(_Section):
     """``live_metrics:``: serve the run's figures to Prometheus while it goes (as ``--metrics-port``/``--metrics-host``
-    do, which override it), so a batch job that takes no options serves them too (drtp.master.live_metrics)."""
+    do, which override it), so a batch job that takes no options serves them too (drtp.master.outputs.live_metrics)."""
 
     port: Port
     host: str = "127.0.0.1"  # the address to listen on: loopback unless another is wanted
@@ -235,12 +235,14 @@ class Config(_Section):
     slurm: Slurm | None = None  # drtp slurm (docs/cluster.md)
     deploy: Deploy | None = None  # drtp deploy (docs/cluster.md)
     # drtp run / experiment: replay this many times (interleaved across an experiment's registries), each
-    # repetition into rep-<k>/ of the run's directory (drtp/master/repeat.py)
+    # repetition into rep-<k>/ of the run's directory (drtp/master/series/repeat.py)
     repeat: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1
     # fresh: each repetition replays into repositories of its own (prefix rep<k>-), warmed up for it;
     # reuse: every repetition replays into the same repositories, as left by the one before
     repeat_state: Literal["fresh", "reuse"] = "fresh"
-    live_metrics: LiveMetricsSection | None = None  # a Prometheus endpoint of the run (drtp.master.live_metrics)
+    live_metrics: LiveMetricsSection | None = (
+        None  # a Prometheus endpoint of the run (drtp.master.outputs.live_metrics)
+    )
 
     # where the file was loaded from (errors name it); relative paths are resolved against its folder
     base_dir: str = "."

@@ -6,7 +6,7 @@ system, has wasted the minutes and ends in a traceback.  These checks make
 the path (and its parents) and prove it can be written, so the one-line error
 comes first.  A path the user gave (or the default under ``results/``) that
 cannot be written is a bad input: exit 2, like any other.  A write that fails
-later, mid-run, is something else (drtp.master.results_dir: exit 3).
+later, mid-run, is something else (drtp.master.outputs.results_dir: exit 3).
 """
 
 from __future__ import annotations

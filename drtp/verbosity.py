@@ -1,7 +1,7 @@
 """How much drtp logs: warnings only, unless ``-v`` or the config's ``verbose: true`` asks for more.
 
 drtp's modules log under the ``drtp`` logger (``drtp.config``,
-``drtp.master.original_output``, ``drtp.client``…).  Nothing is set up until
+``drtp.master.outputs.original_output``, ``drtp.client``…).  Nothing is set up until
 more than warnings is asked for, so a command that configures logging itself
 (``drtp client``) keeps its own setup; once asked, one stderr handler on the
 ``drtp`` logger prints the records, and a later request only ever raises the

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import msgspec
 
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.trace.reader import TraceReader, write_ibm
 from tests.replay_support import Node, make_trace, write_config

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from drtp.config import load_config
-from drtp.master.nodes import NodeLink
+from drtp.master.run.nodes import NodeLink
 from drtp.registry.local import free_port
 from drtp.replay.messages import ReplayRequest
 from drtp.trace.generate import GenerateOptions, generate

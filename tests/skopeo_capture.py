@@ -83,8 +83,8 @@ class Replayed:
 
 def replay_session(trace: Path, workdir: Path) -> Replayed:
     """Warm up and replay ``trace`` with two client nodes against a fresh registry."""
-    from drtp.master.run import run_replay
-    from drtp.master.warmup import run_warmup
+    from drtp.master.run.replay import run_replay
+    from drtp.master.run.warmup import run_warmup
     from tests.replay_support import Node, write_config
 
     tags = {f"{r.repository}:{r.reference}" for r in TraceReader([trace]) if r.kind == "manifest"}

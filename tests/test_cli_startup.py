@@ -111,7 +111,7 @@ def test_a_command_imports_its_own_module_only(tmp_path):
     assert "records" in res.stdout
     assert {"drtp.trace.cli", "drtp.trace.reader", "drtp.analysis.trace_summary"} <= modules
     assert not modules & (set(COMMAND_MODULES) - {"drtp.trace.cli"}), modules & set(COMMAND_MODULES)
-    for heavy in ("pandas", "numpy", "pyarrow", "drtp.config", "drtp.registry.client", "drtp.master.clean"):
+    for heavy in ("pandas", "numpy", "pyarrow", "drtp.config", "drtp.registry.client", "drtp.master.commands.clean"):
         assert heavy not in modules, heavy
 
 
@@ -119,5 +119,5 @@ def test_a_command_help_shows_its_own_options_with_only_its_module_imported(tmp_
     res, modules = imported_by(tmp_path, "clean", "--help")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "--yes" in res.stdout and "--registry" in res.stdout
-    assert "drtp.master.clean" in modules
-    assert not modules & (set(COMMAND_MODULES) - {"drtp.master.clean"}), modules & set(COMMAND_MODULES)
+    assert "drtp.master.commands.clean" in modules
+    assert not modules & (set(COMMAND_MODULES) - {"drtp.master.commands.clean"}), modules & set(COMMAND_MODULES)

@@ -1,5 +1,5 @@
 """The per-client gate of the client nodes (client/client_gate.py), the upload keys the master gives
-(master/plan.py ``Planner.upload_of``) and its round-robin of trace clients (master/routing.py): which
+(master/run/plan.py ``Planner.upload_of``) and its round-robin of trace clients (master/run/routing.py): which
 request of a trace client may start while others run, and on which node."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import msgspec
 
 from drtp.client.client_gate import ClientGate
-from drtp.master.plan import Planner
-from drtp.master.routing import Router
+from drtp.master.run.plan import Planner
+from drtp.master.run.routing import Router
 from drtp.replay.messages import TRACE_ORDER, UNLIMITED, ClientModel
 from drtp.trace.records import TraceRecord
 from tests.conftest import ibm_record

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.replay.client_profiles import PROFILES
 from drtp.trace.reader import TraceReader

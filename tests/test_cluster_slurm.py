@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from drtp.analysis.results import load_requests, rows
-from drtp.master.push_ledger import pushed_by_rows
+from drtp.master.run.push_ledger import pushed_by_rows
 from drtp.registry.local import LocalRegistry, free_port
 from drtp.trace.reader import TraceReader
 from tests.cluster_support import (

@@ -141,7 +141,7 @@ def test_project_files_cover_the_package_and_templates():
     root = project_root()
     names = {p.relative_to(root).as_posix() for p in project_files(root)}
     assert {"setup.py", "slurm/clients.sbatch", "slurm/master.sbatch", "drtp/cluster/deploy.py"} <= names
-    assert "master/run.py" in names and "client/server.py" in names
+    assert "master/run/replay.py" in names and "client/server.py" in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     assert all(Path(root / n).is_file() for n in names)
 
@@ -402,8 +402,8 @@ def test_clean_finds_the_warmup_maps_of_each_registrys_runs(tmp_path):
     """With slurm.each_registry the master replays each address as an entry of its own, whose warmup map is
     named after it: drtp clean looks for exactly the maps those entries wrote."""
     from drtp.config import config_from_dict
-    from drtp.master.clean import warmup_maps
-    from drtp.master.experiment import registry_config
+    from drtp.master.commands.clean import warmup_maps
+    from drtp.master.series.experiment import registry_config
     from drtp.replay.messages import registry_base
 
     data = {
@@ -424,9 +424,9 @@ def test_clean_finds_the_warmup_map_of_each_repetition(tmp_path):
     """repeat: N (fresh): each repetition warmed repositories of its own into a map of its own; drtp clean reads
     exactly those maps, for a run and for each entry of an experiment."""
     from drtp.config import config_from_dict
-    from drtp.master.clean import warmup_maps
-    from drtp.master.experiment import experiment_parts
-    from drtp.master.repeat import run_parts
+    from drtp.master.commands.clean import warmup_maps
+    from drtp.master.series.experiment import experiment_parts
+    from drtp.master.series.repeat import run_parts
     from drtp.replay.messages import registry_base
 
     run = config_from_dict(

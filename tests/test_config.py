@@ -257,7 +257,7 @@ warmup: {output: interm.json, threads: 100, random: true}
 
 def test_the_originals_callback_port_is_accepted_and_leaves_the_nodes_alone(tmp_path):
     """The original's example config: port is the master's port (8080); the nodes keep their own ports."""
-    from drtp.master.run import node_addresses
+    from drtp.master.run.replay import node_addresses
 
     cfg = load_config(write(tmp_path, ORIGINAL_EXAMPLE))
     assert cfg.client_info.port == 8080

@@ -306,7 +306,7 @@ class _Link:
 def test_the_renewal_thread_pushes_again_to_a_node_that_missed_a_secret_and_retries_a_failed_renewal(
     tmp_path, monkeypatch
 ):
-    from drtp.master.renewal import SecretRenewal
+    from drtp.master.run.renewal import SecretRenewal
     from drtp.replay.frames import Refusal
 
     helper = Helper(tmp_path / "bin", "retry", "u", "s0")

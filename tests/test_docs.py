@@ -26,8 +26,8 @@ def written_paths(text: str) -> list[str]:
 
 
 def test_path_pattern_finds_files_and_folders_only():
-    text = "see `drtp/trace/reader.py`, master/plan.py. and `drtp/cluster/`; not drtp.trace or xdrtp/a.py"
-    assert written_paths(text) == ["drtp/cluster/", "drtp/trace/reader.py", "master/plan.py"]
+    text = "see `drtp/trace/reader.py`, master/run/plan.py. and `drtp/cluster/`; not drtp.trace or xdrtp/a.py"
+    assert written_paths(text) == ["drtp/cluster/", "drtp/trace/reader.py", "master/run/plan.py"]
 
 
 def test_every_path_in_the_architecture_page_exists():

@@ -13,7 +13,7 @@ import yaml
 
 from drtp.cli import main
 from drtp.exit_codes import ExitCode, worst
-from drtp.master.verdict import judge
+from drtp.master.run.verdict import judge
 from drtp.registry.local import free_port
 from drtp.replay.failure_budget import FailureBudget, parse_max_failed
 from tests.replay_support import TOKEN, make_trace

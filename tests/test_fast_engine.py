@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from drtp.config import Config, load_config
-from drtp.master.experiment import registry_config
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
+from drtp.master.series.experiment import registry_config
 from drtp.registry.local import LocalRegistry
 from drtp.replay.messages import RegistryAuth, ReplayRequest, RunSpec
 from drtp.trace.reader import TraceReader

@@ -22,8 +22,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from drtp.master.results import format_table
-from drtp.master.warmup import run_warmup
+from drtp.master.outputs.results import format_table
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.replay.result_row import COLUMNS

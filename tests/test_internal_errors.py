@@ -17,10 +17,11 @@ import pytest
 import yaml
 
 from drtp.cli import main
-from drtp.master import live_metrics, registry_metrics, replayer_health, results, run, stats_history
-from drtp.master.internal_errors import TRACEBACKS_FILE, InternalErrors, error_line
-from drtp.master.nodes import NodeLink
-from drtp.master.warmup import run_warmup
+from drtp.master.outputs import live_metrics, registry_metrics, replayer_health, results, stats_history
+from drtp.master.run import replay as run
+from drtp.master.run.internal_errors import TRACEBACKS_FILE, InternalErrors, error_line
+from drtp.master.run.nodes import NodeLink
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry, free_port
 from drtp.replay.result_row import COLUMNS
 from tests.registry_log import logged_requests

@@ -15,8 +15,8 @@ import time
 import msgspec
 import pytest
 
-from drtp.master import nodes
-from drtp.master.nodes import NodeLink
+from drtp.master.run import nodes
+from drtp.master.run.nodes import NodeLink
 from drtp.registry.transport import Connection
 from drtp.replay.messages import ReplayRequest, RunSpec
 from drtp.replay.signing import sign

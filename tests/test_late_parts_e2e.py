@@ -4,7 +4,7 @@ A real ``drtp run`` (a subprocess: its exit code counts) through two client node
 real Distribution registry.  The proxy answers a few upload PATCHes with 503, so the node cancels each of
 those uploads with a helper DELETE, and it holds the answers to those DELETEs: the PATCH's row ends when its
 503 came, but its result (and its node's interval part) reaches the master only after the DELETE, seconds
-later.  With the write lag at 0 (``DRTP_STATS_WRITE_LAG_S``, drtp.master.stats_history) the master writes an
+later.  With the write lag at 0 (``DRTP_STATS_WRITE_LAG_S``, drtp.master.outputs.stats_history) the master writes an
 interval's row as soon as the interval is over, and it looks at least once a second while it waits for
 results, so each such part comes after its row was written: it must count in a later row, be counted as
 late, and the run must end as any other.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from drtp.master.stats_history import WRITE_LAG_ENV
-from drtp.master.warmup import run_warmup
+from drtp.master.outputs.stats_history import WRITE_LAG_ENV
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.replay.result_row import parse_cells
 from drtp.replay.stats_file import STATS_FILE

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from drtp.cli import main
 from drtp.config import ConfigError, load_config
-from drtp.master.live_metrics import LiveMetrics, LiveSettings, exporting
+from drtp.master.outputs.live_metrics import LiveMetrics, LiveSettings, exporting
 from drtp.registry.local import LocalRegistry, free_port
 from drtp.replay.frames import LIVE_BUCKETS_S, FrameBuilder, FrameReader, HealthPart, LivePart
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec

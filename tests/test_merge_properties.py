@@ -6,7 +6,7 @@ stream cut anywhere, health parts per interval in any of a node's frames, the ma
 master's clock moving on between frames by any amount (so a node's interval part often arrives after its
 row of stats_history.csv was written), the nodes' frames interleaved in any order, a node that dies (its
 requests not yet reported are written lost, as the master does) and a run interrupted (no node model
-merged).  The master's side is the real one, driven through the methods master/run.py calls: RunResults
+merged).  The master's side is the real one, driven through the methods master/run/replay.py calls: RunResults
 (requests.csv, summary.json), StatsHistory, ReplayerHealth and LiveMetrics.
 
 Each test checks one output against what was fed:
@@ -38,10 +38,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from drtp.master.live_metrics import BUCKET_BOUNDS, LiveMetrics, LiveSettings
-from drtp.master.replayer_health import ReplayerHealth, judged
-from drtp.master.results import RunResults
-from drtp.master.stats_history import StatsHistory
+from drtp.master.outputs.live_metrics import BUCKET_BOUNDS, LiveMetrics, LiveSettings
+from drtp.master.outputs.replayer_health import ReplayerHealth, judged
+from drtp.master.outputs.results import RunResults
+from drtp.master.outputs.stats_history import StatsHistory
 from drtp.replay.frames import LIVE_BUCKETS_S, FrameBuilder, FrameReader, HealthPart, LiveTally, ResultFrame
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import LOST, OK
@@ -138,7 +138,7 @@ def runs(draw) -> Run:
     return Run(interval_s, timed, draw(st.booleans()), nodes, master_cpu, order, waits, draw(_ms(0.0, 2.0)))
 
 
-# -- the master's side, driven as master/run.py drives it ------------------------------------------------------
+# -- the master's side, driven as master/run/replay.py drives it ------------------------------------------------------
 
 
 class Clock:
@@ -228,7 +228,7 @@ def replay(run: Run, out: Path) -> Outputs:
                 reported = [0, *node.cuts, len(node.finished)][number]  # before the last frame: all of them
                 for req, _ in node.finished[reported:]:
                     rows = results.add(who, req, None, lost_reason=f"client node {who} died")
-                    tally = LiveTally()  # as master/run.py counts a lost request for live metrics
+                    tally = LiveTally()  # as master/run/replay.py counts a lost request for live metrics
                     for row in rows:
                         tally.add(registry_base(req.registry), row)
                     live.add_parts(tally.parts())

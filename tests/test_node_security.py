@@ -20,7 +20,7 @@ import requests
 
 from drtp.client.admission import batch_error, spec_error
 from drtp.errors import DrtpError
-from drtp.master.nodes import NodeLink
+from drtp.master.run.nodes import NodeLink
 from drtp.replay.frames import FrameReader
 from drtp.replay.messages import Batch, ClientModel, Layer, RunSpec
 from drtp.replay.signing import (
@@ -450,7 +450,7 @@ def test_traversal_and_header_injection_never_reach_the_registry(node, registry,
 
 
 def test_the_master_splits_a_batch_over_the_node_s_bound(monkeypatch):
-    import drtp.master.nodes as nodes
+    import drtp.master.run.nodes as nodes
 
     monkeypatch.setattr(nodes, "MAX_BODY", 2000)
     link = NodeLink("127.0.0.1:1", TOKEN, None)

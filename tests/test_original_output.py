@@ -11,8 +11,8 @@ import pytest
 
 from drtp.config import config_from_dict
 from drtp.errors import RunError
-from drtp.master.original_output import original_record, write_original_results
-from drtp.master.warmup import run_warmup
+from drtp.master.outputs.original_output import original_record, write_original_results
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.replay.result_row import ResultRow
 from tests.replay_support import make_trace, write_config
@@ -45,7 +45,7 @@ def test_drtp_run_with_trace_output_writes_the_original_results_file(tmp_path, n
     assert out.returncode == 0, out.stderr
     path = tmp_path / "run" / "results.json"  # relative: inside the run directory
     assert f"in the original trace player's format in {path}" in out.stdout
-    assert "drtp.master.original_output INFO wrote 200 requests" in out.stderr  # -v logs it
+    assert "drtp.master.outputs.original_output INFO wrote 200 requests" in out.stderr  # -v logs it
 
     records = json.loads(path.read_text())
     main = rows(tmp_path / "run").query("not auxiliary")

@@ -23,7 +23,7 @@ import pytest
 from drtp.cluster import slurm
 from drtp.config import Slurm
 from drtp.errors import DrtpError
-from drtp.master.stats_history import WRITE_LAG_ENV, WRITE_LAG_S, StatsHistory
+from drtp.master.outputs.stats_history import WRITE_LAG_ENV, WRITE_LAG_S, StatsHistory
 from drtp.progress import Snapshot, configure, format_line, progress
 from drtp.registry.local import LocalRegistry
 from drtp.replay.frames import IntervalStats

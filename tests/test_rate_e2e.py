@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from drtp.master.warmup import run_warmup
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.trace.generate import GenerateOptions, generate
 from drtp.trace.reader import TraceReader, write_ibm

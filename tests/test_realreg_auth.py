@@ -12,8 +12,8 @@ import yaml
 
 from drtp.config import load_config
 from drtp.errors import ConfigError
-from drtp.master.experiment import run_experiment
-from drtp.master.preflight import PreflightError, preflight
+from drtp.master.run.preflight import PreflightError, preflight
+from drtp.master.series.experiment import run_experiment
 from drtp.registry.auth import config_auth
 from drtp.registry.local import LocalRegistry
 from drtp.replay.messages import RegistryAuth

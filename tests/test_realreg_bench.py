@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from drtp.cli import main
-from drtp.master.bench import Bench, append_dataset
-from drtp.master.results import COLUMNS
+from drtp.master.commands.bench import Bench, append_dataset
+from drtp.master.outputs.results import COLUMNS
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.replay.messages import RegistryAuth

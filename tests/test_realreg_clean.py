@@ -21,11 +21,11 @@ from dxf import DXF
 from drtp.analysis.results import load_requests, rows
 from drtp.cli import main
 from drtp.config import load_config
-from drtp.master.experiment import run_experiment
-from drtp.master.plan import registry_for
-from drtp.master.push_ledger import CONFIG_PUSH, MOUNT_FALLBACK, pushed_by_rows
-from drtp.master.run import run_replay
-from drtp.master.warmup import load_map, run_warmup
+from drtp.master.run.plan import registry_for
+from drtp.master.run.push_ledger import CONFIG_PUSH, MOUNT_FALLBACK, pushed_by_rows
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import load_map, run_warmup
+from drtp.master.series.experiment import run_experiment
 from drtp.registry.client import RegistryClient
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import CONFIG_DIGEST
@@ -355,8 +355,8 @@ def test_a_run_of_another_registry_is_left_out_and_said(study):
 def test_a_registry_with_credentials(scheme, tmp_path, monkeypatch):
     """https with the entry's CA, htpasswd or bearer tokens: the DELETEs authenticate like every other
     request; refused credentials are one line naming the registry and the user, never the password."""
-    from drtp.master.experiment import registry_config
-    from drtp.master.warmup import run_warmup
+    from drtp.master.run.warmup import run_warmup
+    from drtp.master.series.experiment import registry_config
 
     pki = Pki(tmp_path / "pki")
     server = TokenServer(tmp_path, pki) if scheme == "token" else None

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from drtp.config import load_config
-from drtp.master.experiment import run_experiment
+from drtp.master.series.experiment import run_experiment
 from drtp.registry.local import LocalRegistry
 from tests.credential_support import Helper, on_path
 from tests.realreg_support import PASSWORD, USER, Pki, TokenServer, write_htpasswd
@@ -224,7 +224,7 @@ def test_a_node_reports_a_refused_secret_and_sends_the_read_again_once_with_the_
 
     import msgspec
 
-    from drtp.master.nodes import NodeLink
+    from drtp.master.run.nodes import NodeLink
     from drtp.replay.messages import RegistryAuth, RunSpec, SecretUpdate
     from drtp.replay.result_row import COLUMNS
     from tests.replay_support import blob_get

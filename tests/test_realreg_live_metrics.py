@@ -18,7 +18,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from drtp.cli import main
-from drtp.master.warmup import run_warmup
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry, free_port
 from tests.replay_support import TOKEN, make_trace, terminate, write_config
 

@@ -15,10 +15,10 @@ import yaml
 from drtp.analysis.registry_side import CLIENT, REGISTRY, fig_registry_side
 from drtp.analysis.results_analysis import analyze_results, analyze_runs
 from drtp.config import ConfigError, load_config
-from drtp.master import run as master_run
-from drtp.master.experiment import registry_config, run_experiment
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
+from drtp.master.run import replay as master_run
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
+from drtp.master.series.experiment import registry_config, run_experiment
 from drtp.registry.local import LocalRegistry, free_port
 from tests.conftest import ibm_record, write_json
 from tests.faultproxy import FaultProxy

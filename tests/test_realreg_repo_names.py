@@ -21,8 +21,8 @@ import yaml
 
 from drtp.cli import main
 from drtp.config import load_config
-from drtp.master.experiment import registry_config, run_experiment
-from drtp.master.warmup import run_warmup
+from drtp.master.run.warmup import run_warmup
+from drtp.master.series.experiment import registry_config, run_experiment
 from drtp.registry.local import LocalRegistry
 from drtp.registry.repo_hooks import created_path
 from drtp.registry.repo_names import RepositoryMap

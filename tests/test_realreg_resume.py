@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.trace.reader import TraceReader
 from tests.replay_support import Node, make_trace, write_config
@@ -76,7 +76,7 @@ def test_killed_run_resumes_to_the_full_request_set(tmp_path):
 
 def test_experiment_resume_skips_done_registries_and_retries_failed_ones(tmp_path):
     from drtp.config import load_config
-    from drtp.master.experiment import run_experiment
+    from drtp.master.series.experiment import run_experiment
     from drtp.registry.local import free_port
 
     trace = make_trace(tmp_path / "trace.json", requests=120)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from drtp.master.registry_metrics import RegistryMetrics
+from drtp.master.outputs.registry_metrics import RegistryMetrics
 from drtp.registry.local import LocalRegistry
 from drtp.registry.metrics import ScrapeError, handler_of, labels_text, parse, scrape, window
 

@@ -8,10 +8,10 @@ import yaml
 
 from drtp.cli import main
 from drtp.config import config_from_dict
-from drtp.master.experiment import experiment_parts, registry_config
-from drtp.master.repeat import repetition_config, run_parts
-from drtp.master.run import Replay
-from drtp.master.warmup import plan_warmup
+from drtp.master.run.replay import Replay
+from drtp.master.run.warmup import plan_warmup
+from drtp.master.series.experiment import experiment_parts, registry_config
+from drtp.master.series.repeat import repetition_config, run_parts
 from drtp.registry.repo_names import RepositoryMap
 from drtp.trace.reader import TraceReader
 from tests.replay_support import TOKEN, make_trace

@@ -12,8 +12,8 @@ import yaml
 
 from drtp.analysis.compare import compare_runs, load_side
 from drtp.cli import main
-from drtp.master import run as master_run
-from drtp.master.warmup import run_warmup
+from drtp.master.run import replay as master_run
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from tests.conftest import ibm_record, write_json
 from tests.faultproxy import FaultProxy, is_replayed

@@ -12,8 +12,8 @@ import urllib.request
 import pandas as pd
 import pytest
 
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from tests.conftest import ibm_record, write_json
 from tests.faultproxy import FaultProxy, Forwarded

@@ -18,8 +18,8 @@ import msgspec
 import pandas as pd
 import pytest
 
-from drtp.master.run import run_replay
-from drtp.master.warmup import load_map, run_warmup
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import load_map, run_warmup
 from drtp.trace.reader import read_trace
 from drtp.trace.records import TraceRecord
 from tests.containerd_support import available, capture_pulls, most_at_once

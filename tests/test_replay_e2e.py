@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.replay.result_row import parse_cells
 from drtp.replay.summary import ResultsModel

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from drtp.cli import main
-from drtp.master import run as master_run
-from drtp.master.nodes import NodeLink
-from drtp.master.warmup import run_warmup
+from drtp.master.run import replay as master_run
+from drtp.master.run.nodes import NodeLink
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry, free_port
 from tests.replay_support import TOKEN, Node, make_trace, write_config
 

@@ -14,10 +14,10 @@ import requests
 
 from drtp.config import load_config
 from drtp.errors import DrtpError
-from drtp.master.live_metrics import LiveMetrics, LiveSettings
-from drtp.master.nodes import NodeLink
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
+from drtp.master.outputs.live_metrics import LiveMetrics, LiveSettings
+from drtp.master.run.nodes import NodeLink
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.replay.messages import RunSpec
 from drtp.replay.outcome import LOST

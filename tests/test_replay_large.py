@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import requests
 
-from drtp.master.run import run_replay
-from drtp.master.warmup import run_warmup
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
 from drtp.registry.content import STREAM_ABOVE
 from drtp.registry.local import LocalRegistry
 from drtp.trace.reader import write_ibm

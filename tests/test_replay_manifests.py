@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from drtp.client.executor import Executor
-from drtp.master.plan import HeldRecords, Planner
-from drtp.master.results import format_table
+from drtp.master.outputs.results import format_table
+from drtp.master.run.plan import HeldRecords, Planner
 from drtp.registry.client import RegistryClient
 from drtp.registry.manifest import (
     ANNOTATION_OVERHEAD,

@@ -12,8 +12,8 @@ import pytest
 
 from drtp.client.admission import batch_error
 from drtp.errors import TraceError
-from drtp.master.plan import HeldRecords, Planner, registry_for, with_names
-from drtp.master.warmup import plan_warmup
+from drtp.master.run.plan import HeldRecords, Planner, registry_for, with_names
+from drtp.master.run.warmup import plan_warmup
 from drtp.registry.manifest import placeholder_digest
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.messages import ReplayRequest, ReplayResult
@@ -231,8 +231,8 @@ def test_warmup_leaves_a_mount_s_target_to_the_run_and_warms_a_source_the_trace_
 
 
 def _replay(tmp_path: Path, trace: Path, registries: list[str]) -> pd.DataFrame:
-    from drtp.master.run import run_replay
-    from drtp.master.warmup import run_warmup
+    from drtp.master.run.replay import run_replay
+    from drtp.master.run.warmup import run_warmup
     from tests.replay_support import Node, write_config
 
     node = Node(tmp_path)

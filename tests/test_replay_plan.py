@@ -9,8 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from drtp.master.plan import Planner, registry_for
-from drtp.master.results import LogHistogram
+from drtp.master.outputs.results import LogHistogram
+from drtp.master.run.plan import Planner, registry_for
 from drtp.registry.manifest import placeholder_digest
 from drtp.replay.messages import ReplayResult
 from drtp.trace.records import TraceRecord
@@ -107,7 +107,7 @@ def test_a_blob_read_carries_the_objects_known_size():
 
 def test_held_records_wait_per_client_and_keep_each_objects_order():
     """A record waiting for a push in flight holds back only its client; held pushes are not overtaken."""
-    from drtp.master.plan import HeldRecords
+    from drtp.master.run.plan import HeldRecords
 
     p = Planner(["r:1"])
     held = HeldRecords(p)

@@ -7,7 +7,7 @@ import json
 import pytest
 import requests
 
-from drtp.master.warmup import CONFIG_KIND, load_map, run_warmup
+from drtp.master.run.warmup import CONFIG_KIND, load_map, run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import ACCEPT, SCHEMA2
 from drtp.trace.reader import TraceReader
@@ -72,7 +72,7 @@ def test_warmup_pushes_what_is_read_and_resumes(tmp_path):
 def test_a_map_line_without_its_registry_is_not_an_entry(tmp_path):
     """Every reader of a warmup map (the run's planner, a resumed warmup, drtp clean) needs the registry an
     object was pushed to: a line without it is left out like a torn one, never a KeyError later."""
-    from drtp.master.warmup import load_map
+    from drtp.master.run.warmup import load_map
 
     whole = {"registry": "127.0.0.1:5000", "repository": "a/b", "kind": "blob", "reference": "x", "digest": "d"}
     path = tmp_path / "map.jsonl"

@@ -22,12 +22,12 @@ import drtp
 from drtp.analysis.results_analysis import analyze_results, replayer_banners
 from drtp.cli import main
 from drtp.client.health import TICK_S, HealthMeter
-from drtp.master.ramp import step_entry
-from drtp.master.replayer_health import CPU_LIMIT, LAG_LIMIT_MS, ReplayerHealth
-from drtp.master.results import format_table
-from drtp.master.stats_history import WRITE_LAG_S, StatsHistory
-from drtp.master.verdict import judge
-from drtp.master.warmup import run_warmup
+from drtp.master.outputs.replayer_health import CPU_LIMIT, LAG_LIMIT_MS, ReplayerHealth
+from drtp.master.outputs.results import format_table
+from drtp.master.outputs.stats_history import WRITE_LAG_S, StatsHistory
+from drtp.master.run.verdict import judge
+from drtp.master.run.warmup import run_warmup
+from drtp.master.series.ramp import step_entry
 from drtp.registry.local import LocalRegistry
 from drtp.replay.failure_budget import FailureBudget
 from drtp.replay.frames import HealthPart

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from drtp.config import config_from_dict
 from drtp.errors import ConfigError
-from drtp.master.plan import with_names
+from drtp.master.run.plan import with_names
 from drtp.registry.names import NAME, name_error
 from drtp.registry.repo_names import PROBE, RepositoryMap, mapping_error
 from drtp.trace.records import TraceRecord, mount_of, parse_uri

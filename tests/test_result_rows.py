@@ -1,4 +1,5 @@
-"""requests.csv rows (drtp.replay.result_row), the results model (drtp.replay.summary) and resuming (master.results)."""
+"""requests.csv rows (drtp.replay.result_row), the results model (drtp.replay.summary) and resuming
+(master.outputs.results)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import csv
 import pytest
 
 from drtp.errors import DrtpError
-from drtp.master.results import RunResults, format_table
+from drtp.master.outputs.results import RunResults, format_table
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult
 from drtp.replay.result_row import COLUMNS, cells, parse_cells, rows_of
 from drtp.replay.summary import ResultsModel

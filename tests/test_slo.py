@@ -17,8 +17,8 @@ import pytest
 
 from drtp.analysis.run_data import load_run
 from drtp.exit_codes import ExitCode
-from drtp.master.arrivals import intended_starts
-from drtp.master.verdict import judge
+from drtp.master.run.arrivals import intended_starts
+from drtp.master.run.verdict import judge
 from drtp.replay.failure_budget import FailureBudget
 from drtp.replay.slo import broken, judge_slo, parse_slo, throttled_share
 from drtp.replay.summary import Group

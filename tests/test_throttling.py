@@ -16,8 +16,8 @@ import pytest
 from drtp.analysis.results import load_requests
 from drtp.analysis.run_data import summary_frame
 from drtp.errors import DrtpError
-from drtp.master.results import RunResults, format_table
-from drtp.master.stats_history import StatsHistory
+from drtp.master.outputs.results import RunResults, format_table
+from drtp.master.outputs.stats_history import StatsHistory
 from drtp.registry.transport import Response, retry_after_s
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult
 from drtp.replay.result_row import COLUMNS, cells, parse_cells, rows_of

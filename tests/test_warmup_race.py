@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import requests
 
-from drtp.master.run import run_replay
-from drtp.master.warmup import load_map, plan_warmup, run_warmup
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import load_map, plan_warmup, run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
 from drtp.trace.reader import TraceReader

@@ -54,7 +54,7 @@ def run_config_data(data: dict, each_registry: bool) -> dict:
         return data
     by_url = _entries_by_url(data)
     if each_registry and len(registry) >= 2:
-        from drtp.master.experiment import run_name
+        from drtp.master.series.experiment import run_name
 
         entries = []
         for i, reg in enumerate(registry, 1):
@@ -121,7 +121,7 @@ def check_run_config(cfg: Config, raw: dict | None = None) -> str:
     ``raw``: the config file as written, whose registry entries' files must exist (the keys of entries this
     drtp's schema may not know yet, such as commands, are read from it).
     """
-    from drtp.master.experiment import check_experiment
+    from drtp.master.series.experiment import check_experiment
     from drtp.registry.auth import config_auth
 
     if raw is not None and (missing := missing_entry_files(raw, Path(cfg.base_dir))):

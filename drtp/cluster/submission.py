@@ -44,7 +44,7 @@ from drtp.config import Config, load_config
 from drtp.config_overrides import apply_overrides
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import worst
-from drtp.master.repeat import run_dirs_in
+from drtp.master.series.repeat import run_dirs_in
 from drtp.yamlfile import read_yaml_mapping
 
 STATE = "jobs.json"
@@ -395,7 +395,7 @@ def registrations(exp_dir: Path) -> list[tuple[int, str, str, int]]:
 
 def resolve_clients(exp: Experiment, timeout: float, out=sys.stdout) -> str:
     """Wait for every client task, check each answers, write the run config; its replay mode."""
-    from drtp.master.nodes import NodeLink
+    from drtp.master.run.nodes import NodeLink
     from drtp.replay.signing import resolve_token
 
     cfg = load_config(exp.dir / "config.yaml")

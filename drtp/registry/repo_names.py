@@ -21,7 +21,7 @@ Under every mode a one-level name is ``<prefix><name>``: it has no user part
 to join or to put in a template, and it is already a shape every registry
 takes.  The preflight's probe repository (``drtp-preflight``) is such a name.
 
-A repetition's namespace (``rep<k>-``, drtp.master.repeat) goes after the
+A repetition's namespace (``rep<k>-``, drtp.master.series.repeat) goes after the
 entry's prefix (``{prefix}`` is ``<repository:><namespace>``), and for a
 template without ``{prefix}`` before the last path part of what it makes
 (``{user}_{repo}`` → ``rep2-user_repo``, ``org/{repo}`` → ``org/rep2-repo``):
@@ -144,7 +144,7 @@ class RepositoryMap:
 
         A config with several ``registries:`` entries replays them one at a time
         (``drtp experiment``), each through its own single-entry config.  A repetition's config
-        (``cfg.namespace``, drtp.master.repeat) puts its prefix before every name, whatever the registries.
+        (``cfg.namespace``, drtp.master.series.repeat) puts its prefix before every name, whatever the registries.
         """
         if len(cfg.registries) == 1:
             return cls.from_entry(cfg.registries[0], cfg.source, cfg.namespace)

@@ -127,7 +127,7 @@ class HealthPart(msgspec.Struct, array_like=True, gc=False):
     lag_ms: float  # p99 of how late the node's engine handled what was due (event loop or scheduler), ms
     in_flight: int  # the most trace requests the node had running at once in the interval
     # the wall time the figures cover, s: the run's last interval is cut short by the run's end (0.0: not told,
-    # taken as a whole interval); master/replayer_health.py judges none shorter than half an interval
+    # taken as a whole interval); master/outputs/replayer_health.py judges none shorter than half an interval
     wall_s: float = 0.0
 
 

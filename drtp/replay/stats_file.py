@@ -1,6 +1,6 @@
 """The name and columns of a run's ``stats_history.csv``: one definition for its writer and its readers.
 
-The master writes the file as a run goes (drtp.master.stats_history); the
+The master writes the file as a run goes (drtp.master.outputs.stats_history); the
 client nodes count an interval's figures (drtp.replay.frames); the pandas view
 of a run reads it back or rebuilds it from ``requests.csv``
 (drtp.analysis.run_stats).  Each of them takes the columns from
@@ -8,7 +8,7 @@ of a run reads it back or rebuilds it from ``requests.csv``
 written, read and merged) and their meaning (the docs' table says the same).
 
 A new column is a line here, and the code of its kind produces it (a ``count`` needs nothing more; a new
-``time``, ``rate`` or ``ms`` column also needs its computation in drtp.master.stats_history
+``time``, ``rate`` or ``ms`` column also needs its computation in drtp.master.outputs.stats_history
 ``interval_cells`` and in the rebuild from ``requests.csv``, which name those columns):
 
 * ``count`` — a whole number the client nodes count per interval
@@ -16,7 +16,7 @@ A new column is a line here, and the code of its kind produces it (a ``count`` n
   the nodes' parts carry every count by name and the master adds them up;
 * ``gauge`` — a number the master takes the largest of (a node's CPU, an event
   loop's lag, the master's own CPU): the nodes send theirs in the frames' health
-  parts (drtp.replay.frames ``HealthPart``), drtp.master.replayer_health hands
+  parts (drtp.replay.frames ``HealthPart``), drtp.master.outputs.replayer_health hands
   them to the history by name, merged by ``max``; empty when none was reported
   for the interval, and in the rebuild from ``requests.csv`` (which cannot know them);
 * ``time``, ``rate``, ``ms`` — computed by the writer from the interval and its

@@ -427,7 +427,8 @@ def behind(offered: float | None, achieved: float | None, late_p99: float | None
 
 def replayer_limited_line(summary: dict) -> str | None:
     """One line for a replayer-limited run (summary.json's ``replayer_limited`` and ``replayer.limited``, made by
-    drtp.master.replayer_health): under the console table and in the report's banner.  None for any other run."""
+    drtp.master.outputs.replayer_health): under the console table and in the report's banner.  None for any
+    other run."""
     found = (summary.get("replayer") or {}).get("limited")
     if not summary.get("replayer_limited") or not found:
         return None

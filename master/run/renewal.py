@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from drtp.master.nodes import NodeLink
+from drtp.master.run.nodes import NodeLink
 from drtp.registry.credentials import RETRY_S, CredentialError, CredentialSource, Secret
 from drtp.replay.frames import Refusal
 from drtp.replay.messages import RegistryAuth, SecretUpdate, registry_base

@@ -1,21 +1,21 @@
 """``drtp run``: replay a trace through client nodes against the registry.
 
 One thread (this one) reads the trace as a stream, plans each record into a
-request (master.plan), routes it to a node (master.routing) and buffers it in
-that node's next batch; the nodes' threads (master.nodes) send batches and
-bring results back as events, which this thread writes (master.results) as
+request (master.run.plan), routes it to a node (master.run.routing) and buffers it in
+that node's next batch; the nodes' threads (master.run.nodes) send batches and
+bring results back as events, which this thread writes (master.outputs.results) as
 they arrive.  At most ``client_info.inflight`` requests per node are out at a
 time, so memory stays bounded whatever the trace's length.  Before it blocks
 (on that bound, or on a layer push a request depends on) it sends every
 partial batch, so no node ever waits for requests the master holds.
 In rate mode (``client_info.rate``, ``drtp run --rate``) the requests' intended
-starts come from an arrival process (master.arrivals) instead of the trace's
+starts come from an arrival process (master.run.arrivals) instead of the trace's
 timestamps; the nodes keep them as they keep an as-is replay's.
 
-The run directory is proven writable before anything starts (master.results_dir).
+The run directory is proven writable before anything starts (master.outputs.results_dir).
 A write that fails mid-run cancels the run on the nodes: ``summary.json`` is still
 written, marked ``complete: false`` with the reason, and the command exits 3.  So does
-a bug (master.internal_errors): the run is cancelled on the nodes, each output is
+a bug (master.run.internal_errors): the run is cancelled on the nodes, each output is
 closed on its own (one that failed is not called again), ``summary.json`` is written
 from what arrived, and the command exits 3.
 """
@@ -39,21 +39,21 @@ import msgspec
 
 from drtp.config import Config, redacted
 from drtp.errors import DrtpError, RunError
-from drtp.master.arrivals import intended_starts
-from drtp.master.internal_errors import InternalErrors, InternalRunError
-from drtp.master.nodes import NodeLink
-from drtp.master.original_output import write_original_results
-from drtp.master.plan import HeldRecords, Planner, registry_for, with_names
-from drtp.master.preflight import preflight_all
-from drtp.master.push_ledger import PushLedger
-from drtp.master.registry_metrics import METRICS_FILE, RegistryMetrics, metrics_endpoints
-from drtp.master.renewal import SecretRenewal
-from drtp.master.replayer_health import MasterCpu, ReplayerHealth
-from drtp.master.results import RunResults, format_table
-from drtp.master.results_dir import ResultsWriteError, remove_if_empty, write_failed
-from drtp.master.routing import Router
-from drtp.master.stats_history import StatsHistory
-from drtp.master.warmup import load_map
+from drtp.master.outputs.original_output import write_original_results
+from drtp.master.outputs.registry_metrics import METRICS_FILE, RegistryMetrics, metrics_endpoints
+from drtp.master.outputs.replayer_health import MasterCpu, ReplayerHealth
+from drtp.master.outputs.results import RunResults, format_table
+from drtp.master.outputs.results_dir import ResultsWriteError, remove_if_empty, write_failed
+from drtp.master.outputs.stats_history import StatsHistory
+from drtp.master.run.arrivals import intended_starts
+from drtp.master.run.internal_errors import InternalErrors, InternalRunError
+from drtp.master.run.nodes import NodeLink
+from drtp.master.run.plan import HeldRecords, Planner, registry_for, with_names
+from drtp.master.run.preflight import preflight_all
+from drtp.master.run.push_ledger import PushLedger
+from drtp.master.run.renewal import SecretRenewal
+from drtp.master.run.routing import Router
+from drtp.master.run.warmup import load_map
 from drtp.outputs import prepare_output_dir
 from drtp.progress import progress
 from drtp.registry.auth import config_auth, registry_names
@@ -69,7 +69,7 @@ from drtp.trace.reader import TraceReader, completion_stamped
 from drtp.trace.records import TraceRecord, Uri
 
 if TYPE_CHECKING:  # prometheus-client is imported only by a run that exports
-    from drtp.master.live_metrics import LiveMetrics
+    from drtp.master.outputs.live_metrics import LiveMetrics
 
 log = logging.getLogger(__name__)  # -v / verbose: true shows the run's steps
 

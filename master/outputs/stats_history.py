@@ -17,7 +17,7 @@ since the run's start, the origin of requests.csv's ``start_s``):
   both use one definition;
 * ``node_cpu_max``, ``loop_lag_ms_max``, ``master_cpu`` — gauges: the largest
   value reported for the interval (:meth:`StatsHistory.gauge`, fed by
-  drtp.master.replayer_health), empty when none was.  A gauge that comes after
+  drtp.master.outputs.replayer_health), empty when none was.  A gauge that comes after
   its interval was written is dropped: unlike a count it does not belong to
   another interval.  A starved node's health comes late in just the intervals
   that matter, so the dropped ones are counted (:attr:`StatsHistory.late_gauges`,

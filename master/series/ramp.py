@@ -1,6 +1,6 @@
 """``drtp ramp``: open-loop steps of rising rate until the registry breaks its objectives — where is the knee?
 
-Each step is a rate-mode run (master.run, ``client_info.rate`` set to the
+Each step is a rate-mode run (master.run.replay, ``client_info.rate`` set to the
 step's rate) of ``step_duration × rate`` requests, in a run directory of its
 own under the ramp's; the steps share one preflight (the first step's).  The
 trace runs on from step to step where the last one stopped, and from its start
@@ -11,7 +11,7 @@ judged from each request's intended start, so when drtp itself falls behind
 judged, not hidden; the step's ``behind`` says so apart, and a step drtp could
 not even start at its rate (``under_offered``) does not hold.  A step's
 ``replayer_limited`` is its summary's (a client node short of CPU or late,
-drtp.master.replayer_health); with ``--max-replayer-limited`` such a step does
+drtp.master.outputs.replayer_health); with ``--max-replayer-limited`` such a step does
 not hold either.  The ramp stops after
 the first step that did not hold, or after the step at ``stop``.
 
@@ -41,10 +41,10 @@ import msgspec
 
 from drtp.config import Config
 from drtp.errors import DrtpError
-from drtp.master.plan import Planner, with_names
-from drtp.master.results_dir import remove_if_empty, write_failed
-from drtp.master.run import Replay
-from drtp.master.verdict import judge, replayer_limited
+from drtp.master.outputs.results_dir import remove_if_empty, write_failed
+from drtp.master.run.plan import Planner, with_names
+from drtp.master.run.replay import Replay
+from drtp.master.run.verdict import judge, replayer_limited
 from drtp.outputs import prepare_output_dir
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.failure_budget import FailureBudget
@@ -55,7 +55,7 @@ from drtp.trace.reader import TraceReader
 from drtp.trace.records import TraceRecord
 
 if TYPE_CHECKING:  # prometheus-client is imported only by a run that exports
-    from drtp.master.live_metrics import LiveMetrics
+    from drtp.master.outputs.live_metrics import LiveMetrics
 
 RAMP_FILE = "ramp.json"
 RAMP_FIGURE = "ramp.png"

@@ -14,8 +14,8 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from drtp.master.replayer_health import ReplayerHealth
-from drtp.master.stats_history import StatsHistory
+from drtp.master.outputs.replayer_health import ReplayerHealth
+from drtp.master.outputs.stats_history import StatsHistory
 from drtp.outputs import other_columns
 from drtp.replay.frames import ResultFrame, csv_text
 from drtp.replay.messages import ReplayRequest, ReplayResult

@@ -2,7 +2,7 @@
 
 What drtp pushed is what its own records say: the warmup map of each registry
 (``warmup.output``; ``<stem>-<id><suffix>`` per entry of ``registries:``; a repetition's
-``<stem>[-<id>]-rep<k><suffix>``), the push ledger beside each map (drtp.master.push_ledger:
+``<stem>[-<id>]-rep<k><suffix>``), the push ledger beside each map (drtp.master.run.push_ledger:
 every push a registry accepted from a run of the config — manifest PUTs, blob uploads and
 mounts, the helper pushes of the minimal config blob and of a mount's fallback upload —
 appended by the master as the results arrive), the ``requests.csv`` of the runs named with
@@ -42,9 +42,9 @@ from pathlib import Path
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
-from drtp.master.plan import registry_for
-from drtp.master.push_ledger import LEDGER_INFIX, LedgerRead, ledger_path, mark_cleared, pushed_by_rows, read_ledger
-from drtp.master.repeat import repetition_map, run_dirs_in
+from drtp.master.run.plan import registry_for
+from drtp.master.run.push_ledger import LEDGER_INFIX, LedgerRead, ledger_path, mark_cleared, pushed_by_rows, read_ledger
+from drtp.master.series.repeat import repetition_map, run_dirs_in
 from drtp.registry.auth import auth_for, config_auth
 from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
@@ -119,8 +119,9 @@ def targets(cfg: Config, only: str | None) -> dict[str, Pushed]:
 
 def warmup_maps(cfg: Config, chosen: Iterable[str]) -> dict[Path, set[str]]:
     """Each warmup map the config names → the registries (base URLs) that write into it."""
-    # here, not at the top: drtp.master.experiment brings the whole replay, which every ``drtp`` process would load
-    from drtp.master.experiment import registry_config, run_name
+    # here, not at the top: drtp.master.series.experiment brings the whole replay, which every ``drtp`` process
+    # would load
+    from drtp.master.series.experiment import registry_config, run_name
 
     maps: dict[Path, set[str]] = defaultdict(set)
     plain = {registry_base(r) for r in cfg.registry}
@@ -191,7 +192,7 @@ def read_maps(
     A registry without any map or ledger is bad input when ``required`` (no runs given: nothing would be cleaned
     there).
     """
-    from drtp.master.warmup import load_map  # here: it brings the replay's modules (see warmup_maps)
+    from drtp.master.run.warmup import load_map  # here: it brings the replay's modules (see warmup_maps)
 
     found = {base for path, bases in maps.items() if path.is_file() for base in bases}
     found |= {base for base, target in pushed.items() if target.ledgers}

@@ -175,7 +175,7 @@ def start_live_metrics(args: argparse.Namespace, cfg):
     It listens before the run checks the registries or sends a request: a port in use or an address that is not
     this machine's is a one-line refusal (exit 2) before anything starts."""
     from drtp.config import listen_host_error
-    from drtp.master.live_metrics import DEFAULT_HOST, DEFAULT_LINGER_S, MAX_LINGER_S, LiveMetrics, LiveSettings
+    from drtp.master.outputs.live_metrics import DEFAULT_HOST, DEFAULT_LINGER_S, MAX_LINGER_S, LiveMetrics, LiveSettings
 
     section = cfg.live_metrics
     port = args.metrics_port if args.metrics_port is not None else (section.port if section else None)
@@ -212,7 +212,7 @@ def say(args: argparse.Namespace, message: str, code: int) -> None:
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
-    from drtp.master.warmup import run_warmup
+    from drtp.master.run.warmup import run_warmup
 
     apply_progress_options(args)
     cfg = config_from_args(args)
@@ -220,7 +220,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
         raise DrtpError(
             f"{args.config}: has a 'registries:' list: use 'drtp experiment -c CONFIG' (warmup + run per registry)"
         )
-    from drtp.master.repeat import repetition_configs
+    from drtp.master.series.repeat import repetition_configs
 
     # repeat: N (fresh): each repetition's repositories and map, as drtp run --repeat replays them
     subs = repetition_configs(cfg) if cfg.repeat_state == "fresh" else [cfg]
@@ -237,9 +237,9 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from drtp.master.live_metrics import exporting
-    from drtp.master.run import default_out, run_replay
-    from drtp.master.verdict import judge
+    from drtp.master.outputs.live_metrics import exporting
+    from drtp.master.run.replay import default_out, run_replay
+    from drtp.master.run.verdict import judge
 
     apply_progress_options(args)
     rate_overrides(args)
@@ -254,8 +254,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(cfg)
     if cfg.repeat > 1:  # repetitions: a series of runs, recorded and judged as an experiment's registries
         from drtp.exit_codes import worst
-        from drtp.master.experiment import run_series
-        from drtp.master.repeat import run_parts
+        from drtp.master.series.experiment import run_series
+        from drtp.master.series.repeat import run_parts
 
         with exporting(start_live_metrics(args, cfg)) as live:
             status = run_series(
@@ -265,7 +265,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )  # fmt: skip
         return worst(s["exit_code"] for s in status.values())
     if args.resume:
-        from drtp.master.repeat import check_layout
+        from drtp.master.series.repeat import check_layout
 
         check_layout([out], 1)
     with exporting(start_live_metrics(args, cfg)) as live:
@@ -277,8 +277,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_experiment(args: argparse.Namespace, cfg=None) -> int:
     from drtp.exit_codes import worst
-    from drtp.master.experiment import run_experiment
-    from drtp.master.live_metrics import exporting
+    from drtp.master.outputs.live_metrics import exporting
+    from drtp.master.series.experiment import run_experiment
 
     apply_progress_options(args)
     if cfg is None:
@@ -302,8 +302,8 @@ def cmd_ramp(args: argparse.Namespace) -> int:
     import datetime as _dt
 
     from drtp.exit_codes import ExitCode
-    from drtp.master.live_metrics import exporting
-    from drtp.master.ramp import RampPlan, run_ramp
+    from drtp.master.outputs.live_metrics import exporting
+    from drtp.master.series.ramp import RampPlan, run_ramp
 
     apply_progress_options(args)
     rate_overrides(args)
@@ -392,7 +392,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     import msgspec
 
-    from drtp.master.bench import Bench, append_dataset, print_summary
+    from drtp.master.commands.bench import Bench, append_dataset, print_summary
     from drtp.registry.auth import entry_auth
     from drtp.registry.names import name_error
     from drtp.registry.repo_hooks import create_repositories
@@ -428,7 +428,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prepare_output_dir(out, "--out")
     if args.append:
         check_output_file(Path(args.append), "--append")
-    from drtp.master.preflight import preflight
+    from drtp.master.run.preflight import preflight
 
     bench = Bench(
         registry, auth, args.mode, args.size, layers=args.layers, iterations=args.iterations,

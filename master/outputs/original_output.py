@@ -35,7 +35,7 @@ from drtp.config import Config
 from drtp.errors import RunError
 from drtp.replay.result_row import ResultRow, parse_cells
 
-log = logging.getLogger("drtp.master.original_output")
+log = logging.getLogger("drtp.master.outputs.original_output")
 
 __all__ = ["original_record", "original_results_path", "write_original_results"]
 

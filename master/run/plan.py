@@ -77,7 +77,7 @@ def upload_id(uri_text: str, uri: Uri) -> str | None:
 def registry_for(repository: str, registries: list[str], namespace: str = "") -> str:
     """The registry a repository lives on when a run spreads over several (stable across runs).
 
-    The spread goes by the trace's name: a repetition's ``namespace`` (``rep<k>-``, drtp.master.repeat) is
+    The spread goes by the trace's name: a repetition's ``namespace`` (``rep<k>-``, drtp.master.series.repeat) is
     taken off first, so every repetition puts each trace repository on the same registry and the
     repetitions measure the same split of the load.
     """

@@ -13,7 +13,7 @@ Then, with ``warmup.threads`` threads and drtp.registry.client, in three phases:
 is pushed once (random or zero bytes of its size, per ``warmup.random``) and cross-repo
 mounted into the other repositories that read it; the minimal config blob is pushed once
 into each repository that gets manifests, or whose manifest PUTs in the run will name it
-(an image of fewer than two blobs: drtp.master.plan), one job per repository; then each manifest is
+(an image of fewer than two blobs: drtp.master.run.plan), one job per repository; then each manifest is
 pushed as a real schema-2 manifest over layers of its repository and that config, padded
 to exactly the trace's size.  A blob is never written into a repository by two threads at
 once (drtp.registry.keyed_lock says why): a manifest PUT that checked a blob while another
@@ -40,8 +40,8 @@ from pathlib import Path
 
 from drtp.config import Config
 from drtp.errors import RunError
-from drtp.master.plan import Planner, registry_for, with_names
-from drtp.master.preflight import preflight_all
+from drtp.master.run.plan import Planner, registry_for, with_names
+from drtp.master.run.preflight import preflight_all
 from drtp.progress import progress
 from drtp.registry.auth import auth_for, config_auth, registry_names
 from drtp.registry.client import REGISTRY_ERRORS, RegistryClient
@@ -275,7 +275,7 @@ class Warmup:
         A trace that reads a manifest by digest (containerd and kubelets do, after a HEAD of the tag) names
         a digest of content the warmup cannot rebuild: the registry refuses a PUT under a digest that is not
         its body's.  Such a manifest is pushed under its own digest, and the map line's reference is the
-        trace's digest, so the run's reads of it address the pushed one (drtp.master.plan)."""
+        trace's digest, so the run's reads of it address the pushed one (drtp.master.run.plan)."""
         client = self._client(registry)
         body = build_manifest(layers, size)
         digest = digest_of(body)

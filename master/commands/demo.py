@@ -42,7 +42,7 @@ def registry_roundtrip(host: str, size: int = 300_000) -> dict:
 
 def start_nodes(n: int, token: str, logdir: Path) -> list[tuple[subprocess.Popen, str]]:
     """``n`` client nodes on free loopback ports, answering their health check."""
-    from drtp.master.nodes import NodeLink
+    from drtp.master.run.nodes import NodeLink
     from drtp.registry.local import free_port
 
     nodes = []
@@ -89,8 +89,8 @@ def run_demo(out: Path, requests: int = 2000, seed: int = 1) -> int:
 
     from drtp.analysis.trace_summary import format_summary, summarize
     from drtp.config import load_config
-    from drtp.master.run import run_replay
-    from drtp.master.warmup import run_warmup
+    from drtp.master.run.replay import run_replay
+    from drtp.master.run.warmup import run_warmup
     from drtp.registry.local import LocalRegistry
     from drtp.trace.generate import GenerateOptions, generate
     from drtp.trace.reader import TraceReader, write_ibm

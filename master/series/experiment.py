@@ -11,11 +11,11 @@ of its trace requests failed than ``max_failed`` allows), the error (one line),
 and the run's headline numbers; the command exits with the highest code.
 
 With ``repeat: N`` (``--repeat N``) each registry runs N times, interleaved (repetition 1 of
-every registry, then repetition 2 …; drtp.master.repeat says why), into
+every registry, then repetition 2 …; drtp.master.series.repeat says why), into
 ``<experiment>/<id>/rep-<k>/``, and experiment.json has an entry ``<id>/rep-<k>`` per run.
 ``drtp run --repeat N`` goes through the same series (:func:`run_series`) with one registry list.
 
-A part that a bug in drtp stopped (master.internal_errors) stops the series: its nodes were told to
+A part that a bug in drtp stopped (master.run.internal_errors) stops the series: its nodes were told to
 cancel, but the next part must not start while they may still send, nor meet the same bug blindly.
 Its entry says ``internal_error: true``; each part after it gets an entry ``not_run: true``; exit 3.
 """
@@ -38,12 +38,12 @@ from drtp.cli_options import refusal
 from drtp.config import Config, RegistryEntry
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
-from drtp.master.internal_errors import InternalRunError
-from drtp.master.repeat import Part, check_layout, check_series, rep_dir, repetition_config
-from drtp.master.results_dir import write_failed
-from drtp.master.run import run_replay
-from drtp.master.verdict import judge
-from drtp.master.warmup import run_warmup
+from drtp.master.outputs.results_dir import write_failed
+from drtp.master.run.internal_errors import InternalRunError
+from drtp.master.run.replay import run_replay
+from drtp.master.run.verdict import judge
+from drtp.master.run.warmup import run_warmup
+from drtp.master.series.repeat import Part, check_layout, check_series, rep_dir, repetition_config
 from drtp.outputs import prepare_output_dir
 from drtp.registry.auth import config_auth
 from drtp.replay.failure_budget import FailureBudget
@@ -51,7 +51,7 @@ from drtp.replay.slo import Objective
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 
 if TYPE_CHECKING:  # prometheus-client is imported only by a run that exports
-    from drtp.master.live_metrics import LiveMetrics
+    from drtp.master.outputs.live_metrics import LiveMetrics
 
 
 def run_name(i: int, registry: str) -> str:

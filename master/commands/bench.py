@@ -15,7 +15,7 @@ image) plus a config blob and a schema-2 manifest referencing them.
 
 ``--iterations`` images are done by ``--concurrency`` worker threads, through
 the client nodes' transport (drtp.client.executor: keep-alive, auth, TLS), and
-written with the replay's writers (master.results): ``requests.csv`` and
+written with the replay's writers (master.outputs.results): ``requests.csv`` and
 ``summary.json`` in the run directory, the same columns and summary as a
 replay run.  ``--append DATASET.csv`` also appends the rows, with the run's
 name in a first ``run`` column, to one dataset for periodic monitoring.
@@ -35,7 +35,7 @@ from pathlib import Path
 from urllib.parse import urlencode, urljoin
 
 from drtp.client.executor import Executor, Response, monotonic_clock
-from drtp.master.results import COLUMNS, RunResults, format_table
+from drtp.master.outputs.results import COLUMNS, RunResults, format_table
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.content import digest as stream_digest
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of

@@ -44,7 +44,7 @@ from typing import Literal
 import msgspec
 
 from drtp.errors import DrtpError
-from drtp.master.results_dir import write_failed
+from drtp.master.outputs.results_dir import write_failed
 from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.registry.names import digest_error, name_error
 from drtp.replay.messages import ReplayRequest, ReplayResult, registry_base

@@ -6,7 +6,7 @@ the registry's caches, so the run is the unit of evidence.  Repetitions are what
 runs replicates:
 
 * **Interleaved.** An experiment runs repetition 1 of every registry, then repetition 2 of
-  every registry, and so on (A B A B …, drtp.master.experiment): a drift of the
+  every registry, and so on (A B A B …, drtp.master.series.experiment): a drift of the
   machine or the network over the series then touches every side alike, instead of
   all of A's runs before all of B's.
 * **Each from the same state.** A trace that pushes changes the registry: a second
@@ -83,7 +83,7 @@ def repetition_configs(cfg: Config) -> list[Config]:
 
 @dataclass(frozen=True)
 class Part:
-    """One run of a series (drtp.master.experiment.run_series): a registry's, a repetition's, or both."""
+    """One run of a series (drtp.master.series.experiment.run_series): a registry's, a repetition's, or both."""
 
     key: str  # its name in experiment.json: the registry's id, "rep-<k>", or "<id>/rep-<k>"
     cfg: Config  # the config it replays with (one registry; a repetition's namespace and warmup map)

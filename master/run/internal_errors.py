@@ -1,10 +1,10 @@
 """What a bug in drtp becomes once a run is under way: the run's figures kept, the bug named, exit 3.
 
 An unexpected exception (not a :class:`~drtp.errors.DrtpError`: a bug) in the master's run or in one of
-its outputs — requests.csv and summary.json (master.results), stats_history.csv (master.stats_history),
-the replayer's health (master.replayer_health), the registries' metrics (master.registry_metrics), live
+its outputs — requests.csv and summary.json (master.outputs.results), stats_history.csv (master.outputs.stats_history),
+the replayer's health (master.outputs.replayer_health), the registries' metrics (master.outputs.registry_metrics), live
 metrics, the original's results file — must cost a figure, never the run.  A bug in the master's own
-loop stops the run and cancels it on the client nodes (master.run); one on an output's own thread stops that
+loop stops the run and cancels it on the client nodes (master.run.replay); one on an output's own thread stops that
 output only.  Either way every other output still closes, summary.json is written from what arrived,
 ``complete: false`` with the error named, and the command exits 3.  :class:`InternalErrors` is the run's record of them:
 each is named once on stderr (its type and message, one line, the run's secrets masked), its traceback

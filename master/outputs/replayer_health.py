@@ -64,7 +64,7 @@ class ReplayerHealth:
         gauge: Callable[[int, str, float], None] | None = None,
         late: Callable[[], int] | None = None,
     ) -> None:
-        """``gauge``: where the gauge columns go (drtp.master.stats_history ``StatsHistory.gauge``); ``late``:
+        """``gauge``: where the gauge columns go (drtp.master.outputs.stats_history ``StatsHistory.gauge``); ``late``:
         how many of them came too late for their row (``StatsHistory.late_gauges``)."""
         self.interval_s = interval_s
         self.gauge = gauge

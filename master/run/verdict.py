@@ -10,7 +10,7 @@ run that broke one of its objectives (drtp.replay.slo) exits 1 the same way:
 its numbers are real, the registry did not meet them.  With
 ``max_replayer_limited`` a replayer-limited run (summary.json's
 ``replayer_limited``: a client node short of CPU or late,
-drtp.master.replayer_health) exits 1 too: its latencies are partly the
+drtp.master.outputs.replayer_health) exits 1 too: its latencies are partly the
 replayer's own.
 
 A summary marked ``complete: false`` (the run broke off: interrupted, every node lost,

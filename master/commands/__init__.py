@@ -1,0 +1,1 @@
+"""The master's commands: argument parsing and the steps each command takes."""

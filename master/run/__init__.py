@@ -1,0 +1,1 @@
+"""One run: plan, route, dispatch to the client nodes, judge."""

@@ -1,0 +1,1 @@
+"""Series of runs: experiments across registries, repetitions, capacity ramps."""
