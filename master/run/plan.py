@@ -252,7 +252,7 @@ class Planner:
             if rec.status == 201:  # mounted in the trace: a layer of the image being pushed
                 self._add_layer(key, wanted.blob)
         elif op == "get" and kind == "blob" and not ref.startswith("uploads"):
-            layer = None if rec.method == "HEAD" else self.resolve(repo, ref)  # scratch: HEADs by placeholder
+            layer = self.resolve(repo, ref)
             digest = layer.digest if layer else placeholder_digest(ref)
             if layer is not None and rec.method == "GET":
                 object_size = layer.size or None
