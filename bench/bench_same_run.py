@@ -23,7 +23,7 @@ What is compared, per mode: ``requests.csv``'s rows in trace order (by the recor
 the trace, found from its ``trace_id``; a helper row after its trace request's, in the order they
 were sent) and column by column, except the columns in :data:`DROPPED` (measured times), with two
 columns made run-independent first (:data:`NORMALISED`: the node by its place in the client list,
-digests by first appearance); and ``summary.json``'s counts (:func:`summary_counts`), not its
+a digest by the row it first appears on); and ``summary.json``'s counts (:func:`summary_counts`), not its
 latencies, rates or durations.  Exit 1 when anything differs, 0 when all matched.
 
 Usage: python bench/bench_same_run.py --before COMMIT [--after HEAD] [--mode stress rate fail]
@@ -71,8 +71,9 @@ DROPPED: dict[str, str] = {
 NORMALISED: dict[str, str] = {
     "node": "the node's address has a free port picked per run: compared as its place in the client list "
     "(round-robin over trace clients in trace order gives each trace client the same place every run)",
-    "digest": "pushed and warmed blobs have random content, so each run's digests differ: compared as "
-    "'d<k>', the k-th distinct digest in trace order (which requests address the same object is kept)",
+    "digest": "pushed and warmed blobs have random content, so each run's digests differ: a digest is compared "
+    "as '@<trace_id>', the row it first appears on in trace order (which requests address the same object is "
+    "compared; a new digest changes only the rows that name it)",
 }
 FAIL_EVERY = 20  # fail mode: a never-pushed GET after every 20th pull of the trace
 FAULT_BUCKETS = 4  # fail mode: manifest GETs of repositories whose crc32 % 4 == 0 get a 503
@@ -248,7 +249,7 @@ def comparable_rows(run: Path, order: dict[str, int], nodes: list[str]) -> tuple
     :data:`NORMALISED` renamed.
 
     A helper row follows the row of the trace request it was sent for and keeps its place among that request's
-    helpers (the order they were sent); the digests are named in that order, so in trace order."""
+    helpers (the order they were sent); a digest is named after the first row in that order that holds it."""
     with open(run / "requests.csv", newline="") as f:
         reader = csv.DictReader(f)
         header = list(reader.fieldnames or [])
@@ -268,7 +269,7 @@ def comparable_rows(run: Path, order: dict[str, int], nodes: list[str]) -> tuple
         r = keyed[key]
         r["node"] = place.get(r["node"], r["node"])
         if r["digest"]:
-            r["digest"] = names.setdefault(r["digest"], f"d{len(names)}")
+            r["digest"] = names.setdefault(r["digest"], f"@{key[1]}/{key[2]}" if key[2] else f"@{key[1]}")
         out[key] = {c: v for c, v in r.items() if c not in DROPPED}
     return header, out
 
