@@ -23,7 +23,7 @@ class Router:
         self.nodes = list(nodes)
         self.hashed = hashed
         self.ring = HashRing(nodes=self.nodes) if hashed else None
-        self.next = 1  # scratch: round-robin starts at the second node
+        self.next = 0
         # round-robin over trace clients: the node each client was given when first seen
         self.client_node: dict[str, str] | None = {} if per_client and not hashed else None
         self.live = set(self.nodes)
