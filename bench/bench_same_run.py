@@ -195,8 +195,16 @@ def write_config(path: Path, trace: Path, registry: str, nodes: list[str], mode:
     return path
 
 
-def replay(tree: Path, mode: Mode, trace: Path, fail_trace: Path, work: Path, a: argparse.Namespace) -> tuple:
-    """One seeded run of ``tree``'s drtp in ``mode``: (run folder, client list)."""
+@dataclass(frozen=True)
+class Replayed:
+    """One finished run: its folder (requests.csv, summary.json) and the client list it ran with, in order."""
+
+    run: Path
+    nodes: list[str]
+
+
+def replay(tree: Path, mode: Mode, trace: Path, fail_trace: Path, work: Path, rate: float, seed: int) -> Replayed:
+    """One seeded run of ``tree``'s drtp in ``mode`` (``rate``, ``seed``: rate mode's requests/s and seed)."""
     work.mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=str(tree), DRTP_TOKEN=secrets.token_hex(16))
     with LocalRegistry(work / "registry") as reg:
@@ -209,7 +217,7 @@ def replay(tree: Path, mode: Mode, trace: Path, fail_trace: Path, work: Path, a:
                 raise RuntimeError(f"warmup under {tree} exited {done.returncode}:\n{done.stderr[-3000:]}")
             opts = ["--max-failed", "100%", "-q"]
             if mode.rate:
-                opts += ["--rate", str(a.rate), "--arrivals", "poisson", "--seed", str(a.seed)]
+                opts += ["--rate", str(rate), "--arrivals", "poisson", "--seed", str(seed)]
             if mode.fail:
                 from tests.faultproxy import FaultProxy
 
@@ -225,7 +233,7 @@ def replay(tree: Path, mode: Mode, trace: Path, fail_trace: Path, work: Path, a:
                 raise RuntimeError(f"run under {tree} exited {done.returncode}:\n{done.stderr[-3000:]}")
         finally:
             stop_nodes(nodes)
-    return work / "run", addrs
+    return Replayed(work / "run", addrs)
 
 
 # -- the comparison -------------------------------------------------------------------------------------
@@ -326,9 +334,9 @@ class Check:
     same: bool
 
 
-def compare(mode: str, before: tuple, after: tuple, order: dict[str, int]) -> list[Check]:
+def compare(mode: str, before: Replayed, after: Replayed, order: dict[str, int]) -> list[Check]:
     """One :class:`Check` per compared column of requests.csv and per count of summary.json."""
-    (run_b, nodes_b), (run_a, nodes_a) = before, after
+    (run_b, nodes_b), (run_a, nodes_a) = (before.run, before.nodes), (after.run, after.nodes)
     head_b, rows_b = comparable_rows(run_b, order, nodes_b)
     head_a, rows_a = comparable_rows(run_a, order, nodes_a)
     checks = [
@@ -394,6 +402,16 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="keep the runs in this folder (default: a temporary one)")
     ap.add_argument("--json", type=Path, help="also write the checks to this JSON file")
     a = ap.parse_args()
+    for opt, commit in (("--before", a.before), ("--after", a.after)):
+        known = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", f"{commit}^{{commit}}"], capture_output=True
+        )
+        if known.returncode:
+            ap.exit(2, f"{ap.prog}: {opt} {commit}: not a commit of {ROOT}\n")
+    if a.keep and a.keep.exists() and any(a.keep.iterdir()):
+        ap.exit(2, f"{ap.prog}: --keep {a.keep}: not empty (give a new folder)\n")
+    if a.requests < 20 or a.rate <= 0:
+        ap.exit(2, f"{ap.prog}: --requests must be at least 20 and --rate above 0\n")
     with tempfile.TemporaryDirectory(prefix="drtp-samerun-") as tmp:
         work = a.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -403,7 +421,7 @@ def main() -> int:
         for name in a.mode:
             mode = MODES[name]
             runs = [
-                replay(tree, mode, trace, fail_trace, work / f"{name}-{side}", a)
+                replay(tree, mode, trace, fail_trace, work / f"{name}-{side}", a.rate, a.seed)
                 for tree, side in zip(trees, ("before", "after"), strict=True)
             ]
             order = trace_order(fail_trace if mode.fail else trace)

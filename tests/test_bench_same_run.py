@@ -3,7 +3,6 @@ column and count, and one changed answer in a run's files shows as exactly the c
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import shutil
@@ -23,8 +22,8 @@ def two_runs(tmp_path_factory):
     """The fail mode (a fault proxy's 503s, never-pushed GETs' 404s) run twice by this checkout's drtp."""
     work = tmp_path_factory.mktemp("same-run")
     trace, fail_trace = same.make_traces(work, 80, 5)
-    opts = argparse.Namespace(rate=150.0, seed=7)
-    runs = [same.replay(same.ROOT, same.MODES["fail"], trace, fail_trace, work / f"run{i}", opts) for i in (0, 1)]
+    mode = same.MODES["fail"]
+    runs = [same.replay(same.ROOT, mode, trace, fail_trace, work / f"run{i}", 150.0, 7) for i in (0, 1)]
     return runs, same.trace_order(fail_trace)
 
 
@@ -40,9 +39,9 @@ def test_two_runs_of_one_tree_match(two_runs):
 
 
 def test_one_changed_answer_shows(two_runs, tmp_path):
-    (before, (run, nodes)), order = two_runs
+    (before, after), order = two_runs
     changed = tmp_path / "run"
-    shutil.copytree(run, changed)
+    shutil.copytree(after.run, changed)
     with open(changed / "requests.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     ok = next(r for r in rows if r["status"] == "200" and r["auxiliary"] == "False")
@@ -55,7 +54,7 @@ def test_one_changed_answer_shows(two_runs, tmp_path):
     summary["failed"] += 1
     (changed / "summary.json").write_text(json.dumps(summary))
 
-    checks = same.compare("fail", before, (changed, nodes), order)
+    checks = same.compare("fail", before, same.Replayed(changed, after.nodes), order)
     differ = {c.what: c for c in checks if not c.same}
     assert set(differ) == {
         "requests.csv status",
