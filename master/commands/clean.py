@@ -46,7 +46,7 @@ from drtp.master.run.plan import registry_for
 from drtp.master.run.push_ledger import LEDGER_INFIX, LedgerRead, ledger_path, mark_cleared, pushed_by_rows, read_ledger
 from drtp.master.series.repeat import repetition_map, run_dirs_in
 from drtp.registry.auth import auth_for, config_auth
-from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
+from drtp.registry.calls import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryCalls
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
 from drtp.registry.names import digest_error, name_error
 from drtp.registry.repo_hooks import HookError, run_hook
@@ -235,11 +235,11 @@ def _object_error(e: dict) -> str | None:
 def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only: str | None) -> tuple[int, list[str]]:
     """Add what each run's requests.csv says it pushed (read by drtp.analysis.results, as the analyses read it):
     (pushes found, notes on runs of another registry than ``--registry``)."""
-    from drtp.analysis.results import load_run, rows
+    from drtp.analysis.results import read_run_files, rows
 
     n, notes = 0, []
     for run_dir in run_dirs:
-        df, summary = load_run(run_dir)
+        df, summary = read_run_files(run_dir)
         ran = summary.get("registries")
         if not isinstance(ran, list) or not ran or not all(isinstance(r, str) for r in ran):
             if only is None and len(pushed) != 1:
@@ -267,21 +267,21 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
 # -- what is someone else's --------------------------------------------------------------------------------------
 
 
-def foreign(client: RegistryClient, repo: str, ours: dict[tuple[str, str, str], set[str]]) -> set[str]:
+def foreign(calls: RegistryCalls, repo: str, ours: dict[tuple[str, str, str], set[str]]) -> set[str]:
     """Digests in ``repo`` that an image drtp has no record of pushing references: the tags drtp has no record
     of, their manifests, the blobs those reference and, for an index, its manifests and their blobs."""
     our_tags = {t for (kind, r, _), tags in ours.items() if kind == "manifest" and r == repo for t in tags}
     keep: set[str] = set()
-    for tag in client.tags(repo):
+    for tag in calls.tags(repo):
         if tag in our_tags:
             continue
-        digest, doc = client.manifest(repo, tag)
+        digest, doc = calls.manifest(repo, tag)
         keep.add(digest)
         for child in doc.get("manifests") or []:  # an index / manifest list
             if isinstance(child, dict) and isinstance(child.get("digest"), str):
                 keep.add(child["digest"])
                 with contextlib.suppress(*REGISTRY_ERRORS):  # a child gone meanwhile: its digest is kept
-                    keep |= _references(client.manifest(repo, child["digest"])[1])
+                    keep |= _references(calls.manifest(repo, child["digest"])[1])
         keep |= _references(doc)
     return keep
 
@@ -298,7 +298,7 @@ def _references(doc: dict) -> set[str]:
 
 
 @dataclass
-class Outcome:
+class RegistryCleanup:
     """What became of one registry's objects."""
 
     done: Counter = field(default_factory=Counter)  # (kind, DELETED | GONE | REFUSED | "error" | "hook") -> n
@@ -322,13 +322,13 @@ def _parallel(fn: Callable, items: list, threads: int) -> list:
         return list(pool.map(fn, items))
 
 
-def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outcome:
+def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> RegistryCleanup:
     """Dry run (``yes`` False: look, delete nothing) or delete one registry's objects: manifests, then blobs."""
-    client = RegistryClient(target.registry, target.auth, timeout=60)
-    out = Outcome()
+    calls = RegistryCalls(target.registry, target.auth, timeout=60)
+    out = RegistryCleanup()
     keep: dict[str, set[str]] = {}
     repos = target.repositories()
-    for repo, kept in zip(repos, _parallel(lambda r: foreign(client, r, target.objects), repos, threads), strict=True):
+    for repo, kept in zip(repos, _parallel(lambda r: foreign(calls, r, target.objects), repos, threads), strict=True):
         keep[repo] = kept
         if kept:
             out.kept_repositories.add(repo)
@@ -339,10 +339,10 @@ def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outc
         else:
             todo[kind].append((repo, digest))
     if not yes:
-        _look(client, todo, out, threads)
+        _look(calls, todo, out, threads)
         return out
     for kind in KINDS:  # manifests first: a blob a deleted manifest referenced can go after it
-        delete = client.delete_manifest if kind == "manifest" else client.delete_blob
+        delete = calls.delete_manifest if kind == "manifest" else calls.delete_blob
 
         def one(item: tuple[str, str], delete=delete, kind=kind) -> str:
             if kind in out.refused:  # the registry said it does not delete: no need to ask again
@@ -373,14 +373,14 @@ def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outc
     return out
 
 
-def _look(client: RegistryClient, todo: dict[str, list], out: Outcome, threads: int) -> None:
+def _look(calls: RegistryCalls, todo: dict[str, list], out: RegistryCleanup, threads: int) -> None:
     """Dry run: which objects are there, and their bytes (a blob's bytes once however many links it has)."""
     seen: set[str] = set()
     for kind in KINDS:
 
         def size(item: tuple[str, str], kind=kind) -> int | str | None:
             try:
-                return client.stored_size(kind, *item, accept=ACCEPT if kind == "manifest" else None)
+                return calls.stored_size(kind, *item, accept=ACCEPT if kind == "manifest" else None)
             except REGISTRY_ERRORS as e:
                 return str(e)[:300]
 
@@ -399,7 +399,7 @@ def _look(client: RegistryClient, todo: dict[str, list], out: Outcome, threads: 
                 seen.add(digest)
 
 
-def _run_hooks(target: Pushed, cfg: Config, out: Outcome) -> set[str]:
+def _run_hooks(target: Pushed, cfg: Config, out: RegistryCleanup) -> set[str]:
     """``delete_repository`` once per repository with objects left, unless an image of someone else is there;
     the repositories it removed."""
     entry = target.entry
@@ -438,7 +438,7 @@ def _hooked(d: Counter) -> str:
     return f"; removed with delete_repository: {n_manifests} manifests, {n_blobs} blob links"
 
 
-def report(target: Pushed, out: Outcome, yes: bool) -> list[str]:
+def report(target: Pushed, out: RegistryCleanup, yes: bool) -> list[str]:
     """The console lines of one registry."""
     head = f"registry {target.name}" + ("" if target.registry.endswith("//" + target.name) else f" ({target.registry})")
     d = out.done
@@ -533,7 +533,7 @@ def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, th
     return int(code)
 
 
-def _clear_ledgers(target: Pushed, out: Outcome) -> None:
+def _clear_ledgers(target: Pushed, out: RegistryCleanup) -> None:
     """Mark in each ledger the objects of its reading that are gone now, so the next clean skips them."""
     for read in target.ledgers:
         try:
