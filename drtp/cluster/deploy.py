@@ -50,7 +50,7 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # variables that describe the machine itself: the remote side expands its own, never the laptop's
 HOST_VARS = {"HOME", "USER", "LOGNAME", "PATH", "SHELL", "PWD", "TMPDIR", "HOSTNAME", "LANG"}
 
-# run on the master's host: wait until every client address accepts TCP connections
+# run on the master's host: wait until every client node's address accepts TCP connections
 _WAIT_PORTS = """
 import socket, sys, time
 deadline = time.time() + float(sys.argv[1])

@@ -75,7 +75,7 @@ class HeldRecords:
 
     A record that must wait (:meth:`Planner.blocked_by`) is held, and so is every later record
     of its trace client (their order is the trace's); other clients' records are dispatched
-    meanwhile.  A held record also holds back the later records of other clients that would
+    meanwhile.  A held record also holds back the later records of other trace clients that would
     overtake it on the same object: a read of what it pushes, a push of the tag it reads.
     A held record counts as such until it is planned (``planned``), also after ``release``.
 

@@ -37,7 +37,7 @@ uses the minimal config blob.
 Each request carries its span in the trace (``trace_start``, ``trace_end``: arrival and arrival +
 duration, seconds after the trace's first request; a registry log's timestamp is the completion, so
 its duration is subtracted) and, for the requests of a blob upload, the key of its upload session
-(:meth:`Planner.upload_of`): the node overlaps a client's requests only as the trace did and never
+(:meth:`Planner.upload_of`): the node overlaps a trace client's requests only as the trace did and never
 two requests of one upload session (client/client_gate.py).
 """
 
