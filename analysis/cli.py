@@ -140,7 +140,7 @@ def register(sub) -> None:
         "--session",
         type=positive_duration,
         default=60.0,
-        help="client session threshold for follow-ups (default 1 min)",
+        help="trace client session threshold for follow-ups (default 1 min)",
     )
     t.add_argument(
         "--push-window",

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from drtp.analysis.results import load_run, run_model
+from drtp.analysis.results import read_run_files, run_model
 from drtp.errors import DrtpError
 from drtp.master.series.repeat import run_dirs_in
 from drtp.replay.slo import judged_latency
@@ -151,7 +151,7 @@ def load_side(args: list[str], option: str, left_out: list[str] | None = None) -
             if left_out is not None:
                 left_out.append(f"{d}: did not finish: no summary.json")
             continue
-        df, summary = load_run(d)
+        df, summary = read_run_files(d)
         if summary.get("complete") is False:
             if left_out is not None:
                 left_out.append(f"{d}: {summary.get('incomplete_reason') or 'incomplete'}")
@@ -331,8 +331,8 @@ def compare_runs(
         "left_out": left_out,
     }
     if len(bdirs) == 1 and len(cdirs) == 1:
-        bblocks = block_summaries(*load_run(bdirs[0]))
-        cblocks = block_summaries(*load_run(cdirs[0]))
+        bblocks = block_summaries(*read_run_files(bdirs[0]))
+        cblocks = block_summaries(*read_run_files(cdirs[0]))
         for blocks, whole in ((bblocks, bsum[0]), (cblocks, csum[0])):
             for block in blocks:  # a block's summary has no mode: it is judged as its run is
                 block["mode"] = whole.get("mode")

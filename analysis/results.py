@@ -161,8 +161,10 @@ def run_model(df: pd.DataFrame, summary: dict | None = None) -> ResultsModel:
     return model
 
 
-def load_run(run_dir: Path) -> tuple[pd.DataFrame, dict]:
-    """(requests, summary) of one run directory; summary.json is optional."""
+def read_run_files(run_dir: Path) -> tuple[pd.DataFrame, dict]:
+    """The raw files of one run directory: (requests.csv as a frame, summary.json as a dict, {} when absent).
+
+    Not the notebook API: ``drtp.load_run`` (drtp.analysis.run_data) builds its tidy frames on top of this."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise DrtpError(f"{run_dir}: run directory not found")

@@ -14,8 +14,8 @@ from drtp.analysis.results import (
     analyze_run,
     failure_table,
     latency_table,
-    load_run,
     node_table,
+    read_run_files,
     run_labels,
     run_table,
     status_table,
@@ -49,11 +49,11 @@ CAPTIONS = {
 }
 
 
-def load_runs(run_dirs: list[str | Path]) -> tuple[dict[str, pd.DataFrame], dict[str, dict]]:
-    """Requests frames and replayer summaries keyed by run label."""
+def read_runs_by_label(run_dirs: list[str | Path]) -> tuple[dict[str, pd.DataFrame], dict[str, dict]]:
+    """Each run's raw requests frame and summary dict, keyed by its label (two dicts, for the analysis's tables)."""
     frames, summaries = {}, {}
     for label, d in zip(run_labels([Path(d) for d in run_dirs]), run_dirs, strict=True):
-        frames[label], summaries[label] = load_run(Path(d))
+        frames[label], summaries[label] = read_run_files(Path(d))
     return frames, summaries
 
 
@@ -68,7 +68,7 @@ def analyze_runs(
 
     With a ``selection`` every number is made of the rows inside it; ``left_out`` (when given) receives,
     per run, how many rows it left out and why."""
-    frames, summaries = load_runs(run_dirs)
+    frames, summaries = read_runs_by_label(run_dirs)
     # the trace records shown beside the runs: those of the runs' requests (in the window, whatever their latency)
     ids: set[str] = set()
     for df in frames.values():

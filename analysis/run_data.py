@@ -35,8 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from drtp.analysis.results import load_run as load_run_files
-from drtp.analysis.results import run_labels, run_model
+from drtp.analysis.results import read_run_files, run_labels, run_model
 from drtp.analysis.run_stats import read_stats_history, stats_from_requests
 from drtp.errors import DrtpError
 from drtp.replay.stats_file import STATS_FILE
@@ -120,7 +119,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     """
     path = Path(path)
     try:
-        raw, summary_json = load_run_files(path)
+        raw, summary_json = read_run_files(path)
         stats_from_file = (path / STATS_FILE).is_file()
         stats = read_stats_history(path / STATS_FILE) if stats_from_file else stats_from_requests(raw)
         config = _read_config(path / CONFIG_FILE)

@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from drtp.master.run.warmup import Warmup, load_map, plan_warmup  # noqa: E402
-from drtp.registry.client import RegistryClient  # noqa: E402
+from drtp.registry.calls import RegistryCalls  # noqa: E402
 from drtp.registry.local import LocalRegistry, registry_binary  # noqa: E402
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST  # noqa: E402
 from drtp.trace.reader import TraceReader  # noqa: E402
@@ -56,7 +56,7 @@ def refused_in_log(log_path: Path) -> list[str]:
 
 def unreadable_manifests(registry: str, map_path: Path) -> int:
     """Manifests the warmup map lists that the registry does not serve (a map entry must be true)."""
-    client = RegistryClient(registry)
+    client = RegistryCalls(registry)
     entries = [e for e in load_map(map_path) if e["kind"] == "manifest"]
     return sum(client.size("manifest", e["repository"], e["digest"], accept=ACCEPT) != e["size"] for e in entries)
 

@@ -273,7 +273,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.requests, args.rounds = 5_000, 1
-    from drtp.registry.client import RegistryClient
+    from drtp.registry.calls import RegistryCalls
     from drtp.registry.local import LocalRegistry
     from drtp.registry.manifest import digest_of
     from drtp.replay.messages import RegistryAuth
@@ -296,7 +296,7 @@ def main() -> None:
                  basic)]  # fmt: skip
         for kind, opts, auth, header in kinds:
             with LocalRegistry(d / kind.replace(" ", ""), **opts) as reg:
-                client = RegistryClient(reg.url, RegistryAuth(reg.url, auth.username, auth.password, auth.ca_pem)
+                client = RegistryCalls(reg.url, RegistryAuth(reg.url, auth.username, auth.password, auth.ca_pem)
                                         if auth else None)  # fmt: skip
                 for size in (1000, 300_000):
                     data = os.urandom(size)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from drtp.analysis.compare import BLOCKS, block_summaries, compare_runs
-from drtp.analysis.results import load_run
+from drtp.analysis.results import read_run_files
 from drtp.cli import main
 
 
@@ -62,7 +62,7 @@ def test_one_run_against_one_compares_time_blocks(real_runs, tmp_path: Path, cap
 
 
 def test_blocks_cut_a_run_by_time_and_count_every_request_once(real_runs) -> None:
-    df, summary = load_run(real_runs.stress)
+    df, summary = read_run_files(real_runs.stress)
     blocks = block_summaries(df, summary)
     assert 1 < len(blocks) <= BLOCKS
     main_rows = df[~df.auxiliary & df.start_s.notna()]

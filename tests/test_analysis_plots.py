@@ -138,7 +138,7 @@ def test_tables_and_report_show_latency_in_ms(tmp_path):
 
 def test_tick_labels_are_plain_numbers_on_every_chart(tmp_path):
     run = write_run(tmp_path / "run", as_is=True)
-    df, summary = rs.load_run(run)
+    df, summary = rs.read_run_files(run)
     results, frames = {"run": rs.analyze_run(df, summary)}, {"run": df}
     for name, make in rf.FIGURES.items():
         fig = make(results, frames)

@@ -44,7 +44,7 @@ def copy_run(src, dst):
 @pytest.mark.parametrize("mode", ["stress", "as_is"])
 def test_analyze_equals_summary_json(real_runs, mode):
     run = getattr(real_runs, mode)
-    df, summary = rs.load_run(run)
+    df, summary = rs.read_run_files(run)
     r = rs.analyze_run(df, summary)
     keys = MODEL_KEYS + (TIMED_KEYS if mode == "as_is" else ())
     # every number the model makes, read back from requests.csv, is exactly the master's
@@ -81,7 +81,7 @@ def test_rows_have_the_writers_columns_and_outcomes(real_runs):
 
 
 def test_stress_run_has_no_lateness(real_runs):
-    df, summary = rs.load_run(real_runs.stress)
+    df, summary = rs.read_run_files(real_runs.stress)
     r = rs.analyze_run(df, summary)
     assert not any(k in r for k in ("response_s", "lateness_s", "on_time_ratio")) and r["curves"]["lateness"] is None
 
@@ -94,7 +94,7 @@ def test_load_tolerates_extra_columns_and_files_without_outcomes(real_runs, tmp_
     frame.loc[first, "status"] = 503
     (tmp_path / "r").mkdir()
     frame.to_csv(tmp_path / "r" / "requests.csv", index=False)
-    df, summary = rs.load_run(tmp_path / "r")
+    df, summary = rs.read_run_files(tmp_path / "r")
     assert summary == {} and "replayer_extra_column" in df.columns
     assert df.loc[first, "outcome"] == "http" and not df.loc[first, "ok"]
     assert df["intended_s"].isna().all() and (df["attempts"] == 1).all()
@@ -107,9 +107,9 @@ def test_missing_column_is_a_user_error(tmp_path):
     (tmp_path / "r").mkdir()
     pd.DataFrame({"method": ["GET"], "kind": ["blob"], "status": [200]}).to_csv(tmp_path / "r/requests.csv")
     with pytest.raises(DrtpError, match="missing column.*start_s"):
-        rs.load_run(tmp_path / "r")
+        rs.read_run_files(tmp_path / "r")
     with pytest.raises(DrtpError, match="not found"):
-        rs.load_run(tmp_path / "nope")
+        rs.read_run_files(tmp_path / "nope")
 
 
 def test_analyze_results_with_trace_row(real_runs, tmp_path):
@@ -159,7 +159,7 @@ def test_violin_clips_only_the_plot(real_runs, tmp_path):
     outlier = frame.index[(frame["method"] == "GET") & (frame["kind"] == "blob") & frame["ok"]][0]
     frame.loc[outlier, "latency_s"] = 1000.0
     frame.to_csv(run / "requests.csv", index=False)
-    df, _ = rs.load_run(run)
+    df, _ = rs.read_run_files(run)
     r = rs.analyze_run(df)
     assert r["per_method"]["GET blob"]["latency_s"]["max"] == 1000.0  # outliers stay in every number
     fig = fig_latency_violin({"a": r}, {"a": df})
@@ -205,7 +205,7 @@ def test_lost_rows_are_failures_without_times(real_runs, tmp_path):
     frame.loc[lost, ["start_s", "latency_s", "status", "bytes", "attempts"]] = [None, None, 0, 0, 0]
     frame.loc[lost, ["ok", "outcome", "error"]] = [False, "lost", "lost: client node x died"]
     frame.to_csv(run / "requests.csv", index=False)
-    df, summary = rs.load_run(run)
+    df, summary = rs.read_run_files(run)
     r = rs.analyze_run(df)
     assert r["lost"] == 5 and r["failures"] == {"http": real_runs.missing_tags, "lost": 5}
     assert r["failed"] == summary["failed"] + 5
@@ -228,7 +228,7 @@ def test_a_bad_summary_is_one_line_naming_the_file(real_runs, tmp_path, summary,
     run = copy_run(real_runs.stress, tmp_path / "run")
     (run / "summary.json").write_text(summary)
     with pytest.raises(DrtpError) as err:
-        rs.load_run(run)
+        rs.read_run_files(run)
     assert message in str(err.value) and str(run / "summary.json") in str(err.value)
 
 
@@ -248,7 +248,7 @@ def test_a_bad_number_in_requests_csv_names_the_row_and_column(tmp_path, cells, 
     run.mkdir()
     (run / "requests.csv").write_text(f"method,kind,start_s,latency_s,status\nGET,blob,0,0.1,200\n{cells}\n")
     with pytest.raises(DrtpError) as err:
-        rs.load_run(run)
+        rs.read_run_files(run)
     assert message in str(err.value) and str(run / "requests.csv") in str(err.value)
 
 

@@ -20,7 +20,7 @@ from drtp.cli_options import DrtpArgumentParser
 from tests.conftest import ibm_record, write_json
 
 # what a command's module imports and no listing needs: the commands' own modules, and what they run with
-HEAVY = ("pandas", "numpy", "pyarrow", "yaml", "msgspec", "drtp.trace.reader", "drtp.config", "drtp.registry.client")
+HEAVY = ("pandas", "numpy", "pyarrow", "yaml", "msgspec", "drtp.trace.reader", "drtp.config", "drtp.registry.calls")
 COMMAND_MODULES = sorted({c.module for c in COMMANDS} - {CONFIG_COMMAND})
 
 
@@ -111,7 +111,7 @@ def test_a_command_imports_its_own_module_only(tmp_path):
     assert "records" in res.stdout
     assert {"drtp.trace.cli", "drtp.trace.reader", "drtp.analysis.trace_summary"} <= modules
     assert not modules & (set(COMMAND_MODULES) - {"drtp.trace.cli"}), modules & set(COMMAND_MODULES)
-    for heavy in ("pandas", "numpy", "pyarrow", "drtp.config", "drtp.registry.client", "drtp.master.commands.clean"):
+    for heavy in ("pandas", "numpy", "pyarrow", "drtp.config", "drtp.registry.calls", "drtp.master.commands.clean"):
         assert heavy not in modules, heavy
 
 

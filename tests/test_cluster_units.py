@@ -402,7 +402,7 @@ def test_clean_finds_the_warmup_maps_of_each_registrys_runs(tmp_path):
     """With slurm.each_registry the master replays each address as an entry of its own, whose warmup map is
     named after it: drtp clean looks for exactly the maps those entries wrote."""
     from drtp.config import config_from_dict
-    from drtp.master.commands.clean import warmup_maps
+    from drtp.master.commands.clean_records import warmup_maps
     from drtp.master.series.experiment import registry_config
     from drtp.replay.messages import registry_base
 
@@ -424,7 +424,7 @@ def test_clean_finds_the_warmup_map_of_each_repetition(tmp_path):
     """repeat: N (fresh): each repetition warmed repositories of its own into a map of its own; drtp clean reads
     exactly those maps, for a run and for each entry of an experiment."""
     from drtp.config import config_from_dict
-    from drtp.master.commands.clean import warmup_maps
+    from drtp.master.commands.clean_records import warmup_maps
     from drtp.master.series.experiment import experiment_parts
     from drtp.master.series.repeat import run_parts
     from drtp.replay.messages import registry_base

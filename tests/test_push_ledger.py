@@ -167,7 +167,7 @@ def test_clean_finds_the_maps_and_ledgers_of_repetitions_beside_the_map(tmp_path
     """``drtp run --repeat 2`` wrote ``<stem>-rep<k>`` maps and ledgers; a config without ``repeat:`` still finds
     them (and nothing that only looks alike), and the map itself only when it is there too."""
     from drtp.config import config_from_dict
-    from drtp.master.commands.clean import warmup_maps
+    from drtp.master.commands.clean_records import warmup_maps
 
     cfg = config_from_dict({"registry": [REG], "warmup": {"output": str(tmp_path / "map.jsonl")}}, base_dir=".")
     assert warmup_maps(cfg, [BASE]) == {tmp_path / "map.jsonl": {BASE}}  # nothing there: the map is looked for

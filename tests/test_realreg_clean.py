@@ -26,7 +26,7 @@ from drtp.master.run.push_ledger import CONFIG_PUSH, MOUNT_FALLBACK, pushed_by_r
 from drtp.master.run.replay import run_replay
 from drtp.master.run.warmup import load_map, run_warmup
 from drtp.master.series.experiment import run_experiment
-from drtp.registry.client import RegistryClient
+from drtp.registry.calls import RegistryCalls
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.replay.messages import RegistryAuth
@@ -125,7 +125,7 @@ def test_clean_deletes_what_drtp_pushed_and_keeps_the_rest(study, tmp_path):
     other = push_foreign(tmp_path, reg, "other/app:v1", 3)
     dxf = DXF(reg.host, shared_repo, insecure=True)
     dxf.set_manifest("kept", dxf.get_manifest(drtp_tag))
-    client = RegistryClient(reg.url, RegistryAuth(reg.url, insecure=True))
+    client = RegistryCalls(reg.url, RegistryAuth(reg.url, insecure=True))
     kept_digest, kept_doc = client.manifest(shared_repo, "kept")
     kept_blobs = {(shared_repo, p["digest"]) for p in [kept_doc["config"], *kept_doc["layers"]]}
     # drtp's own tags on that manifest stay too: a manifest goes by digest, with every tag on it (tags alone
@@ -328,10 +328,10 @@ def test_tags_are_listed_and_next_pages_followed(registry):
     """Every tag of a repository is read (none for an unknown one). Distribution 2.8 answers the whole list
     at once (it ignores ``n`` on tag lists); registries that page (Docker Hub, Harbor, GHCR) send a
     ``Link: <…>; rel="next"`` header as the Distribution API defines, which is followed."""
-    from drtp.registry.client import _next_page
+    from drtp.registry.calls import _next_page
     from drtp.registry.manifest import CONFIG_BLOB, build_manifest
 
-    client = RegistryClient(registry.url, RegistryAuth(registry.url, insecure=True))
+    client = RegistryCalls(registry.url, RegistryAuth(registry.url, insecure=True))
     client.push_blob("team/paged", CONFIG_BLOB, CONFIG_DIGEST)
     tags = [f"t{i}" for i in range(5)]
     for i, tag in enumerate(tags):

@@ -321,12 +321,12 @@ def test_a_node_reports_a_refused_secret_and_sends_the_read_again_once_with_the_
 
 
 def test_the_master_s_registry_client_renews_from_the_same_source(tmp_path, pki, monkeypatch):
-    """Warmup's and preflight's RegistryClient take the secret from the run's kind of source: asked again
+    """Warmup's and preflight's RegistryCalls take the secret from the run's kind of source: asked again
     before its TTL runs out (no refusal at all), and at once when the registry refuses it."""
     import hashlib
 
     from drtp.registry.auth import config_auth
-    from drtp.registry.client import RegistryClient
+    from drtp.registry.calls import RegistryCalls
     from drtp.registry.credentials import config_sources
 
     timed = Helper(tmp_path / "bin", "timed", USER, PASSWORD)
@@ -345,11 +345,11 @@ def test_the_master_s_registry_client_renews_from_the_same_source(tmp_path, pki,
         sources = config_sources(cfg)
         clients = []
         for auth, source in zip(config_auth(cfg, sources), sources, strict=True):
-            client = RegistryClient(reg.url, auth, timeout=10)
+            client = RegistryCalls(reg.url, auth, timeout=10)
             client.use_source(reg.url, source)
             clients.append(client)
 
-        def push(client: RegistryClient, n: int) -> None:
+        def push(client: RegistryCalls, n: int) -> None:
             data = f"blob {n}".encode()
             digest = "sha256:" + hashlib.sha256(data).hexdigest()
             client.push_blob(f"team/app{n}", data, digest)

@@ -14,8 +14,9 @@ import pytest
 
 from drtp.client.executor import Executor
 from drtp.master.outputs.results import format_table
-from drtp.master.run.plan import HeldRecords, Planner
-from drtp.registry.client import RegistryClient
+from drtp.master.run.held import HeldRecords
+from drtp.master.run.plan import Planner
+from drtp.registry.calls import RegistryCalls
 from drtp.registry.manifest import (
     ANNOTATION_OVERHEAD,
     CONFIG_BLOB,
@@ -79,7 +80,7 @@ def test_build_manifest_without_config_names_the_minimal_config_blob():
 @pytest.mark.registry
 @pytest.mark.parametrize("gap", [0, 1, ANNOTATION_OVERHEAD - 1, ANNOTATION_OVERHEAD, 500])
 def test_a_padded_manifest_is_stored_and_served_byte_for_byte(registry, gap):
-    client = RegistryClient(registry.host)
+    client = RegistryCalls(registry.host)
     layer = b"layer bytes"
     client.push_blob("pad/test", layer, digest_of(layer))
     client.push_blob("pad/test", CONFIG_BLOB, CONFIG_DIGEST)
@@ -218,7 +219,7 @@ def test_a_node_writes_the_minimal_config_once_per_repository_whatever_its_threa
 def test_head_bytes_are_what_the_registry_logs(registry):
     """A HEAD of a missing blob: the registry logs its 157-byte error body; the row says the same."""
     ex = Executor(RunSpec(run="h", start_epoch=time.time(), registries=[registry.url]), time.perf_counter)
-    client = RegistryClient(registry.host)
+    client = RegistryCalls(registry.host)
     client.push_blob("h/x", b"found", digest_of(b"found"))
 
     def head(digest: str) -> int:

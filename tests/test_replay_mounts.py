@@ -12,7 +12,8 @@ import pytest
 
 from drtp.client.admission import batch_error
 from drtp.errors import TraceError
-from drtp.master.run.plan import HeldRecords, Planner, registry_for, with_names
+from drtp.master.run.held import HeldRecords
+from drtp.master.run.plan import Planner, registry_for, with_names
 from drtp.master.run.warmup import plan_warmup
 from drtp.registry.manifest import placeholder_digest
 from drtp.registry.repo_names import RepositoryMap

@@ -107,7 +107,7 @@ def test_a_blob_read_carries_the_objects_known_size():
 
 def test_held_records_wait_per_client_and_keep_each_objects_order():
     """A record waiting for a push in flight holds back only its client; held pushes are not overtaken."""
-    from drtp.master.run.plan import HeldRecords
+    from drtp.master.run.held import HeldRecords
 
     p = Planner(["r:1"])
     held = HeldRecords(p)

@@ -5,7 +5,7 @@ The config's ``registries:`` entries become :class:`RegistryAuth` records
 and the CA file's text) that travel to client nodes only inside the signed run
 spec; a renewed secret follows in a signed secret update and replaces the one an
 :class:`Authenticator` uses (:meth:`Authenticator.replace_secret`).  Both the
-nodes and :mod:`drtp.registry.client` authenticate from them, through one
+nodes and :mod:`drtp.registry.calls` authenticate from them, through one
 :class:`Authenticator` per registry (its token fetch on drtp's own connection):
 
 * **Basic**: the registry answers 401 with ``WWW-Authenticate: Basic``; the

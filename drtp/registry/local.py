@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from drtp.errors import DrtpError
-from drtp.registry.client import REGISTRY_ERRORS, RegistryClient
+from drtp.registry.calls import REGISTRY_ERRORS, RegistryCalls
 from drtp.replay.messages import RegistryAuth
 
 CONFIG_TEMPLATE = """\
@@ -153,7 +153,7 @@ class LocalRegistry:
 
     def _wait_ready(self, timeout: float) -> bool:
         # our own process, reached without verifying its certificate: readiness only
-        probe = RegistryClient(self.url, RegistryAuth(self.url, insecure=True), timeout=1)
+        probe = RegistryCalls(self.url, RegistryAuth(self.url, insecure=True), timeout=1)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:

@@ -22,7 +22,7 @@ trace ``client`` takes a connection of that client's
 Failures are answers, not exceptions: a request that got no complete answer
 returns a :class:`~drtp.registry.transport.Response` with ``status`` 0 and its
 classified ``outcome``.  The client node's thread engine (``drtp.client.executor``)
-and :class:`drtp.registry.client.RegistryClient` (warmup, capture, the demo, the
+and :class:`drtp.registry.calls.RegistryCalls` (warmup, capture, the demo, the
 local registry's probe) both send through it; the event-loop engine has the
 asynchronous twin of the connection and shares the session's authenticators.
 """

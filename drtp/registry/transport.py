@@ -11,7 +11,7 @@ Content-Length or chunked answers, HEAD, keep-alive, TLS through an
 
 Every HTTP request drtp sends goes through it or its event-loop twin
 (:class:`drtp.registry.async_transport.AsyncConnection`): the nodes' registry
-requests, :class:`drtp.registry.client.RegistryClient` (warmup, capture, the
+requests, :class:`drtp.registry.calls.RegistryCalls` (warmup, capture, the
 demo, the local registry's probe) through :class:`drtp.registry.session.Session`,
 bearer-token fetches, and the master's control calls to its nodes.
 """

@@ -83,11 +83,11 @@ def _state(query: dict[str, list[str]]) -> tuple[int, str] | None:
 MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 
 
-def _registry_client(url: str):
-    """The live registry that answers sizes the log does not hold (its client is loaded only then)."""
-    from drtp.registry.client import RegistryClient
+def _registry_calls(url: str):
+    """The live registry that answers sizes the log does not hold (drtp.registry.calls is imported only then)."""
+    from drtp.registry.calls import RegistryCalls
 
-    return RegistryClient(url.rstrip("/"), timeout=10)
+    return RegistryCalls(url.rstrip("/"), timeout=10)
 
 
 class Capture:
@@ -95,7 +95,7 @@ class Capture:
 
     def __init__(self, anonymizer: Anonymizer, registry_url: str | None = None) -> None:
         self.anon = anonymizer
-        self.registry = _registry_client(registry_url) if registry_url else None
+        self.registry = _registry_calls(registry_url) if registry_url else None
         self.stats = CaptureStats()
         self.uploads: dict[str, _Upload] = {}
         self.blob_sizes: dict[str, int] = {}

@@ -1,6 +1,7 @@
 """``drtp clean``: remove from a registry what drtp pushed there, and nothing else.
 
-What drtp pushed is what its own records say: the warmup map of each registry
+What drtp pushed is what its own records say (read by drtp.master.commands.clean_records):
+the warmup map of each registry
 (``warmup.output``; ``<stem>-<id><suffix>`` per entry of ``registries:``; a repetition's
 ``<stem>[-<id>]-rep<k><suffix>``), the push ledger beside each map (drtp.master.run.push_ledger:
 every push a registry accepted from a run of the config — manifest PUTs, blob uploads and
@@ -32,26 +33,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from glob import escape as glob_escape
 from pathlib import Path
 
-from drtp.config import Config, RegistryEntry
+from drtp.config import Config
 from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
-from drtp.master.run.plan import registry_for
-from drtp.master.run.push_ledger import LEDGER_INFIX, LedgerRead, ledger_path, mark_cleared, pushed_by_rows, read_ledger
-from drtp.master.series.repeat import repetition_map, run_dirs_in
-from drtp.registry.auth import auth_for, config_auth
-from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
-from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
-from drtp.registry.names import digest_error, name_error
+from drtp.master.commands.clean_records import Pushed, read_ledgers, read_maps, read_runs, targets, warmup_maps
+from drtp.master.run.push_ledger import mark_cleared
+from drtp.master.series.repeat import run_dirs_in
+from drtp.registry.calls import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryCalls
+from drtp.registry.manifest import ACCEPT
 from drtp.registry.repo_hooks import HookError, run_hook
-from drtp.registry.repo_names import RepositoryMap
-from drtp.replay.messages import RegistryAuth, registry_base
 
 log = logging.getLogger("drtp.clean")
 
@@ -60,228 +56,24 @@ KINDS = ("manifest", "blob")
 PROBE = "probe"  # what is left in the preflight's repository: probe blobs, how many unknown (one per check)
 
 
-# -- what drtp pushed ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Pushed:
-    """What drtp's records say it pushed into one registry."""
-
-    registry: str  # base URL
-    name: str  # how the user names it: the entry's id, or the registry: item
-    auth: RegistryAuth | None = None  # its credentials and TLS trust (None: anonymous, system CAs)
-    entry: RegistryEntry | None = None  # its registries: entry (None: a registry: item), for its delete_repository
-    probe_repository: str | None = None  # where the preflight pushed its probe (registries: entries only)
-    ledgers: list[LedgerRead] = field(default_factory=list)  # its push ledgers, as read
-    # (kind, repository, digest) -> the tags a manifest was pushed under (empty for a blob)
-    objects: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
-
-    def add(self, kind: str, repository: str, digest: str, tag: str = "") -> None:
-        tags = self.objects.setdefault((kind, repository, digest), set())
-        if tag and not tag.startswith("sha256:"):
-            tags.add(tag)
-
-    def repositories(self) -> list[str]:
-        return sorted({repo for _, repo, _ in self.objects})
-
-
-def _entry_of(cfg: Config, base: str) -> RegistryEntry | None:
-    return next((e for e in cfg.registries if registry_base(e.url) == base), None)
-
-
-def targets(cfg: Config, only: str | None) -> dict[str, Pushed]:
-    """The registries to clean (base URL → its record), from both ``registry:`` and ``registries:``."""
-    auths = config_auth(cfg)
-    names: dict[str, str] = {}
-    for e in cfg.registries:
-        names.setdefault(registry_base(e.url), e.id)
-    for r in cfg.registry:
-        names.setdefault(registry_base(r), r)
-    if not names:
-        raise DrtpError(f"{cfg.source}: names no registry (registry: or registries:)")
-    if only is not None:
-        chosen = {b: n for b, n in names.items() if only in (n, b)}
-        if not chosen:
-            raise DrtpError(f"--registry {only}: not a registry of {cfg.source} (one of: {', '.join(names.values())})")
-        names = chosen
-    out = {}
-    for base, name in names.items():
-        entry = _entry_of(cfg, base)
-        out[base] = Pushed(
-            base,
-            name,
-            auth_for(base, auths),
-            entry,
-            RepositoryMap.from_entry(entry, cfg.source).probe() if entry else None,
-        )
-    return out
-
-
-def warmup_maps(cfg: Config, chosen: Iterable[str]) -> dict[Path, set[str]]:
-    """Each warmup map the config names → the registries (base URLs) that write into it."""
-    # here, not at the top: drtp.master.series.experiment brings the whole replay, which every ``drtp`` process
-    # would load
-    from drtp.master.series.experiment import registry_config, run_name
-
-    maps: dict[Path, set[str]] = defaultdict(set)
-    plain = {registry_base(r) for r in cfg.registry}
-    # slurm.each_registry: the master job replayed each address as an experiment entry of its own
-    each: dict[str, RegistryEntry] = {}
-    if cfg.slurm is not None and cfg.slurm.each_registry and len(cfg.registry) >= 2:
-        for i, r in enumerate(cfg.registry, 1):
-            each[registry_base(r)] = RegistryEntry(run_name(i, r), registry_base(r))
-    for base in chosen:
-        if base in each:
-            maps[cfg.path(registry_config(cfg, each[base]).warmup.output)].add(base)
-            continue
-        if base in plain:
-            maps[cfg.path(cfg.warmup.output)].add(base)
-        for e in cfg.registries:
-            if registry_base(e.url) == base:
-                maps[cfg.path(registry_config(cfg, e).warmup.output)].add(base)
-    configured = range(1, cfg.repeat + 1) if cfg.repeat > 1 and cfg.repeat_state == "fresh" else ()
-    out: dict[Path, set[str]] = {}
-    for path, bases in maps.items():
-        # each repetition warmed repositories of its own: those the config says, and those found beside the map
-        reps = sorted(set(configured) | _repetitions_beside(path))
-        recorded = path.is_file() or any(ledger_path(path, b).is_file() for b in bases)
-        if not configured and (recorded or not reps):  # the map itself: unless only repetitions were run
-            out[path] = bases
-        for k in reps:
-            out[repetition_map(path, k)] = bases
-    return out
-
-
-def _repetitions_beside(path: Path) -> set[int]:
-    """The repetitions (k) whose warmup map or push ledger lies beside ``path`` (``<stem>-rep<k>…``)."""
-    found = set()
-    head = f"{path.stem}-rep"
-    if not path.parent.is_dir():
-        return found
-    for p in path.parent.glob(glob_escape(head) + "*"):
-        rest = p.name[len(head) :]
-        k, dot, tail = rest.partition(".")
-        if k.isdigit() and (dot + tail == path.suffix or (dot + tail).startswith(LEDGER_INFIX)):
-            found.add(int(k))
-    return found
-
-
-def read_ledgers(maps: dict[Path, set[str]], pushed: dict[str, Pushed]) -> tuple[int, set[str]]:
-    """Add the push ledgers' objects (one per warmup map and registry, where there is one): (entries, runs)."""
-    n, runs = 0, set()
-    for path, bases in maps.items():
-        for base in sorted(bases):
-            ledger = ledger_path(path, base)
-            if not ledger.is_file():
-                continue
-            read = read_ledger(ledger)
-            pushed[base].ledgers.append(read)
-            for p in read.pushes:
-                if registry_base(p.registry) == base:
-                    pushed[base].add(p.kind, p.repository, p.digest, p.tag if p.kind == "manifest" else "")
-                    n += 1
-                    runs.add(p.run)
-    return n, runs
-
-
-def read_maps(
-    cfg: Config, pushed: dict[str, Pushed], maps: dict[Path, set[str]], required: bool
-) -> tuple[int, list[Path]]:
-    """Add the warmup maps' objects: (entries read, maps not found).
-
-    A registry without any map or ledger is bad input when ``required`` (no runs given: nothing would be cleaned
-    there).
-    """
-    from drtp.master.run.warmup import load_map  # here: it brings the replay's modules (see warmup_maps)
-
-    found = {base for path, bases in maps.items() if path.is_file() for base in bases}
-    found |= {base for base, target in pushed.items() if target.ledgers}
-    n, missing = 0, []
-    for path, bases in maps.items():
-        if not path.is_file():
-            if required and bases - found:
-                who = ", ".join(pushed[b].name for b in sorted(bases - found))
-                hint = "; --registry ID cleans another one" if len(pushed) > 1 else ""
-                raise DrtpError(
-                    f"{path}: warmup map of registry {who} not found, nor a push ledger beside it "
-                    f"(nothing recorded to clean{hint})"
-                )
-            missing.append(path)
-            continue
-        try:
-            for i, e in enumerate(load_map(path), 1):
-                fields = [e["registry"], e["repository"], e["reference"], e["digest"]]
-                why = "not text" if not all(isinstance(f, str) for f in fields) else _object_error(e)
-                if why:
-                    raise DrtpError(f"{path}: entry {i}: {why}")
-                base = registry_base(e["registry"])
-                if base not in pushed:
-                    continue
-                kind = "manifest" if e["kind"] == "manifest" else "blob"
-                pushed[base].add(kind, e["repository"], e["digest"], e["reference"] if kind == "manifest" else "")
-                if kind == "manifest":  # warmup pushes the minimal config blob with every manifest
-                    pushed[base].add("blob", e["repository"], CONFIG_DIGEST)
-                n += 1
-        except (OSError, UnicodeDecodeError) as e:
-            raise DrtpError(f"{path}: cannot read the warmup map ({getattr(e, 'strerror', None) or e})") from None
-    return n, missing
-
-
-def _object_error(e: dict) -> str | None:
-    """What is wrong with the repository or digest of a record (None: a name and digest to send a DELETE for)."""
-    return name_error(e["repository"]) or digest_error(e["digest"])
-
-
-def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only: str | None) -> tuple[int, list[str]]:
-    """Add what each run's requests.csv says it pushed (read by drtp.analysis.results, as the analyses read it):
-    (pushes found, notes on runs of another registry than ``--registry``)."""
-    from drtp.analysis.results import load_run, rows
-
-    n, notes = 0, []
-    for run_dir in run_dirs:
-        df, summary = load_run(run_dir)
-        ran = summary.get("registries")
-        if not isinstance(ran, list) or not ran or not all(isinstance(r, str) for r in ran):
-            if only is None and len(pushed) != 1:
-                raise DrtpError(f"{run_dir}: summary.json does not say which registry the run used: give --registry ID")
-            ran = list(pushed)
-        bases = [registry_base(r) for r in ran]
-        namespace = summary.get("namespace")  # a repetition's: the spread went by the trace's names
-        namespace = namespace if isinstance(namespace, str) else ""
-        unknown = [b for b in bases if b not in pushed and only is None]
-        if unknown:
-            raise DrtpError(f"{run_dir}: ran against {', '.join(unknown)}, which {cfg.source} does not name")
-        if not any(b in pushed for b in bases):
-            notes.append(f"{run_dir} ran against {', '.join(ran)}, not --registry {only}: left out")
-            continue
-        for kind, repo, digest, tag in pushed_by_rows(rows(df)):
-            if why := _object_error({"repository": repo, "digest": digest}):
-                raise DrtpError(f"{run_dir / 'requests.csv'}: a {kind} pushed: {why}")
-            base = registry_base(registry_for(repo, ran, namespace)) if len(ran) > 1 else bases[0]
-            if base in pushed:
-                pushed[base].add(kind, repo, digest, tag)
-                n += 1
-    return n, notes
-
-
 # -- what is someone else's --------------------------------------------------------------------------------------
 
 
-def foreign(client: RegistryClient, repo: str, ours: dict[tuple[str, str, str], set[str]]) -> set[str]:
+def foreign(calls: RegistryCalls, repo: str, ours: dict[tuple[str, str, str], set[str]]) -> set[str]:
     """Digests in ``repo`` that an image drtp has no record of pushing references: the tags drtp has no record
     of, their manifests, the blobs those reference and, for an index, its manifests and their blobs."""
     our_tags = {t for (kind, r, _), tags in ours.items() if kind == "manifest" and r == repo for t in tags}
     keep: set[str] = set()
-    for tag in client.tags(repo):
+    for tag in calls.tags(repo):
         if tag in our_tags:
             continue
-        digest, doc = client.manifest(repo, tag)
+        digest, doc = calls.manifest(repo, tag)
         keep.add(digest)
         for child in doc.get("manifests") or []:  # an index / manifest list
             if isinstance(child, dict) and isinstance(child.get("digest"), str):
                 keep.add(child["digest"])
                 with contextlib.suppress(*REGISTRY_ERRORS):  # a child gone meanwhile: its digest is kept
-                    keep |= _references(client.manifest(repo, child["digest"])[1])
+                    keep |= _references(calls.manifest(repo, child["digest"])[1])
         keep |= _references(doc)
     return keep
 
@@ -298,7 +90,7 @@ def _references(doc: dict) -> set[str]:
 
 
 @dataclass
-class Outcome:
+class RegistryCleanup:
     """What became of one registry's objects."""
 
     done: Counter = field(default_factory=Counter)  # (kind, DELETED | GONE | REFUSED | "error" | "hook") -> n
@@ -322,13 +114,13 @@ def _parallel(fn: Callable, items: list, threads: int) -> list:
         return list(pool.map(fn, items))
 
 
-def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outcome:
+def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> RegistryCleanup:
     """Dry run (``yes`` False: look, delete nothing) or delete one registry's objects: manifests, then blobs."""
-    client = RegistryClient(target.registry, target.auth, timeout=60)
-    out = Outcome()
+    calls = RegistryCalls(target.registry, target.auth, timeout=60)
+    out = RegistryCleanup()
     keep: dict[str, set[str]] = {}
     repos = target.repositories()
-    for repo, kept in zip(repos, _parallel(lambda r: foreign(client, r, target.objects), repos, threads), strict=True):
+    for repo, kept in zip(repos, _parallel(lambda r: foreign(calls, r, target.objects), repos, threads), strict=True):
         keep[repo] = kept
         if kept:
             out.kept_repositories.add(repo)
@@ -339,10 +131,10 @@ def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outc
         else:
             todo[kind].append((repo, digest))
     if not yes:
-        _look(client, todo, out, threads)
+        _look(calls, todo, out, threads)
         return out
     for kind in KINDS:  # manifests first: a blob a deleted manifest referenced can go after it
-        delete = client.delete_manifest if kind == "manifest" else client.delete_blob
+        delete = calls.delete_manifest if kind == "manifest" else calls.delete_blob
 
         def one(item: tuple[str, str], delete=delete, kind=kind) -> str:
             if kind in out.refused:  # the registry said it does not delete: no need to ask again
@@ -373,14 +165,14 @@ def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> Outc
     return out
 
 
-def _look(client: RegistryClient, todo: dict[str, list], out: Outcome, threads: int) -> None:
+def _look(calls: RegistryCalls, todo: dict[str, list], out: RegistryCleanup, threads: int) -> None:
     """Dry run: which objects are there, and their bytes (a blob's bytes once however many links it has)."""
     seen: set[str] = set()
     for kind in KINDS:
 
         def size(item: tuple[str, str], kind=kind) -> int | str | None:
             try:
-                return client.stored_size(kind, *item, accept=ACCEPT if kind == "manifest" else None)
+                return calls.stored_size(kind, *item, accept=ACCEPT if kind == "manifest" else None)
             except REGISTRY_ERRORS as e:
                 return str(e)[:300]
 
@@ -399,7 +191,7 @@ def _look(client: RegistryClient, todo: dict[str, list], out: Outcome, threads: 
                 seen.add(digest)
 
 
-def _run_hooks(target: Pushed, cfg: Config, out: Outcome) -> set[str]:
+def _run_hooks(target: Pushed, cfg: Config, out: RegistryCleanup) -> set[str]:
     """``delete_repository`` once per repository with objects left, unless an image of someone else is there;
     the repositories it removed."""
     entry = target.entry
@@ -438,7 +230,7 @@ def _hooked(d: Counter) -> str:
     return f"; removed with delete_repository: {n_manifests} manifests, {n_blobs} blob links"
 
 
-def report(target: Pushed, out: Outcome, yes: bool) -> list[str]:
+def report(target: Pushed, out: RegistryCleanup, yes: bool) -> list[str]:
     """The console lines of one registry."""
     head = f"registry {target.name}" + ("" if target.registry.endswith("//" + target.name) else f" ({target.registry})")
     d = out.done
@@ -533,7 +325,7 @@ def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, th
     return int(code)
 
 
-def _clear_ledgers(target: Pushed, out: Outcome) -> None:
+def _clear_ledgers(target: Pushed, out: RegistryCleanup) -> None:
     """Mark in each ledger the objects of its reading that are gone now, so the next clean skips them."""
     for read in target.ledgers:
         try:

@@ -23,17 +23,17 @@ from drtp.outputs import prepare_output_dir
 
 
 def registry_roundtrip(host: str, size: int = 300_000) -> dict:
-    """Push and pull one blob through drtp.registry.client; returns timings in seconds."""
-    from drtp.registry.client import RegistryClient
+    """Push and pull one blob through drtp.registry.calls; returns timings in seconds."""
+    from drtp.registry.calls import RegistryCalls
     from drtp.registry.manifest import digest_of
 
     data = os.urandom(size)
     digest = digest_of(data)
-    client = RegistryClient(host)
+    calls = RegistryCalls(host)
     t0 = time.perf_counter()
-    client.push_blob("drtp/demo", data, digest)  # bytes: one body with Content-Length
+    calls.push_blob("drtp/demo", data, digest)  # bytes: one body with Content-Length
     t1 = time.perf_counter()
-    pulled = client.pull_blob("drtp/demo", digest)
+    pulled = calls.pull_blob("drtp/demo", digest)
     t2 = time.perf_counter()
     if pulled != data:
         raise RuntimeError("the registry returned different bytes than were pushed")

@@ -46,9 +46,10 @@ from drtp.master.outputs.results import RunResults, format_table
 from drtp.master.outputs.results_dir import ResultsWriteError, remove_if_empty, write_failed
 from drtp.master.outputs.stats_history import StatsHistory
 from drtp.master.run.arrivals import intended_starts
+from drtp.master.run.held import HeldRecords
 from drtp.master.run.internal_errors import InternalErrors, InternalRunError
 from drtp.master.run.nodes import NodeLink
-from drtp.master.run.plan import HeldRecords, Planner, registry_for, with_names
+from drtp.master.run.plan import Planner, registry_for, with_names
 from drtp.master.run.preflight import preflight_all
 from drtp.master.run.push_ledger import PushLedger
 from drtp.master.run.renewal import SecretRenewal

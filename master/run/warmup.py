@@ -9,7 +9,7 @@ sees the same 404.  A blob the trace mounts into a repository is, there, an
 object the trace creates (the run mounts it); the mount reads its source
 repository, which is warmed when the trace has not pushed the blob there first.
 
-Then, with ``warmup.threads`` threads and drtp.registry.client, in three phases: each blob
+Then, with ``warmup.threads`` threads and drtp.registry.calls, in three phases: each blob
 is pushed once (random or zero bytes of its size, per ``warmup.random``) and cross-repo
 mounted into the other repositories that read it; the minimal config blob is pushed once
 into each repository that gets manifests, or whose manifest PUTs in the run will name it
@@ -44,7 +44,7 @@ from drtp.master.run.plan import Planner, registry_for, with_names
 from drtp.master.run.preflight import preflight_all
 from drtp.progress import progress
 from drtp.registry.auth import auth_for, config_auth, registry_names
-from drtp.registry.client import REGISTRY_ERRORS, RegistryClient
+from drtp.registry.calls import REGISTRY_ERRORS, RegistryCalls
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.content import digest as stream_digest
 from drtp.registry.credentials import config_sources
@@ -171,18 +171,18 @@ class Warmup:
         self.auths = config_auth(cfg, self.sources)
         self.stats = WarmupStats()
         self.done: dict[tuple[str, str, str, str], dict] = {}  # (registry, repository, kind, ref) -> entry
-        self.clients: dict[str, RegistryClient] = {}  # registry -> its client (a map may name another registry)
+        self.calls: dict[str, RegistryCalls] = {}  # registry -> its calls object (a map may name another registry)
         self.writing = KeyedLock()  # (registry, repository, digest) of a blob being pushed or mounted
         self.written: set[tuple[str, str, str]] = set()  # (registry, repository, digest) this warmup pushed or mounted
         self.configs: set[tuple[str, str]] = set()  # (registry, repository) holding the minimal config blob
 
-    def _client(self, registry: str) -> RegistryClient:
-        client = self.clients.get(registry)
-        if client is None:
-            client = self.clients[registry] = RegistryClient(registry, auth_for(registry, self.auths), timeout=60)
+    def _calls(self, registry: str) -> RegistryCalls:
+        calls = self.calls.get(registry)
+        if calls is None:
+            calls = self.calls[registry] = RegistryCalls(registry, auth_for(registry, self.auths), timeout=60)
             for auth, source in zip(self.auths, self.sources, strict=True):
-                client.use_source(auth.registry, source)
-        return client
+                calls.use_source(auth.registry, source)
+        return calls
 
     def _content(self, size: int) -> bytes:
         return random.randbytes(size) if self.cfg.warmup.random else bytes(size)
@@ -209,7 +209,7 @@ class Warmup:
 
     def _exists(self, e: dict) -> bool:
         kind = "manifest" if e["kind"] == "manifest" else "blob"
-        return self._client(e["registry"]).exists(kind, e["repository"], e["digest"])
+        return self._calls(e["registry"]).exists(kind, e["repository"], e["digest"])
 
     # -- work items ---------------------------------------------------------------------------
 
@@ -221,11 +221,11 @@ class Warmup:
         for repo, entry in zip(repos, have, strict=False):
             if entry:
                 continue
-            client = self._client(registry)
+            calls = self._calls(registry)
             if source is not None:
                 try:
                     src, digest = source["repository"], source["digest"]
-                    wrote = self._write_once(registry, repo, digest, partial(client.mount_blob, repo, src, digest), src)
+                    wrote = self._write_once(registry, repo, digest, partial(calls.mount_blob, repo, src, digest), src)
                     how = "mounted" if wrote else "present"
                     out.append(self._entry(registry, repo, "blob", ref, digest, source["size"], how))
                     continue
@@ -239,7 +239,7 @@ class Warmup:
                 seed, randomized = new_seed(), self.cfg.warmup.random
                 digest = stream_digest(seed, size, randomized)
                 data = chunks(seed, size, randomized)
-            wrote = self._write_once(registry, repo, digest, partial(client.push_blob, repo, data, digest, size))
+            wrote = self._write_once(registry, repo, digest, partial(calls.push_blob, repo, data, digest, size))
             entry = self._entry(registry, repo, "blob", ref, digest, size, "pushed" if wrote else "present")
             out.append(entry)
             source = source or entry
@@ -265,7 +265,7 @@ class Warmup:
         """Make sure ``repo`` holds the minimal config blob its warmed manifests name: the only job that
         writes it there, run before any of their PUTs."""
         with self.writing.hold((registry, repo, CONFIG_DIGEST)):
-            pushed = self._client(registry).push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)
+            pushed = self._calls(registry).push_blob(repo, CONFIG_BLOB, CONFIG_DIGEST)
         how = "config pushed" if pushed else "config found"
         return [self._entry(registry, repo, CONFIG_KIND, CONFIG_DIGEST, CONFIG_DIGEST, len(CONFIG_BLOB), how)]
 
@@ -276,10 +276,10 @@ class Warmup:
         a digest of content the warmup cannot rebuild: the registry refuses a PUT under a digest that is not
         its body's.  Such a manifest is pushed under its own digest, and the map line's reference is the
         trace's digest, so the run's reads of it address the pushed one (drtp.master.run.plan)."""
-        client = self._client(registry)
+        calls = self._calls(registry)
         body = build_manifest(layers, size)
         digest = digest_of(body)
-        client.put_manifest(repo, digest if is_digest(tag) else tag, body)
+        calls.put_manifest(repo, digest if is_digest(tag) else tag, body)
         return [self._entry(registry, repo, "manifest", tag, digest, len(body), "manifest")]
 
     @staticmethod

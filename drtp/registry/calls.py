@@ -1,13 +1,15 @@
-"""One registry, spoken to by name: the Distribution protocol for everything but the replay itself.
+"""drtp's own calls to one registry, by name: the Distribution protocol for everything but the replay itself.
 
-A :class:`RegistryClient` is what drtp's tools use to talk to a registry —
+A :class:`RegistryCalls` is what drtp's tools use to talk to a registry —
 warmup's existence checks, blob pushes and cross-repository mounts, manifest
 puts, capture's object sizes, the demo's round trip, the local registry's
 readiness probe — so that no module outside ``drtp.registry`` sends a registry
 request of its own.  It sends through :class:`drtp.registry.session.Session`,
 the same connections, credentials (basic, bearer tokens cached per scope),
 TLS trust and redirect rule as the client nodes' thread engine: one HTTP stack
-for every registry request drtp makes.
+for every registry request drtp makes.  (It is named for what it is — calls
+drtp makes of its own — not "client": in drtp a client is a client node or a
+trace client.)
 
 A call that does not get the answer it needs raises :class:`RegistryError`,
 which says what was asked, what came back (a status, or the failure class of a
@@ -48,10 +50,10 @@ class RegistryError(Exception):
 
 
 REGISTRY_ERRORS: tuple[type[Exception], ...] = (RegistryError,)
-"""What a call of :class:`RegistryClient` raises when the registry refuses it or cannot be reached."""
+"""What a call of :class:`RegistryCalls` raises when the registry refuses it or cannot be reached."""
 
 
-class RegistryClient:
+class RegistryCalls:
     """Named Distribution calls to one registry (``host:port`` or a URL), with its credentials and TLS trust.
 
     Safe to share between threads: each thread has its own connections; a bearer token is shared.
@@ -82,7 +84,7 @@ class RegistryClient:
         Raises RegistryError when nothing answers.
         """
         u = urlsplit(self.base)
-        try:  # this thread's connection, without the credentials: what a client that knows none sees
+        try:  # this thread's connection, without the credentials: what a caller that knows none sees
             r = self.session.connection(u.scheme, u.netloc).request("GET", "/v2/")
         except RequestError as e:
             raise RegistryError(f"GET {self.base}/v2/", Response.failed(e)) from None

@@ -1,7 +1,7 @@
-"""drtp.registry.client against the real Distribution registry: each named call, checked from outside.
+"""drtp.registry.calls against the real Distribution registry: each named call, checked from outside.
 
-What the registry holds is read back with plain ``requests``, python-dxf (an independent client with
-its own TLS and auth) and the registry's JSON log (the ground truth), not with the client under test.
+What the registry holds is read back with plain ``requests``, python-dxf (an independent registry client with
+its own TLS and auth) and the registry's JSON log (the ground truth), not with the code under test.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import requests
 from dxf import DXF
 
-from drtp.registry.client import REGISTRY_ERRORS, RegistryClient, RegistryError
+from drtp.registry.calls import REGISTRY_ERRORS, RegistryCalls, RegistryError
 from drtp.registry.local import LocalRegistry, free_port
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.replay.messages import RegistryAuth
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.registry
 
 
 def test_push_mount_manifest_and_pull(registry):
-    client = RegistryClient(registry.host)
+    client = RegistryCalls(registry.host)
     assert client.ping() == 200
     data = os.urandom(50_000)
     digest = digest_of(data)
@@ -52,7 +52,7 @@ def test_push_mount_manifest_and_pull(registry):
 
 
 def test_a_registry_that_does_not_answer_raises_what_registry_errors_names():
-    client = RegistryClient(f"127.0.0.1:{free_port()}", timeout=2)
+    client = RegistryCalls(f"127.0.0.1:{free_port()}", timeout=2)
     data = b"x" * 10
     with pytest.raises(REGISTRY_ERRORS):
         client.ping()
@@ -63,15 +63,15 @@ def test_a_registry_that_does_not_answer_raises_what_registry_errors_names():
 
 def test_basic_auth_credentials_are_sent_and_checked(tmp_path):
     with LocalRegistry(tmp_path / "reg", htpasswd=write_htpasswd(tmp_path / "htpasswd")) as reg:
-        assert RegistryClient(reg.url).ping() == 401  # anonymous: asked for credentials
+        assert RegistryCalls(reg.url).ping() == 401  # anonymous: asked for credentials
         data = os.urandom(1000)
         digest = digest_of(data)
 
-        wrong = RegistryClient(reg.url, RegistryAuth(reg.url, USER, "not-the-password", insecure=True))
+        wrong = RegistryCalls(reg.url, RegistryAuth(reg.url, USER, "not-the-password", insecure=True))
         with pytest.raises(REGISTRY_ERRORS):
             wrong.push_blob("drtp/a", data, digest)
 
-        good = RegistryClient(reg.url, RegistryAuth(reg.url, USER, PASSWORD, insecure=True))
+        good = RegistryCalls(reg.url, RegistryAuth(reg.url, USER, PASSWORD, insecure=True))
         good.push_blob("drtp/a", data, digest)
         assert good.exists("blob", "drtp/a", digest)
         head = requests.head(f"{reg.url}/v2/drtp/a/blobs/{digest}", auth=(USER, PASSWORD), timeout=5)
@@ -84,7 +84,7 @@ def test_python_dxf_reads_what_drtp_pushed_over_tls_with_basic_auth(tmp_path):
     htpasswd = write_htpasswd(tmp_path / "htpasswd")
     with LocalRegistry(tmp_path / "reg", tls=(pki.cert, pki.key), htpasswd=htpasswd) as reg:
         auth = RegistryAuth(reg.url, USER, PASSWORD, ca_pem=pki.ca.read_text())
-        client = RegistryClient(reg.url, auth)
+        client = RegistryCalls(reg.url, auth)
         assert client.ping() == 401  # anonymous GET /v2/: the registry asks for credentials
         parts = [os.urandom(70_000), os.urandom(130_000)]
         data = b"".join(parts)
@@ -101,7 +101,7 @@ def test_python_dxf_reads_what_drtp_pushed_over_tls_with_basic_auth(tmp_path):
 def test_a_refused_mount_cancels_the_upload_it_opened(registry):
     """A mount of a blob the source does not hold: the registry opens an upload instead (202); the client
     cancels it (DELETE) and raises, so warmup pushes the blob."""
-    client = RegistryClient(registry.host)
+    client = RegistryCalls(registry.host)
     offset = registry.log_path.stat().st_size
     with pytest.raises(RegistryError, match="not mounted"):
         client.mount_blob("drtp/c", "drtp/nowhere", digest_of(b"not there"))
