@@ -69,7 +69,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from drtp.analysis.trace_summary import format_summary, summarize
+    from drtp.trace.summary import format_summary, summarize
 
     reader = reader_from_args(args)
     summary = summarize(reader.batches())

@@ -44,7 +44,7 @@ from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
 from drtp.master.run.plan import registry_for
 from drtp.master.run.push_ledger import LEDGER_INFIX, LedgerRead, ledger_path, mark_cleared, pushed_by_rows, read_ledger
-from drtp.master.series.repeat import repetition_map, run_dirs_in
+from drtp.master.series.repeat import repetition_map
 from drtp.registry.auth import auth_for, config_auth
 from drtp.registry.client import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryClient
 from drtp.registry.manifest import ACCEPT, CONFIG_DIGEST
@@ -52,6 +52,7 @@ from drtp.registry.names import digest_error, name_error
 from drtp.registry.repo_hooks import HookError, run_hook
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.messages import RegistryAuth, registry_base
+from drtp.replay.run_dirs import run_dirs_in
 
 log = logging.getLogger("drtp.clean")
 
