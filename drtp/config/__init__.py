@@ -8,7 +8,7 @@ environment's and ``--set``'s keys, the redacted view).  ``from drtp.config
 import …`` gives what commands use from all three.
 """
 
-from drtp.config.checks import SECRET_SOURCES, check_config, listen_host_error, metrics_urls
+from drtp.config.checks import SECRET_SOURCES, listen_host_error, metrics_urls
 from drtp.config.loading import EffectiveConfig, config_from_dict, effective_config, load_config, redacted
 from drtp.config.schema import (
     SECRET_KEYS,
@@ -41,7 +41,6 @@ __all__ = [
     "SshHost",
     "TraceSection",
     "Warmup",
-    "check_config",
     "config_from_dict",
     "effective_config",
     "listen_host_error",
