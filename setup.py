@@ -15,7 +15,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["drtp", "drtp.trace", "drtp.registry", "drtp.replay", "drtp.cluster", "drtp.slurm"]
+    packages=["drtp", "drtp.config", "drtp.trace", "drtp.registry", "drtp.replay", "drtp.cluster", "drtp.slurm"]
     + [f"drtp.{p}" for p in PARTS]
     + [f"drtp.master.{g}" for g in ("run", "outputs", "series", "commands")],
     package_dir={"drtp": "drtp", "drtp.slurm": "slurm", **{f"drtp.{p}": p for p in PARTS}},

@@ -42,8 +42,8 @@ import datetime as _dt
 import numpy as np
 import pandas as pd
 
-from drtp.analysis.trace_summary import summarize_frame
 from drtp.errors import DrtpError
+from drtp.trace.summary import summarize_frame
 from drtp.units import bin_count
 
 CDF_PROBS = np.linspace(0.0, 1.0, 201)

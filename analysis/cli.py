@@ -7,7 +7,8 @@ import math
 import time
 from pathlib import Path
 
-from drtp.cli_options import add_trace_options, duration, positive_duration
+from drtp.cli_options import duration, positive_duration
+from drtp.trace.options import add_trace_options
 
 
 def _headless() -> None:

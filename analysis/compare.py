@@ -40,7 +40,7 @@ import pandas as pd
 
 from drtp.analysis.results import read_run_files, run_model
 from drtp.errors import DrtpError
-from drtp.master.series.repeat import run_dirs_in
+from drtp.replay.run_dirs import run_dirs_in
 from drtp.replay.slo import judged_latency
 from drtp.replay.summary import ResultsModel
 

@@ -46,15 +46,14 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator
 from urllib.parse import urlencode, urljoin
 
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.keyed_lock import KeyedLock
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
-from drtp.registry.session import Session
-from drtp.registry.transport import USER_AGENT, Response
+from drtp.registry.spec_session import spec_session
+from drtp.registry.transport import Response
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import HTTP, NOT_SENT, OK, PROTOCOL, TRUNCATED, status_outcome
 
@@ -91,18 +90,9 @@ class Executor:
         self.uploads: dict[tuple[str, str, str | None], Upload] = {}
         self.local = threading.local()
         # keep-alive connections per thread (or per trace client), credentials and TLS trust per registry
-        # (spec.auth), redirects and the retry rule: drtp.registry.session
-        model = spec.client
-        self.session = Session(
-            spec.auth,
-            spec.timeout,
-            spec.connect_timeout,
-            spec.retries,
-            agent=model.user_agent or USER_AGENT,
-            keep=model.connections,
-            idle_timeout=model.idle_timeout_s,
-        )
-        self.per_client = model.connections > 0
+        # (spec.auth), redirects and the retry rule: drtp.registry.session, as the spec asks
+        self.session = spec_session(spec)
+        self.per_client = spec.client.connections > 0
         self.config_writing = KeyedLock()  # (registry base, repository) whose minimal config blob is being checked
         self.config_present: set[tuple[str, str]] = set()  # (registry base, repository) known to hold it
 
@@ -436,9 +426,3 @@ def _hash_into(sha, payload) -> None:
     else:
         for chunk in payload():
             sha.update(chunk)
-
-
-def monotonic_clock(start_epoch: float):
-    """A perf_counter clock reading seconds since ``start_epoch`` (a time.time() value)."""
-    offset = time.perf_counter() - (time.time() - start_epoch)
-    return lambda: time.perf_counter() - offset

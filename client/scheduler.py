@@ -24,11 +24,12 @@ import threading
 from collections import deque
 
 from drtp.client.client_gate import ClientGate, Lane
-from drtp.client.executor import Executor, monotonic_clock
+from drtp.client.executor import Executor
 from drtp.client.health import HealthMeter
 from drtp.replay.frames import Finished, FrameBuilder
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec
 from drtp.replay.outcome import ERROR
+from drtp.replay.run_clock import monotonic_clock
 
 log = logging.getLogger("drtp.client")
 STALL_S = 1.0  # a request running longer than this hands its slot to a stand-in worker

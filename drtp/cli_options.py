@@ -1,4 +1,4 @@
-"""What every command's options share: the parser class, option types, and the trace-reading options.
+"""What every command's options share: the parser class, option types, and the config options.
 
 Each package's ``cli`` module builds its subcommands with these, so that a bad
 option reads the same everywhere: one line naming the command and the option,
@@ -12,13 +12,9 @@ import argparse
 import datetime as _dt
 import math
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from drtp.exit_codes import ExitCode
-from drtp.trace.formats import FORMATS
-
-if TYPE_CHECKING:
-    from drtp.trace.reader import TraceReader
 
 
 class DrtpArgumentParser(argparse.ArgumentParser):
@@ -138,42 +134,6 @@ def timestamp(text: str) -> _dt.datetime:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an ISO timestamp: {text!r}") from None
     return ts if ts.tzinfo else ts.replace(tzinfo=_dt.timezone.utc)
-
-
-def add_trace_options(p: argparse.ArgumentParser, limits: bool = True) -> None:
-    """Options every command that reads trace files shares (and, with ``limits``, how much to read)."""
-    p.add_argument(
-        "--format",
-        default="auto",
-        choices=FORMATS,
-        help="input format (default: detected from the file)",
-    )
-    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed records instead of stopping")
-    p.add_argument("--sort-files", action="store_true", help="sort each file in memory (files not in time order)")
-    if not limits:
-        return
-    limit = p.add_mutually_exclusive_group()
-    limit.add_argument("--requests", type=positive_int, metavar="N", help="read only the first N records")
-    limit.add_argument("--seconds", type=duration, metavar="S", help="read only the first S seconds of the trace")
-
-
-def reader_from_args(args: argparse.Namespace) -> TraceReader:
-    """The reader of ``args.files`` that the options of :func:`add_trace_options` ask for."""
-    from drtp.trace.reader import TraceReader
-
-    limit_type, amount = (None, None)
-    if args.requests is not None:
-        limit_type, amount = "requests", args.requests
-    elif args.seconds is not None:
-        limit_type, amount = "seconds", args.seconds
-    return TraceReader(
-        args.files,
-        fmt=args.format,
-        skip_bad=args.skip_bad,
-        sort_files=args.sort_files,
-        limit_type=limit_type,
-        amount=amount,
-    )
 
 
 SET_HELP = (

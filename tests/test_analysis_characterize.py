@@ -8,7 +8,7 @@ import pytest
 
 from drtp.analysis import characterize as ch
 from drtp.analysis.trace_frame import frame_from_records
-from drtp.analysis.trace_summary import summarize
+from drtp.trace.summary import summarize
 from tests.trace_records import rec
 
 M1 = "v2/u1/r1/manifests/v1"

@@ -109,7 +109,7 @@ def test_a_command_imports_its_own_module_only(tmp_path):
     res, modules = imported_by(tmp_path, "inspect", str(trace))
     assert res.returncode == 0, res.stderr[-2000:]
     assert "records" in res.stdout
-    assert {"drtp.trace.cli", "drtp.trace.reader", "drtp.analysis.trace_summary"} <= modules
+    assert {"drtp.trace.cli", "drtp.trace.reader", "drtp.trace.summary"} <= modules
     assert not modules & (set(COMMAND_MODULES) - {"drtp.trace.cli"}), modules & set(COMMAND_MODULES)
     for heavy in ("pandas", "numpy", "pyarrow", "drtp.config", "drtp.registry.calls", "drtp.master.commands.clean"):
         assert heavy not in modules, heavy

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from drtp.config import config_from_dict
 from drtp.errors import ConfigError
 from drtp.master.run.plan import with_names
+from drtp.registry.name_maps import mapping_error
 from drtp.registry.names import NAME, name_error
-from drtp.registry.repo_names import PROBE, RepositoryMap, mapping_error
+from drtp.registry.repo_names import PROBE, RepositoryMap
 from drtp.trace.records import TraceRecord, mount_of, parse_uri
 
 # short components of the grammar, separators "__" and "--" included

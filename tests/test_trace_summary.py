@@ -16,10 +16,10 @@ from collections import Counter
 import pytest
 
 from drtp.analysis.trace_frame import frame_from_records, load_trace
-from drtp.analysis.trace_summary import format_summary, summarize, summarize_frame
 from drtp.trace.generate import GenerateOptions, generate
 from drtp.trace.reader import TraceReader, write_ibm
 from drtp.trace.records import KINDS, METHODS, TraceRecord, parse_uri, split_valid_uri
+from drtp.trace.summary import format_summary, summarize, summarize_frame
 from tests.trace_records import rec
 
 

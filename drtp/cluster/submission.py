@@ -44,7 +44,7 @@ from drtp.config import Config, load_config
 from drtp.config_overrides import apply_overrides
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import worst
-from drtp.master.series.repeat import run_dirs_in
+from drtp.replay.run_dirs import run_dirs_in
 from drtp.yamlfile import read_yaml_mapping
 
 STATE = "jobs.json"

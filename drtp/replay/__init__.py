@@ -3,6 +3,7 @@
 What travels master → node → master (:mod:`.messages`, signed by
 :mod:`.signing`), how one request ended (:mod:`.outcome`), one line of
 ``requests.csv`` (:mod:`.result_row`), and the numbers of a run computed once
-from its rows (:mod:`.summary`, :mod:`.failure_budget`).  Dispatch lives in
+from its rows (:mod:`.summary`, :mod:`.failure_budget`), the layout of a run's folder
+(:mod:`.run_dirs`) and the run's clock (:mod:`.run_clock`).  Dispatch lives in
 ``drtp.master``, execution in ``drtp.client``; neither imports the other.
 """

@@ -10,17 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from drtp.cli_options import (
-    add_trace_options,
-    duration,
-    positive_duration,
-    positive_int,
-    positive_size,
-    reader_from_args,
-    timestamp,
-)
+from drtp.cli_options import duration, positive_duration, positive_int, positive_size, timestamp
 from drtp.errors import DrtpError
 from drtp.outputs import check_output_file
+from drtp.trace.options import add_trace_options, reader_from_args
 
 # -- generate -------------------------------------------------------------------
 
@@ -69,7 +62,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from drtp.analysis.trace_summary import format_summary, summarize
+    from drtp.trace.summary import format_summary, summarize
 
     reader = reader_from_args(args)
     summary = summarize(reader.batches())

@@ -14,7 +14,7 @@ image) plus a config blob and a schema-2 manifest referencing them.
   manifest, ``GET`` and ``HEAD`` of it by tag.
 
 ``--iterations`` images are done by ``--concurrency`` worker threads, through
-the client nodes' transport (drtp.client.executor: keep-alive, auth, TLS), and
+the client nodes' session (drtp.registry.spec_session: keep-alive, auth, TLS), and
 written with the replay's writers (master.outputs.results): ``requests.csv`` and
 ``summary.json`` in the run directory, the same columns and summary as a
 replay run.  ``--append DATASET.csv`` also appends the rows, with the run's
@@ -34,14 +34,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlencode, urljoin
 
-from drtp.client.executor import Executor, Response, monotonic_clock
 from drtp.master.outputs.results import COLUMNS, RunResults, format_table
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
 from drtp.registry.content import digest as stream_digest
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.registry.repo_names import RepositoryMap
+from drtp.registry.spec_session import spec_session
+from drtp.registry.transport import Response
 from drtp.replay.messages import RegistryAuth, ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import HTTP, OK
+from drtp.replay.run_clock import monotonic_clock
 
 
 class Layer:
@@ -115,7 +117,7 @@ class Bench:
             "bench", time.time(), self.concurrency, timeout, auth=[auth] if auth else [], registries=[self.base]
         )
         self.clock = monotonic_clock(spec.start_epoch)
-        self.ex = Executor(spec, self.clock)
+        self.session = spec_session(spec)
         self.lock = threading.Lock()
         self.results: RunResults | None = None
         self.seq = 0
@@ -124,7 +126,7 @@ class Bench:
 
     def _measure(self, image: int, step: str, method: str, kind: str, ref: str, size: int, expect: int, url: str, **kw):
         start = self.clock()
-        r = self.ex.http(method, url, **kw)
+        r = self.session.request(method, url, **kw)
         latency = self.clock() - start
         if method in ("PUT", "PATCH", "POST") and r.status and r.status < 400:
             r.bytes = size
@@ -177,7 +179,7 @@ class Bench:
         def call(step, method, ref, size, expect, url, **kw):
             if measure:
                 return self._measure(image, step, method, "blob", ref, size, expect, url, **kw)
-            return self.ex.http(method, url, **kw)
+            return self.session.request(method, url, **kw)
 
         r = call(f"{i}-head", "HEAD", d, layer.size, 404, blob_url)
         if r.status == 200:
@@ -224,7 +226,7 @@ class Bench:
         if measure:
             r = self._measure(image, "manifest-put", "PUT", "manifest", self._tag(image), len(manifest), 201, url, **kw)
         else:
-            r = self.ex.http("PUT", url, **kw)
+            r = self.session.request("PUT", url, **kw)
         return r.status == 201
 
     def _tag(self, image: int) -> str:

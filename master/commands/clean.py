@@ -44,10 +44,10 @@ from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
 from drtp.master.commands.clean_records import Pushed, read_ledgers, read_maps, read_runs, targets, warmup_maps
 from drtp.master.run.push_ledger import mark_cleared
-from drtp.master.series.repeat import run_dirs_in
 from drtp.registry.calls import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryCalls
 from drtp.registry.manifest import ACCEPT
 from drtp.registry.repo_hooks import HookError, run_hook
+from drtp.replay.run_dirs import run_dirs_in
 
 log = logging.getLogger("drtp.clean")
 

@@ -87,13 +87,13 @@ def run_demo(out: Path, requests: int = 2000, seed: int = 1) -> int:
     # imported here, not at the top: every drtp command registers this module's parser on start-up
     import yaml
 
-    from drtp.analysis.trace_summary import format_summary, summarize
     from drtp.config import load_config
     from drtp.master.run.replay import run_replay
     from drtp.master.run.warmup import run_warmup
     from drtp.registry.local import LocalRegistry
     from drtp.trace.generate import GenerateOptions, generate
     from drtp.trace.reader import TraceReader, write_ibm
+    from drtp.trace.summary import format_summary, summarize
 
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.json"

@@ -17,7 +17,7 @@ from types import ModuleType
 from drtp.errors import DrtpError
 from drtp.outputs import prepare_output_dir
 
-BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 PARTS = ("ingest", "replay", "simulate", "scale", "analyze", "faults", "fidelity", "prodreg", "master")
 
 

@@ -1,6 +1,6 @@
 """Preflight: before a warmup or run, check every registry is reachable, authenticated, and can push and pull.
 
-Uses the client nodes' own transport (drtp.client.executor), so what passes
+Sends through the session the client nodes send with (drtp.registry.spec_session), so what passes
 here is what the nodes will do: ``GET /v2/`` (answering a 401 challenge with
 the configured credentials), then a push of a small random blob into
 the probe repository (``drtp-preflight`` as the entry's ``repository_map`` names it:
@@ -17,11 +17,11 @@ import os
 import time
 from urllib.parse import urlencode, urljoin
 
-from drtp.client.executor import Executor
 from drtp.errors import RunError
 from drtp.registry.auth import masked
 from drtp.registry.manifest import digest_of
 from drtp.registry.repo_names import PROBE
+from drtp.registry.spec_session import spec_session
 from drtp.replay.messages import RegistryAuth, RunSpec, registry_base
 
 PROBE_SIZE = 1024
@@ -60,29 +60,29 @@ def preflight(
     name = name or registry
     base = registry_base(registry)
     spec = RunSpec("preflight", time.time(), threads=1, timeout=15.0, auth=[auth] if auth else [], registries=[base])
-    ex = Executor(spec, time.perf_counter)
+    session = spec_session(spec)
     repo = repository
     t0 = time.perf_counter()
-    r = ex.http("GET", f"{base}/v2/")
+    r = session.request("GET", f"{base}/v2/")
     if r.status != 200:
         raise PreflightError(_why(r, name, auth, "GET /v2/"))
     if not push:
         return {"registry": name, "checked": masked(auth) if auth else base, "seconds": time.perf_counter() - t0}
     data = os.urandom(PROBE_SIZE)
     digest = digest_of(data)
-    r = ex.http("POST", f"{base}/v2/{repo}/blobs/uploads/")
+    r = session.request("POST", f"{base}/v2/{repo}/blobs/uploads/")
     if r.status != 202 or not r.header("location"):
         raise PreflightError(_why(r, name, auth, f"push to {repo}"))
     location = urljoin(base + "/", r.header("location"))
     sep = "&" if "?" in location else "?"
     headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
-    r = ex.http("PUT", location + sep + urlencode({"digest": digest}), body=data, headers=headers)
+    r = session.request("PUT", location + sep + urlencode({"digest": digest}), body=data, headers=headers)
     if r.status != 201:
         raise PreflightError(_why(r, name, auth, f"push to {repo}"))
-    r = ex.http("GET", f"{base}/v2/{repo}/blobs/{digest}")
+    r = session.request("GET", f"{base}/v2/{repo}/blobs/{digest}")
     if r.status != 200 or r.bytes != PROBE_SIZE:
         raise PreflightError(_why(r, name, auth, f"pull from {repo}") + f" ({r.bytes} of {PROBE_SIZE} bytes)")
-    ex.http("DELETE", f"{base}/v2/{repo}/blobs/{digest}")  # best effort: a refusal does not fail the check
+    session.request("DELETE", f"{base}/v2/{repo}/blobs/{digest}")  # best effort: a refusal does not fail the check
     return {"registry": name, "checked": masked(auth) if auth else base, "seconds": time.perf_counter() - t0}
 
 

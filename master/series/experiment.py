@@ -43,10 +43,11 @@ from drtp.master.run.internal_errors import InternalRunError
 from drtp.master.run.replay import run_replay
 from drtp.master.run.verdict import judge
 from drtp.master.run.warmup import run_warmup
-from drtp.master.series.repeat import Part, check_layout, check_series, rep_dir, repetition_config
+from drtp.master.series.repeat import Part, check_layout, check_series, repetition_config
 from drtp.outputs import prepare_output_dir
 from drtp.registry.auth import config_auth
 from drtp.replay.failure_budget import FailureBudget
+from drtp.replay.run_dirs import rep_dir
 from drtp.replay.slo import Objective
 from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 

@@ -40,19 +40,7 @@ import msgspec
 
 from drtp.config import Config
 from drtp.errors import DrtpError
-
-
-def rep_dir(run_dir: Path, k: int) -> Path:
-    """The directory of repetition ``k`` (from 1) of the run whose directory is ``run_dir``."""
-    return run_dir / f"rep-{k}"
-
-
-def run_dirs_in(path: Path) -> list[Path]:
-    """The run directories ``path`` holds: its repetitions' ``rep-<k>/`` in the order of ``k`` (``rep-10`` after
-    ``rep-9``), or, when it has none, ``path`` itself.  The one answer for every command that takes "a run" and
-    must take a folder of repetitions alike (``drtp analyze compare``, ``drtp clean --run``, Slurm's resume)."""
-    reps = [p for p in path.glob("rep-*") if p.name[4:].isdigit() and p.is_dir()]
-    return sorted(reps, key=lambda p: int(p.name[4:])) or [path]
+from drtp.replay.run_dirs import rep_dir, run_dirs_in
 
 
 def namespace(k: int) -> str:

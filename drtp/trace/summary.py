@@ -73,7 +73,7 @@ def summarize(batches: Iterable[list[TraceRecord]]) -> dict:
 
 
 def summarize_frame(df) -> dict:
-    """The same summary as :func:`summarize`, from a trace's columns (:mod:`drtp.analysis.trace_frame`)."""
+    """The same summary as :func:`summarize`, from a trace's columns as a pandas frame (drtp.analysis.trace_frame's)."""
     n = len(df)
     by_method = df["method"].value_counts()
     by_kind = df["kind"].value_counts()
