@@ -105,7 +105,6 @@ def add_stats_interval_option(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="width of the intervals of stats_history.csv (default 1)",
     )
-    p.add_argument("--retries", type=int, metavar="N", help="scratch: client_info.retries")
 
 
 def add_token_file_option(p: argparse.ArgumentParser) -> None:

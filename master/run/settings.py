@@ -48,7 +48,6 @@ OPTION_KEYS: tuple[tuple[str, str, str], ...] = (
     ("metrics_port", "live_metrics.port", "--metrics-port"),
     ("metrics_host", "live_metrics.host", "--metrics-host"),
     ("metrics_linger", "live_metrics.linger", "--metrics-linger"),
-    ("retries", "client_info.retries", "--retries"),
 )
 NEEDS_PORT = "needs --metrics-port PORT (or the config key live_metrics.port)"
 
