@@ -87,17 +87,23 @@ COMMANDS: tuple[Command, ...] = (
         "drtp.master.commands.demo",
         "the main job on a local registry: generate, start a registry, replay, summarise",
     ),
-    Command("warmup", "drtp.master.commands.cli", "push every object the trace reads into the registry (resumable)"),
-    Command("run", "drtp.master.commands.cli", "replay the trace through the client nodes against the registry"),
-    Command("experiment", "drtp.master.commands.cli", "warmup + run against each registry of 'registries:' in turn"),
+    Command(
+        "warmup", "drtp.master.commands.warmup_cmd", "push every object the trace reads into the registry (resumable)"
+    ),
+    Command("run", "drtp.master.commands.run_cmd", "replay the trace through the client nodes against the registry"),
+    Command(
+        "experiment",
+        "drtp.master.commands.experiment_cmd",
+        "warmup + run against each registry of 'registries:' in turn",
+    ),
     Command(
         "ramp",
-        "drtp.master.commands.cli",
+        "drtp.master.commands.ramp_cmd",
         "open-loop steps of rising rate until the registry breaks its objectives (the knee)",
     ),
     Command(
         "bench",
-        "drtp.master.commands.cli",
+        "drtp.master.commands.bench_cmd",
         "synthetic push/pull/manifest benchmark against a registry (replay-format results)",
     ),
     Command(

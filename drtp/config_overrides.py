@@ -10,7 +10,8 @@ reads for itself (``DRTP_TOKEN``, ``DRTP_REGISTRY_PASSWORD``…) and from keys
 that hold an underscore (``max_failed``).
 
 Precedence, lowest first: the file, the environment, then ``--set`` in the
-order given (a later ``--set`` of the same key wins).
+order given (a later ``--set`` of the same key wins), then a command's own
+options that mirror a key (``--rate``, ``--max-failed``; drtp.master.run.settings).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import msgspec
 from drtp.errors import ConfigError
 from drtp.yamlfile import parse_yaml
 
-__all__ = ["ENV_PREFIX", "Override", "apply_overrides", "env_overrides", "parse_set", "with_origin"]
+__all__ = ["ENV_PREFIX", "Override", "apply_overrides", "env_overrides", "parse_set", "is_option", "with_origin"]
 
 ENV_PREFIX = "DRTP_CONFIG__"
 ENV_SEPARATOR = "__"
@@ -37,7 +38,9 @@ class Override(msgspec.Struct, frozen=True):
 
     key: str  # dotted: client_info.threads
     value: Any
-    origin: str  # "--set" or the environment variable's name; never the value (it may be a secret)
+    # "--set", the environment variable's name, the command's option (--max-failed) or the series that derived
+    # the config; never the value (it may be a secret)
+    origin: str
 
 
 def parse_set(text: str) -> Override:
@@ -98,7 +101,9 @@ def _copy(value: Any) -> Any:
 def with_origin(error: ConfigError, overrides: list[Override]) -> ConfigError:
     """``error`` with the key it names marked ``(from --set)`` / ``(from DRTP_CONFIG__…)`` when an override set it.
 
-    An error about a key the file set is returned as it is: it names the file already.
+    A key a command's own option set (``--max-failed``, :func:`is_option`) is named by that option alone
+    (``--max-failed: …``): the user typed the option, not the key.  An error about a key the file set is
+    returned as it is: it names the file already.
     """
     text = str(error)
     m = _NAMED_KEY.search(text)
@@ -107,7 +112,14 @@ def with_origin(error: ConfigError, overrides: list[Override]) -> ConfigError:
     origin = origin_of(m.group(2), overrides)
     if origin is None:
         return error
+    if is_option(origin) and m.group(1) == "key":
+        return ConfigError(f"{origin}: {text[m.end() :].removeprefix(':').strip()}")
     return ConfigError(f"{text[: m.end()]} (from {origin}){text[m.end() :]}")
+
+
+def is_option(origin: str) -> bool:
+    """Whether ``origin`` is a command's own option that mirrors a key (``--slo``), not ``--set`` or a variable."""
+    return origin.startswith("--") and origin != "--set"
 
 
 def origin_of(key: str, overrides: list[Override], inside: bool = True) -> str | None:

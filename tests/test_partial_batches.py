@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from drtp.master.run.replay import PARTIAL_BATCH_S, Replay
+from drtp.master.run.settings import RunSettings
 from tests.replay_support import make_trace, write_config
 
 THREADS, BATCH = 4, 40  # a node with 4 × 4 requests out has work for a while
@@ -16,7 +17,7 @@ def replay(tmp_path, wait: bool = False) -> tuple[Replay, list[tuple[str, int]]]
     trace = make_trace(tmp_path / "trace.json", requests=10)
     nodes = ["127.0.0.1:1", "127.0.0.1:2"]
     cfg = write_config(tmp_path, trace, ["127.0.0.1:5000"], nodes, threads=THREADS, batch=BATCH, wait=wait)
-    r = Replay(cfg, tmp_path / "run", quiet=True)
+    r = Replay(cfg, RunSettings(out_dir=tmp_path / "run", quiet=True))
     sent: list[tuple[str, int]] = []
     for name, link in r.links.items():
         link.send = lambda requests, name=name: sent.append((name, len(requests)))

@@ -9,6 +9,7 @@ import yaml
 from drtp.cli import main
 from drtp.config import config_from_dict
 from drtp.master.run.replay import Replay
+from drtp.master.run.settings import RunSettings
 from drtp.master.run.warmup import plan_warmup
 from drtp.master.series.experiment import experiment_parts, registry_config
 from drtp.master.series.repeat import repetition_config, run_parts
@@ -109,7 +110,8 @@ def test_a_repository_lands_on_the_same_registry_in_every_repetition(tmp_path) -
     spreads = []
     for part in run_parts(cfg, tmp_path / "out"):
         ns = part.cfg.namespace
-        replay = Replay(part.cfg, part.run_dir)  # the run's own names and planner (nothing is sent)
+        # the run's own names and planner (nothing is sent)
+        replay = Replay(part.cfg, RunSettings(out_dir=part.run_dir))
         ran = {}
         for seq, rec in enumerate(r for batch in replay._batches() for r in batch):
             req = replay.planner.plan(rec, seq, None)

@@ -23,6 +23,7 @@ from what arrived, and the command exits 3.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import enum
 import json
@@ -54,6 +55,7 @@ from drtp.master.run.preflight import preflight_all
 from drtp.master.run.push_ledger import PushLedger
 from drtp.master.run.renewal import SecretRenewal
 from drtp.master.run.routing import Router
+from drtp.master.run.settings import RunSettings
 from drtp.master.run.warmup import load_map
 from drtp.outputs import prepare_output_dir
 from drtp.progress import progress
@@ -64,7 +66,6 @@ from drtp.replay.client_profiles import client_model
 from drtp.replay.frames import LiveTally, ResultFrame
 from drtp.replay.messages import UNLIMITED, ReplayRequest, RunSpec, registry_base
 from drtp.replay.signing import resolve_token
-from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 from drtp.replay.stats_file import STATS_FILE
 from drtp.trace.reader import TraceReader, completion_stamped
 from drtp.trace.records import TraceRecord, Uri
@@ -103,38 +104,41 @@ class Replay:
     def __init__(
         self,
         cfg: Config,
-        out_dir: Path,
-        quiet: bool = False,
-        resume: bool = False,
-        stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
+        settings: RunSettings,
         source: Callable[[], Iterable[list[TraceRecord]]] | None = None,
         preflight: bool = True,
         planner: Planner | None = None,
         live: LiveMetrics | None = None,
-        tags: dict | None = None,
     ) -> None:
-        """``source``: the records to replay, in batches, instead of the config's trace (``drtp ramp`` gives
-        each step its share); ``preflight`` False when the registries were just checked (a ramp's later steps);
-        ``planner``: one that planned the records before these (a ramp's earlier steps), so what they pushed
-        — a layer's new digest, an image's blobs, an upload's pairing — is known to the records that follow;
-        ``live``: the exporter of live metrics (already listening) that this run's frames feed;
-        ``tags``: fields summary.json carries besides the run's own (a series' ``registry_id``, ``repetition``…),
-        written with it by its one writer, an interrupted or incomplete run's summary too.
+        """``settings``: the run's folder (``out_dir``, required here), resume, quiet, stats interval and the
+        ``tags`` summary.json carries besides the run's own (a series' ``registry_id``, ``repetition``…), written
+        with it by its one writer, an interrupted or incomplete run's summary too.
+
+        The run-internal extras: ``source``, the records to replay, in batches, instead of the config's trace
+        (``drtp ramp`` gives each step its share); ``preflight`` False when the registries were just checked
+        (a ramp's later steps); ``planner``: one that planned the records before these (a ramp's earlier steps),
+        so what they pushed — a layer's new digest, an image's blobs, an upload's pairing — is known to the
+        records that follow; ``live``: the exporter of live metrics (already listening) that this run's frames
+        feed.
         """
-        self.tags = dict(tags or {})
+        if settings.out_dir is None:
+            raise ValueError("Replay needs settings.out_dir (run_replay gives the default folder)")
+        out_dir = settings.out_dir
+        self.settings = settings
+        self.tags = dict(settings.tags)
         self.cfg = cfg
         self.source = source
         self.preflight = preflight
         self.live = live  # nodes count LiveParts for it; the master adds them per frame
-        self.resume = resume  # continue an interrupted run in out_dir: skip the trace ids it completed
+        self.resume = settings.resume  # continue an interrupted run in out_dir: skip the trace ids it completed
         self.skip: set[str] = set()
         self.offset = 0.0  # resume: new starts count on from the interrupted run's last end
         self.ci = cfg.client_info
         self.rate = self.ci.rate  # open loop: requests start at this many per second (None: as is or stress)
         self.timed = self.ci.wait or self.rate is not None  # requests have intended starts the nodes keep
         self.out_dir = out_dir
-        self.quiet = quiet
-        self.stats_interval_s = stats_interval_s  # the width of stats_history.csv's intervals
+        self.quiet = settings.quiet
+        self.stats_interval_s = settings.stats_interval_s  # the width of stats_history.csv's intervals
         self.start_epoch = 0.0  # the run's common start (wall-clock seconds); set when the run starts
         self.registries = cfg.require("registry")
         self.sources = config_sources(cfg)  # where the secrets come from (a helper's is renewed during the run)
@@ -757,15 +761,17 @@ class Replay:
 
 
 def run_replay(
-    cfg: Config,
-    out_dir: Path | None = None,
-    quiet: bool = False,
-    resume: bool = False,
-    stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
-    live: LiveMetrics | None = None,
-    tags: dict | None = None,
+    cfg: Config, settings: RunSettings | Path | None = None, live: LiveMetrics | None = None, **fields
 ) -> dict:
-    """Replay ``cfg``'s trace into ``out_dir``; ``tags``: fields for summary.json (see :class:`Replay`)."""
-    out = out_dir or default_out(cfg)
-    replay = Replay(cfg, out, quiet=quiet, resume=resume, stats_interval_s=stats_interval_s, live=live, tags=tags)
-    return replay.run()
+    """Replay ``cfg``'s trace with ``settings``; ``live``: the exporter (already listening) its frames feed.
+
+    Scripts and tests may give the run's folder (or None: ``<results>/run-<date>-<time>``) and
+    :class:`RunSettings`' fields as keywords instead (``run_replay(cfg, out, quiet=True)``).
+    """
+    if not isinstance(settings, RunSettings):
+        settings = RunSettings(out_dir=settings, **fields)
+    elif fields:
+        raise TypeError(f"run_replay: give {', '.join(fields)} in settings")
+    if settings.out_dir is None:
+        settings = dataclasses.replace(settings, out_dir=default_out(cfg))
+    return Replay(cfg, settings, live=live).run()

@@ -22,6 +22,7 @@ Its entry says ``internal_error: true``; each part after it gets an entry ``not_
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import re
@@ -36,20 +37,19 @@ import msgspec
 
 from drtp.cli_options import refusal
 from drtp.config import Config, RegistryEntry
+from drtp.config_overrides import Override
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
 from drtp.master.outputs.results_dir import write_failed
 from drtp.master.run.internal_errors import InternalRunError
 from drtp.master.run.replay import run_replay
+from drtp.master.run.settings import RunSettings, derive_config
 from drtp.master.run.verdict import judge
 from drtp.master.run.warmup import run_warmup
 from drtp.master.series.repeat import Part, check_layout, check_series, repetition_config
 from drtp.outputs import prepare_output_dir
 from drtp.registry.auth import config_auth
-from drtp.replay.failure_budget import FailureBudget
 from drtp.replay.run_dirs import rep_dir
-from drtp.replay.slo import Objective
-from drtp.replay.stats_file import DEFAULT_INTERVAL_S as DEFAULT_STATS_INTERVAL_S
 
 if TYPE_CHECKING:  # prometheus-client is imported only by a run that exports
     from drtp.master.outputs.live_metrics import LiveMetrics
@@ -64,8 +64,15 @@ def run_name(i: int, registry: str) -> str:
 def registry_config(cfg: Config, entry: RegistryEntry) -> Config:
     """The config of one registry's part: that registry only, its own warmup map."""
     out = Path(cfg.warmup.output)
-    warm = msgspec.structs.replace(cfg.warmup, output=str(out.with_name(f"{out.stem}-{entry.id}{out.suffix}")))
-    return msgspec.structs.replace(cfg, registry=[entry.url.rstrip("/")], registries=[entry], warmup=warm)
+    origin = f"registry {entry.id}"
+    return derive_config(
+        cfg,
+        [
+            Override("registry", [entry.url.rstrip("/")], origin),
+            Override("registries", [msgspec.to_builtins(entry)], origin),
+            Override("warmup.output", str(out.with_name(f"{out.stem}-{entry.id}{out.suffix}")), origin),
+        ],
+    )
 
 
 def default_experiment_dir(cfg: Config) -> Path:
@@ -125,60 +132,40 @@ def part_tags(part: Part, repeat: int) -> dict:
 
 
 def run_experiment(
-    cfg: Config,
-    out_dir: Path | None = None,
-    quiet: bool = False,
-    resume: bool = False,
-    budget: FailureBudget | None = None,
-    stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
-    objectives: list[Objective] | None = None,
-    live: LiveMetrics | None = None,
-    max_replayer_limited: bool = False,
+    cfg: Config, settings: RunSettings | Path | None = None, live: LiveMetrics | None = None, **fields
 ) -> dict:
     """Each registry's warmup and run in turn; returns experiment.json's content (every entry has ``exit_code``).
 
-    ``objectives`` (``--slo``) and ``max_replayer_limited`` are judged on each registry's run, as ``max_failed``
-    is; ``live``: one exporter of
-    live metrics for every registry's run (its ``registry`` label tells them apart).
+    ``settings``' objectives (``--slo``), ``max_replayer_limited`` and failure budget are judged on each
+    registry's run; ``live``: one exporter of live metrics for every registry's run (its ``registry`` label
+    tells them apart).  Scripts and tests may give the experiment's folder and :class:`RunSettings`' fields as
+    keywords instead (``run_experiment(cfg, out, quiet=True)``).
     """
+    if not isinstance(settings, RunSettings):
+        settings = RunSettings(out_dir=settings, **fields)
+    elif fields:
+        raise TypeError(f"run_experiment: give {', '.join(fields)} in settings")
     check_experiment(cfg)
-    out = out_dir or default_experiment_dir(cfg)
-    return run_series(
-        experiment_parts(cfg, out),
-        out,
-        cfg.repeat,
-        quiet,
-        resume,
-        budget,
-        stats_interval_s,
-        objectives,
-        "experiment",
-        live,
-        max_replayer_limited,
-    )
+    out = settings.out_dir or default_experiment_dir(cfg)
+    return run_series(experiment_parts(cfg, out), out, settings, repeat=cfg.repeat, what="experiment", live=live)
 
 
 def run_series(
     parts: list[Part],
     out: Path,
+    settings: RunSettings,
     repeat: int = 1,
-    quiet: bool = False,
-    resume: bool = False,
-    budget: FailureBudget | None = None,
-    stats_interval_s: float = DEFAULT_STATS_INTERVAL_S,
-    objectives: list[Objective] | None = None,
     what: str = "experiment",
     live: LiveMetrics | None = None,
-    max_replayer_limited: bool = False,
 ) -> dict:
     """Run ``parts`` in order (an experiment's registries, a run's repetitions, or both), unattended: a part that
     fails is recorded and the next one runs; experiment.json records each; returns its content.
 
-    ``what`` names the command in its lines (``drtp experiment``, ``drtp run``); ``live``: one exporter of live
-    metrics for every part's run; ``max_replayer_limited``: a replayer-limited run fails its verdict.
+    ``settings``: the series' (each part's run gets them with its own folder and tags; ``resume`` skips the parts
+    done before); ``what`` names the command in its lines (``drtp experiment``, ``drtp run``); ``live``: one
+    exporter of live metrics for every part's run.
     """
-    budget = budget or FailureBudget(count=0)
-    objectives = objectives or []
+    quiet, resume = settings.quiet, settings.resume
     prog = f"drtp {what}"
     if resume:
         check_layout(list(dict.fromkeys(p.run_dir.parent if repeat > 1 else p.run_dir for p in parts)), repeat)
@@ -219,16 +206,9 @@ def run_series(
             if part.warm:
                 run_warmup(sub, quiet=quiet)
             resumed = resume and (run_dir / "requests.csv").exists()
-            summary = run_replay(
-                sub,
-                run_dir,
-                quiet=quiet,
-                resume=resumed,
-                stats_interval_s=stats_interval_s,
-                live=live,
-                tags=part_tags(part, repeat),
-            )
-            verdict = judge(summary, budget, objectives, max_replayer_limited)
+            own = dataclasses.replace(settings, out_dir=run_dir, resume=resumed, tags=part_tags(part, repeat))
+            summary = run_replay(sub, own, live=live)
+            verdict = judge(summary, settings.budget, list(settings.objectives), settings.max_replayer_limited)
             status[part.key] = {
                 "ok": True,
                 **series,

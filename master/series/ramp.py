@@ -29,6 +29,7 @@ every step, so later steps meet a registry with more in it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -37,19 +38,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from drtp.config import Config
+from drtp.config_overrides import Override
 from drtp.errors import DrtpError
 from drtp.master.outputs.results_dir import remove_if_empty, write_failed
 from drtp.master.run.plan import Planner, with_names
 from drtp.master.run.replay import Replay
+from drtp.master.run.settings import RunSettings, derive_config
 from drtp.master.run.verdict import judge, replayer_limited
 from drtp.outputs import prepare_output_dir
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.failure_budget import FailureBudget
 from drtp.replay.slo import Objective, judged_latency, throttled_share
-from drtp.replay.stats_file import DEFAULT_INTERVAL_S
 from drtp.replay.summary import BEHIND_SHARE
 from drtp.trace.reader import TraceReader
 from drtp.trace.records import TraceRecord
@@ -164,20 +164,22 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None or math.isnan(seconds) else seconds * 1000
 
 
-def run_ramp(
-    cfg: Config,
-    out: Path,
-    plan: RampPlan,
-    objectives: list[Objective],
-    slo_text: str,
-    quiet: bool = False,
-    stats_interval_s: float = DEFAULT_INTERVAL_S,
-    live: LiveMetrics | None = None,
-    max_replayer_limited: bool = False,
-) -> dict:
-    """Run the ramp's steps into ``out``; returns ramp.json's content.  ``live``: one exporter of live metrics for
-    every step (each step offers its rate: ``drtp_offered_rps``); ``max_replayer_limited``: a replayer-limited
-    step does not hold."""
+def step_config(cfg: Config, rate: float) -> Config:
+    """The config of the ramp's step at ``rate``: the ramp's, in rate mode at that rate (checked by the schema,
+    so a config that cannot replay in rate mode is refused as a file setting ``client_info.rate`` would be)."""
+    return derive_config(cfg, [Override("client_info.rate", rate, f"the ramp's step at {rate:g}/s")])
+
+
+def run_ramp(cfg: Config, out: Path, plan: RampPlan, settings: RunSettings, live: LiveMetrics | None = None) -> dict:
+    """Run the ramp's steps into ``out``; returns ramp.json's content.
+
+    ``settings``: the steps' objectives (each must hold them), ``max_replayer_limited`` (a replayer-limited step
+    does not hold), stats interval, and ``quiet`` for the ramp's own lines (each step's run prints none);
+    ``live``: one exporter of live metrics for every step (each step offers its rate: ``drtp_offered_rps``).
+    """
+    objectives = list(settings.objectives)
+    slo_text = ",".join(o.text for o in objectives)
+    quiet, max_replayer_limited = settings.quiet, settings.max_replayer_limited
     made = prepare_output_dir(out, "--out")
     trace = TraceLoop(cfg)
     try:
@@ -201,15 +203,12 @@ def run_ramp(
     try:
         for i, rate in enumerate(plan.rates()):
             records = trace.take(plan.requests(rate))
-            step_cfg = msgspec.structs.replace(cfg, client_info=msgspec.structs.replace(cfg.client_info, rate=rate))
             run_dir = out / f"step-{i + 1:02d}-{rate:g}rps"
             if not quiet:
                 print(f"step {i + 1}: {rate:g} requests/s, {len(records):,} requests → {run_dir.name}/", flush=True)
             replay = Replay(
-                step_cfg,
-                run_dir,
-                quiet=True,
-                stats_interval_s=stats_interval_s,
+                step_config(cfg, rate),
+                dataclasses.replace(settings, out_dir=run_dir, quiet=True, resume=False, tags={}),
                 source=lambda records=records: [records],
                 preflight=i == 0,
                 planner=planner,

@@ -36,10 +36,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
-
 from drtp.config import Config
+from drtp.config_overrides import Override
 from drtp.errors import DrtpError
+from drtp.master.run.settings import derive_config
 from drtp.replay.run_dirs import rep_dir, run_dirs_in
 
 
@@ -58,8 +58,8 @@ def repetition_config(cfg: Config, k: int) -> Config:
     ``reuse``, the config itself (the same repositories and map for every repetition)."""
     if cfg.repeat_state == "reuse":
         return cfg
-    warm = msgspec.structs.replace(cfg.warmup, output=str(repetition_map(Path(cfg.warmup.output), k)))
-    return msgspec.structs.replace(cfg, namespace=namespace(k), warmup=warm)
+    own_map = Override("warmup.output", str(repetition_map(Path(cfg.warmup.output), k)), f"repetition {k}")
+    return derive_config(cfg, [own_map], namespace=namespace(k))
 
 
 def repetition_configs(cfg: Config) -> list[Config]:
