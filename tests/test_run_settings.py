@@ -110,3 +110,15 @@ def test_a_file_still_may_not_set_the_internal_namespace(tmp_path):
 
 def test_the_settings_default_to_a_plain_run():
     assert RunSettings() == RunSettings(budget=FailureBudget(count=0), objectives=(), quiet=False, resume=False)
+
+
+def test_a_derived_config_expands_no_variable_twice(tmp_path, monkeypatch):
+    """A value the file took from the environment is data once loaded: a series' run keeps it as it is."""
+    path = _config(tmp_path)
+    entry = "registries:\n- id: a\n  url: http://127.0.0.1:1\n  username: u\n  password: ${PW}\n"
+    path.write_text(path.read_text() + entry)
+    monkeypatch.setenv("PW", "p${NOT_SET_ANYWHERE}w")
+    cfg = load_config(path)
+    assert cfg.registries[0].password == "p${NOT_SET_ANYWHERE}w"
+    run = derive_config(cfg, [Override("client_info.rate", 5.0, "a step")])
+    assert run.registries[0].password == "p${NOT_SET_ANYWHERE}w"

@@ -107,14 +107,18 @@ def _note_unused_port(cfg: Config) -> None:
         )
 
 
-def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".") -> Config:
-    """The config ``data`` (a file's mapping) holds, converted and checked; errors name ``source`` and the key."""
+def config_from_dict(data: Any, source: str = "<config>", base_dir: str = ".", expand: bool = True) -> Config:
+    """The config ``data`` (a file's mapping) holds, converted and checked; errors name ``source`` and the key.
+
+    ``expand`` False: ``data`` comes from a config already loaded (a series deriving a run's config), whose
+    ``${VAR}`` were replaced once; a value that holds ``${`` after that (a password, say) is kept as it is."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the config must be a mapping of keys, not {type(data).__name__}")
     for internal in ("base_dir", "source", "namespace"):
         if internal in data:
             raise ConfigError(f"{source}: unknown key '{internal}'")
-    data = _expand(data, source, "")
+    if expand:
+        data = _expand(data, source, "")
     if isinstance(data.get("registry"), str):  # the original allowed a single host:port
         data["registry"] = [data["registry"]]
     cfg = convert(data, Config, source)

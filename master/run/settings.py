@@ -160,7 +160,9 @@ def derive_config(cfg: Config, overrides: Iterable[Override], namespace: str | N
     for key in (*INTERNAL_KEYS, *_BOOKKEEPING):
         data.pop(key, None)
     try:
-        derived = config_from_dict(apply_overrides(data, overrides), source=cfg.source, base_dir=cfg.base_dir)
+        derived = config_from_dict(
+            apply_overrides(data, overrides), source=cfg.source, base_dir=cfg.base_dir, expand=False
+        )
     except ConfigError as e:
         raise with_origin(e, overrides) from None
     derived.namespace = cfg.namespace if namespace is None else namespace
