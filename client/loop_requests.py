@@ -169,11 +169,6 @@ class LoopRequests:
                     continue
                 if step.challenge:
                     self.challenges += 1
-                try:
-                    result = await asyncio.get_running_loop().run_in_executor(self.pool, step.fn, *step.args)
-                except Exception as e:
-                    step = flow.throw(e)
-                else:
-                    step = flow.send(result)
+                step = flow.send(await asyncio.get_running_loop().run_in_executor(self.pool, step.run))
         except StopIteration as done:
             return done.value

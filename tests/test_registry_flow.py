@@ -47,12 +47,7 @@ def drive(flow, answers: list, before_call=None) -> tuple[Response, list]:
                 continue
             if before_call is not None:
                 before_call(step)
-            try:
-                result = step.run()
-            except Exception as e:
-                step = flow.throw(e)
-            else:
-                step = flow.send(result)
+            step = flow.send(step.run())
     except StopIteration as done:
         return done.value, steps
 
@@ -134,3 +129,13 @@ def test_a_refused_secret_is_renewed_once_for_a_read_and_never_for_a_write():
 
     write = drive(flow_of("PUT", auths={REGISTRY: auth}), [Response(401, {"www-authenticate": "Basic"})])[0]
     assert write.status == 401 and write.error.endswith("the write was not sent again")
+
+
+def test_a_challenge_the_credentials_cannot_answer_is_the_answer_with_the_refusal_as_its_error():
+    server = ("https", "registry:5000")
+    auth = Authenticator(RegistryAuth("https://registry:5000", "user", "one"))
+    flow = request_flow("GET", server, MANIFEST, None, {server: auth}, 0, 1.0)
+    bearer = Response(401, {"www-authenticate": 'Bearer realm="http://token:8080/auth",service="registry"'})
+    r, steps = drive(flow, [bearer])
+    assert (r.status, r.attempts, r.challenges, len(steps)) == (401, 1, 0, 2)
+    assert r.error == "token server token:8080 is plain http: the credentials of https://registry:5000 as user stay"

@@ -22,9 +22,9 @@ to be added to both.  Here they are written once, as httpx writes ``Auth.auth_fl
   yields the *same* ``Send`` object again, so an engine that takes connections from a pool keeps
   the one it took for all the sends of one ``Send`` (a failed send reconnects it, as before).
 * It yields a :class:`Call` (a call that may block: a challenge's token fetch, the wait for a
-  renewed secret) and is sent its result, or thrown its exception.  The blocking session runs it
-  in place; the event loop runs it on the run's thread pool, so the loop never waits for a token
-  server.
+  renewed secret) and is sent what :meth:`Call.run` returns (its result, or the AuthError of a
+  refusal).  The blocking session runs it in place; the event loop runs it on the run's thread
+  pool, so the loop never waits for a token server.
 * It returns the request's final :class:`~drtp.registry.transport.Response` (``StopIteration``).
 
 Each engine keeps its own way of taking connections and only carries sends and calls out.  A
@@ -65,8 +65,8 @@ class Send:
 
 
 class Call:
-    """A call that may block (the network, or a wait): the engine runs it where blocking is allowed and sends
-    the flow its result, or throws its exception into the flow.
+    """A call that may block (the network, or a wait): the engine runs :meth:`run` where blocking is allowed
+    (in place, or on a thread pool) and sends the flow what it returns.
 
     ``challenge``: the call answers a 401's challenge (the event loop counts those it ran on its pool).
     """
@@ -79,8 +79,12 @@ class Call:
         self.challenge = challenge
 
     def run(self) -> Any:
-        """The call, in place (the blocking engine)."""
-        return self.fn(*self.args)
+        """The call's result, or the AuthError it raised: a refusal is an answer the flow decides on, as a
+        send's RequestError is (any other exception is the engine's, as it was the caller's)."""
+        try:
+            return self.fn(*self.args)
+        except AuthError as e:
+            return e
 
 
 Step = Send | Call
@@ -165,11 +169,11 @@ def _challenged(
     if r.status != 401:
         auth.answered(sent, r.status)
         return r, False, generation
-    try:  # a bearer token fetch: the network
-        again = yield Call(auth.challenge, path, r.header("www-authenticate"), sent, challenge=True)
-    except AuthError as e:
-        r.error = str(e)
-        return r, auth.secret_refused(sent, r.status, e, generation), generation
+    # a bearer token fetch: the network
+    again = yield Call(auth.challenge, path, r.header("www-authenticate"), sent, challenge=True)
+    if isinstance(again, AuthError):
+        r.error = str(again)
+        return r, auth.secret_refused(sent, r.status, again, generation), generation
     if again and not auth.replaced_under(method, sent, generation):
         sent = auth.header(path)
         challenged = r

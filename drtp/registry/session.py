@@ -155,12 +155,7 @@ class Session:
                     pools.give(client, sent.server, conn)
                     conn = None
                     sent = None
-                try:
-                    result = step.run()
-                except Exception as e:
-                    step = flow.throw(e)
-                else:
-                    step = flow.send(result)
+                step = flow.send(step.run())
         except StopIteration as done:
             return done.value
         finally:
