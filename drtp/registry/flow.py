@@ -10,11 +10,12 @@ a write is never sent twice.  ``attempts`` and ``challenges`` of the answer coun
 trace request went out, over every hop: ``challenges`` the sends answered by a 401 whose challenge
 was answered, ``attempts`` all others.
 
-These rules used to be written twice, in the blocking session (drtp/registry/session.py: the
-nodes' thread engine and :class:`~drtp.registry.client.RegistryClient`) and in the event-loop
-engine (client/loop_requests.py), and each new rule (renewal, connection pools, user agents) had
-to be added to both.  Here they are written once, as httpx writes ``Auth.auth_flow``:
-:func:`request_flow` is a generator that yields what to do next and is sent what came of it.
+Two engines keep these rules: the blocking session (drtp/registry/session.py: the nodes' thread
+engine and :class:`~drtp.registry.client.RegistryClient`) and the event loop
+(client/loop_requests.py).  Written in each, a new rule (a renewal, a tally) would have to be added
+twice and the two would drift; so they are written here once, without I/O, as httpx writes
+``Auth.auth_flow``: :func:`request_flow` is a generator that yields what to do next and is sent
+what came of it.
 
 * It yields a :class:`Send` (one send of the request: its server, target and headers) and is sent
   the :class:`~drtp.registry.transport.Response`, or the
@@ -29,10 +30,9 @@ to be added to both.  Here they are written once, as httpx writes ``Auth.auth_fl
 
 Each engine keeps its own way of taking connections and only carries sends and calls out.  A
 request to a server without credentials whose first answer is not a redirect has nothing to
-decide: the engines send it directly and start the flow only when that answer is an error or a
-redirect, so the common anonymous read pays for no generator: such an engine takes the flow's first
-step (that very send: nothing happens before it without credentials) and sends the flow the answer
-it already has.
+decide, so the engines send it directly and the common anonymous read pays for no generator.  Only
+when that answer is an error or a redirect do they start the flow: they take its first step (that
+very send: without credentials nothing happens before it) and send the flow the answer they have.
 """
 
 from __future__ import annotations
