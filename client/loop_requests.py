@@ -1,23 +1,19 @@
 """GETs and HEADs of manifests and blobs on the event loop, for every kind of registry.
 
 What the thread Executor does for a read, done without leaving the loop: TLS with the
-registry entry's trust (its CA bundle, or ``insecure``), the Authorization header of the
-registry's :class:`~drtp.registry.auth.Authenticator` and, after a 401 with a challenge, the
-one request sent again when the challenge gave new credentials; and redirects (a blob read
-that the registry sends to its storage server) followed to their target.  Only the
-challenge itself — it may fetch a bearer token over the network, a blocking call — runs
-on the run's thread pool.  Credentials go only to the server they belong to: a redirect
-target that is another server gets the request without any Authorization header.
+registry entry's trust (its CA bundle, or ``insecure``), the registry's credentials, and
+redirects (a blob read that the registry sends to its storage server) followed to their
+target.  What is sent, and how often — the 401's challenge answered, a refused secret renewed,
+redirects, retries, the ``attempts`` and ``challenges`` tally — is the request flow's
+(drtp/registry/flow.py), the very one the thread engine's Session drives: here its sends go
+on the loop worker's connections, and only its blocking calls (a bearer token fetch, the wait
+for a renewed secret) run on the run's thread pool.  A read of a server without credentials
+is sent directly, and the flow starts only when its answer is an error or a redirect.
 
 A run whose client profile keeps connections per trace client (``ClientModel.connections``) sends
 each read on connections of its trace client's (drtp/registry/client_pools.py), borrowed for the
 request and given back after it, instead of the loop worker's own; every read carries the
 profile's User-Agent, or the trace's own when the request has one.
-
-A request is sent once; a GET/HEAD that got no byte of an answer is sent again only when
-the run allows retries.  ``attempts`` and ``challenges`` together count every time the trace
-request went out, over every hop of a redirect, as the thread engine's Session counts them:
-``challenges`` the sends answered by a 401 whose challenge was answered, ``attempts`` all others.
 """
 
 from __future__ import annotations
@@ -25,14 +21,15 @@ from __future__ import annotations
 import asyncio
 import ssl
 from concurrent.futures import Executor
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 from drtp.client.executor import object_digest, object_headers, object_path, result_of
 from drtp.registry.async_transport import AsyncConnection
-from drtp.registry.auth import Authenticator, AuthError
+from drtp.registry.auth import Authenticator
 from drtp.registry.client_pools import ClientPools
-from drtp.registry.session import IDEMPOTENT, MAX_REDIRECTS, REDIRECTS, Server
-from drtp.registry.transport import USER_AGENT, RequestError, Response, send_again
+from drtp.registry.flow import REDIRECTS, Send, request_flow
+from drtp.registry.session import Server
+from drtp.registry.transport import USER_AGENT, RequestError, Response
 from drtp.replay.messages import ReplayRequest, ReplayResult, RunSpec, registry_base
 
 Connections = dict[Server, AsyncConnection]  # one loop worker's keep-alive connections
@@ -129,112 +126,49 @@ class LoopRequests:
         target, headers = object_path(req), object_headers(req)
         agent = req.user_agent
         start = self.clock()
-        if server in self.auth:
-            r = await self._authenticated(conns, server, req.method, target, headers, agent)
-        else:  # the common case: no credentials, so no challenge to answer (what _authenticated does for it)
-            r = await self._send(self.connection(conns, server), req.method, target, headers, agent)
-        if r.status not in REDIRECTS:  # no redirect to follow (the common case): the loop below is skipped
-            latency = self.clock() - start
-            return result_of(req, r, start, latency, object_digest(req, r), [])
-        attempts, challenges = r.attempts, r.challenges
-        for _ in range(MAX_REDIRECTS):
-            if r.status not in REDIRECTS:
-                break
-            location = r.header("location")
-            if not location:
-                break
-            u = urlsplit(urljoin(f"{server[0]}://{server[1]}{target}", location))
-            server = (u.scheme, u.netloc)
-            target = u.path + ("?" + u.query if u.query else "")
-            r = await self._authenticated(conns, server, req.method, target, headers, agent)
-            attempts += r.attempts
-            challenges += r.challenges
-        r.attempts, r.challenges = attempts, challenges
+        if server in self.auth:  # credentials: the flow adds them and answers their challenges
+            r = await self._flow(conns, req.method, server, target, headers, agent, None)
+        else:  # the common case: sent as it is, the flow only for an answer that leaves something to decide
+            try:
+                r = await self.connection(conns, server).request(req.method, target, headers, agent)
+            except RequestError as e:
+                r = await self._flow(conns, req.method, server, target, headers, agent, e)
+            else:
+                if r.status in REDIRECTS:
+                    r = await self._flow(conns, req.method, server, target, headers, agent, r)
         latency = self.clock() - start
         return result_of(req, r, start, latency, object_digest(req, r), [])
 
-    async def _authenticated(
+    async def _flow(
         self,
         conns: Connections,
+        method: str,
         server: Server,
-        method: str,
         target: str,
         headers: dict[str, str] | None,
         agent: str | None,
+        first: Response | RequestError | None,
     ) -> Response:
-        """One request with the server's credentials, if it has any; a 401 with a challenge they can answer
-        is sent once more, authenticated; a read whose secret the registry refused (having taken it before)
-        once more after the master renewed it (what the thread engine's Session does)."""
-        conn = self.connection(conns, server)
-        auth = self.auth.get(server)
-        if auth is None:
-            return await self._send(conn, method, target, headers, agent)
-        r, refused, generation = await self._challenged(conn, auth, method, target, headers, agent)
-        if not refused:
-            if r.status == 401 and auth.reported:  # the secret was refused during this run, renewed or not
-                r.error = auth.refusal(r.error)
-            return r
-        auth.note_refused(generation)  # the result stream reports it; the master renews once
-        loop = asyncio.get_running_loop()
-        timeout = self.spec.timeout
-        if not auth.auth.renewable or not await loop.run_in_executor(self.pool, auth.wait_renewed, generation, timeout):
-            r.error = auth.refusal(f"no renewed secret (waited up to {timeout:g} s)")
-            return r
-        again, _, _ = await self._challenged(self.connection(conns, server), auth, method, target, headers, agent)
-        again.attempts += r.attempts  # both sends are the trace request's
-        again.challenges += r.challenges
-        if again.status == 401:
-            again.error = auth.refusal("sent again with the renewed secret: refused too")
-        return again
-
-    async def _challenged(
-        self,
-        conn: AsyncConnection,
-        auth: Authenticator,
-        method: str,
-        target: str,
-        headers: dict[str, str] | None,
-        agent: str | None,
-    ) -> tuple[Response, bool, int]:
-        """The request, once more after a 401 whose challenge gave new credentials; and whether its last
-        401 refused the secret itself."""
-        path = target.partition("?")[0]
-        sent = auth.header(path)
-        generation = auth.generation
-        r = await self._send(conn, method, target, {**headers, **sent} if headers else sent, agent)
-        if r.status != 401:
-            auth.answered(sent, r.status)
-            return r, False, generation
-        self.challenges += 1
-        loop = asyncio.get_running_loop()
+        """The request flow (drtp/registry/flow.py) carried out: its sends on ``conns``, its blocking calls (a
+        token fetch, the wait for a renewed secret) on the run's thread pool; ``first``: the answer to its first
+        send when that was sent already (the anonymous fast path)."""
+        flow = request_flow(method, server, target, headers, self.auth, self.retries, self.spec.timeout)
         try:
-            again = await loop.run_in_executor(self.pool, auth.challenge, path, r.header("www-authenticate"), sent)
-        except AuthError as e:
-            r.error = str(e)
-            return r, auth.secret_refused(sent, r.status, e, generation), generation
-        if again and not auth.replaced_under(method, sent, generation):
-            sent = auth.header(path)
-            challenged = r
-            r = await self._send(conn, method, target, {**headers, **sent} if headers else sent, agent)
-            r.challenges = challenged.challenges + 1  # the 401's round trip: the registry served it too
-            # the sends before it that got no answer (retries) are attempts: only the one answered 401 is a challenge
-            r.attempts += challenged.attempts - 1
-            auth.answered(sent, r.status)
-        return r, auth.secret_refused(sent, r.status, None, generation), generation
-
-    async def _send(
-        self, conn: AsyncConnection, method: str, target: str, headers: dict[str, str] | None, agent: str | None
-    ) -> Response:
-        """One request, sent once; again only when no byte of an answer came and the run allows retries."""
-        retries = self.retries if method in IDEMPOTENT else 0
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                r = await conn.request(method, target, headers, agent)
-            except RequestError as e:
-                if not send_again(e, attempts, retries):
-                    return Response.failed(e, attempts)
-                continue
-            r.attempts = attempts
-            return r
+            step = next(flow)
+            if first is not None:  # that first send, already answered
+                step = flow.send(first)
+            while True:
+                if step.__class__ is Send:
+                    try:
+                        answer = await self.connection(conns, step.server).request(
+                            step.method, step.target, step.headers, agent
+                        )
+                    except RequestError as e:
+                        answer = e
+                    step = flow.send(answer)
+                    continue
+                if step.challenge:
+                    self.challenges += 1
+                step = flow.send(await asyncio.get_running_loop().run_in_executor(self.pool, step.run))
+        except StopIteration as done:
+            return done.value
