@@ -90,7 +90,8 @@ class Executor:
         self.uploads: dict[tuple[str, str, str | None], Upload] = {}
         self.local = threading.local()
         # keep-alive connections per thread (or per trace client), credentials and TLS trust per registry
-        # (spec.auth), redirects and the retry rule: drtp.registry.session, as the spec asks
+        # (spec.auth), redirects and the retry rule (drtp.registry.flow, driven by drtp.registry.session), as the
+        # spec asks
         self.session = spec_session(spec)
         self.per_client = spec.client.connections > 0
         self.config_writing = KeyedLock()  # (registry base, repository) whose minimal config blob is being checked
