@@ -210,6 +210,7 @@ class Dispatch:
         return wait
 
     def _finish(self) -> None:
+        """The trace is sent: the last batches go, each stream is ended, and the results are awaited."""
         self._flush_all(final=True)
         for name, link in self.links.items():
             if name not in self.dead:
@@ -227,6 +228,7 @@ class Dispatch:
         self._drain(timeout=0)  # what the streams sent before they ended (their last frames) may still wait
 
     def _node_dead(self, node: str, reason: str) -> None:
+        """Give up on ``node``: no more requests go there, and the ones it holds are written lost."""
         if node in self.dead:
             return
         self.links[node].dead = True
@@ -246,6 +248,7 @@ class Dispatch:
             print(f"\ndrtp: {msg}", flush=True)
 
     def _cancel(self) -> None:
+        """Tell every node that started the run to drop what it holds (the run stops here)."""
         for link in self.links.values():
             if link.run is not None:
                 link.cancel()
