@@ -259,10 +259,11 @@ def replay(run: Run, out: Path) -> Outputs:
     clock = Clock()
     iv = run.interval_s
     live = LiveMetrics(LiveSettings(port=0))  # never listening: the test reads its families
-    results = RunResults(out, run.timed, ON_TIME_S, False)
-    context = RunContext(every_output_config(), out, results, run.timed, False, True, iv, clock,
-                         REGISTRIES.__getitem__, live=live, start_epoch=START_EPOCH)  # fmt: skip
-    outputs = RunOutputs(context)  # every output of the list that the run has: OUTPUTS
+    context = RunContext(every_output_config(), out, run.timed, False, True, iv, clock, REGISTRIES.__getitem__,
+                         live=live, start_epoch=START_EPOCH)  # fmt: skip
+    # every output of the list that the run has (OUTPUTS), requests.csv's results first
+    outputs = RunOutputs(context, lambda: RunResults(out, run.timed, ON_TIME_S, False))
+    results = context.results
     health = context.output(ReplayerHealthOutput)
     health.sampler = DrawnSampler()
     broken = InternalErrors(out)

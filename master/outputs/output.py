@@ -5,8 +5,9 @@ replayer's health, live metrics, the registries' metrics, the original trace pla
 The run holds a list of them (drtp.master.outputs.run_outputs ``OUTPUTS``) and calls the same hooks on
 each, in the list's order:
 
-* ``open`` (a class method) — before any node starts, so a file that cannot be made costs nothing; None
-  when the run has nothing for it (no metrics endpoint, no ``trace.output``, no exporter);
+* ``open`` (a class method) — before any node starts, so a file that cannot be made costs nothing (a
+  resumed run's file of another version is refused here, before requests.csv is touched); None when the run
+  has nothing for it (no metrics endpoint, no ``trace.output``, no exporter);
 * :meth:`RunOutput.start` — the nodes have started, the first request is about to go;
 * :meth:`RunOutput.frame` — each result frame of a node: its rows, interval and health parts, live parts;
 * :meth:`RunOutput.lost` — the rows the master writes itself for the requests lost with a dead node;
@@ -47,7 +48,6 @@ class RunContext:
 
     cfg: Config
     out_dir: Path
-    results: RunResults  # requests.csv, the run's record: a resumed run's rows, this run's rows read back
     timed: bool  # requests have intended starts (as is, rate mode)
     resume: bool  # continuing an interrupted run in out_dir
     quiet: bool
@@ -55,6 +55,9 @@ class RunContext:
     clock: Callable[[], float]  # seconds since the run's common start (requests.csv's start_s origin)
     registry_of: Callable[[str], str]  # the registry (as ``registry:`` names it) a trace repository goes to
     live: LiveMetrics | None = None  # the command's exporter, already listening (it outlives the run)
+    # requests.csv, the run's record (a resumed run's rows, this run's rows read back): made once every other
+    # output opened, so that on resume each checks its own file before requests.csv is moved aside
+    results: RunResults | None = None
     start_epoch: float = 0.0  # the run's common start, wall-clock seconds; set before the outputs start
     opened: list[RunOutput] = field(default_factory=list)  # the outputs opened so far, in the list's order
 

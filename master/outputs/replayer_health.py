@@ -252,7 +252,8 @@ class ReplayerHealthOutput(RunOutput):
 
     name = "replayer health"
 
-    def __init__(self, health: ReplayerHealth, sampler: MasterCpu) -> None:
+    def __init__(self, run: RunContext, health: ReplayerHealth, sampler: MasterCpu) -> None:
+        self.run = run
         self.health = health
         self.sampler = sampler
 
@@ -264,11 +265,11 @@ class ReplayerHealthOutput(RunOutput):
             health = ReplayerHealth(run.interval_s, h.gauge, lambda: h.late_gauges)
         else:
             health = ReplayerHealth(run.interval_s)
-        if run.resume:
-            health.since_s = run.results.resumed_end  # the replayer block covers this session only
-        return cls(health, MasterCpu(health, run.clock, run.interval_s))
+        return cls(run, health, MasterCpu(health, run.clock, run.interval_s))
 
     def start(self) -> None:
+        if self.run.resume:
+            self.health.since_s = self.run.results.resumed_end  # the replayer block covers this session only
         self.sampler.start()
 
     def frame(self, node: str, frame: ResultFrame) -> None:

@@ -17,6 +17,7 @@ A new output is a module with a :class:`~drtp.master.outputs.output.RunOutput` s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from drtp.errors import RunError
@@ -25,6 +26,7 @@ from drtp.master.outputs.original_output import OriginalOutput
 from drtp.master.outputs.output import RunContext, RunOutput, overrides
 from drtp.master.outputs.registry_metrics import RegistryMetricsOutput
 from drtp.master.outputs.replayer_health import ReplayerHealthOutput
+from drtp.master.outputs.results import RunResults
 from drtp.master.outputs.stats_history import HistoryOutput
 from drtp.replay.frames import ResultFrame
 from drtp.replay.messages import ReplayRequest
@@ -49,13 +51,15 @@ class RunOutputs:
     The per-frame hooks go only to the outputs that do something on them, as bound methods gathered once.
     """
 
-    def __init__(self, run: RunContext, kinds: list[type[RunOutput]] | None = None) -> None:
-        """Open every output of ``kinds`` (:data:`OUTPUTS`) that ``run`` has (an OSError: a file not made)."""
-        run.opened.append(run.results)
-        for kind in OUTPUTS if kinds is None else kinds:
+    def __init__(self, run: RunContext, results: Callable[[], RunResults]) -> None:
+        """Open every output of :data:`OUTPUTS` that ``run`` has, then requests.csv (``results()``), which is
+        moved aside on resume only once every other file could be resumed (an OSError: a file not made)."""
+        for kind in OUTPUTS:
             output = kind.open(run)
             if output is not None:
                 run.opened.append(output)
+        run.results = results()
+        run.opened.insert(0, run.results)
         self.run = run
         self.all: list[RunOutput] = list(run.opened)
         self._frame = [o.frame for o in self.all if overrides(o, "frame")]

@@ -263,16 +263,18 @@ class HistoryOutput(RunOutput):
 
     name = "stats history"
 
-    def __init__(self, history: StatsHistory) -> None:
+    def __init__(self, run: RunContext, history: StatsHistory) -> None:
+        self.run = run
         self.history = history
 
     @classmethod
     def open(cls, run: RunContext) -> HistoryOutput:
-        history = StatsHistory(run.out_dir / STATS_FILE, run.interval_s, run.clock, run.resume)
-        if run.resume:  # the interrupted run's rows that requests.csv kept
-            for row in run.results.resumed_rows():
-                history.reloaded(row)
-        return cls(history)
+        return cls(run, StatsHistory(run.out_dir / STATS_FILE, run.interval_s, run.clock, run.resume))
+
+    def start(self) -> None:
+        if self.run.resume:  # the interrupted run's rows that requests.csv kept
+            for row in self.run.results.resumed_rows():
+                self.history.reloaded(row)
 
     def frame(self, node: str, frame: ResultFrame) -> None:
         if frame.intervals:

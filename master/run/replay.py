@@ -336,12 +336,13 @@ class Replay(Dispatch):
         before any node starts: a failure here costs nothing."""
         try:
             (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
-            self.results = RunResults(self.out_dir, timed, self.ci.on_time_ms / 1000, self.resume)
             context = RunContext(
-                self.cfg, self.out_dir, self.results, timed, self.resume, self.quiet, self.stats_interval_s,
-                self._run_clock, self._registry_of, live=self.live,
+                self.cfg, self.out_dir, timed, self.resume, self.quiet, self.stats_interval_s, self._run_clock,
+                self._registry_of, live=self.live,
             )  # fmt: skip
-            self.outputs = RunOutputs(context)
+            on_time_s = self.ci.on_time_ms / 1000
+            self.outputs = RunOutputs(context, lambda: RunResults(self.out_dir, timed, on_time_s, self.resume))
+            self.results = context.results
             self.ledger = PushLedger(self.cfg.path(self.cfg.warmup.output), str(self.out_dir.absolute()))  # drtp clean
         except OSError as e:
             raise write_failed(Path(e.filename) if e.filename else self.out_dir, e) from None
