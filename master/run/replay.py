@@ -224,22 +224,12 @@ class Replay(Dispatch):
         engine = self.ci.engine if self.ci.engine != "auto" else ("threads" if timed else "loop")
         ci = self.ci
         spec = RunSpec(
-            run_id,
-            start_epoch,
-            threads=ci.threads,
-            timeout=ci.timeout,
-            connect_timeout=ci.connect_timeout,
-            retries=ci.retries,
-            random=self.cfg.warmup.random,
-            auth=self.auths,
-            engine=engine,
+            run_id, start_epoch, threads=ci.threads, timeout=ci.timeout, connect_timeout=ci.connect_timeout,
+            retries=ci.retries, random=self.cfg.warmup.random, auth=self.auths, engine=engine,
             registries=[registry_base(r) for r in self.registries],  # a node refuses any other target
-            timed=timed,
-            on_time_s=ci.on_time_ms / 1000,
-            stats_interval_s=self.stats_interval_s,
-            client=self.client,
+            timed=timed, on_time_s=ci.on_time_ms / 1000, stats_interval_s=self.stats_interval_s, client=self.client,
             live=self.live is not None,
-        )
+        )  # fmt: skip
         self.outputs.run.start_epoch = start_epoch
         try:
             for name, link in self.links.items():
@@ -249,13 +239,7 @@ class Replay(Dispatch):
         except Exception:
             self._cancel()  # the nodes that did start must not wait for batches that will never come
             raise
-        log.info(
-            "run %s started: %s mode, %s engine, results in %s",
-            run_id,
-            self.mode,
-            engine,
-            self.out_dir,
-        )
+        log.info("run %s started: %s mode, %s engine, results in %s", run_id, self.mode, engine, self.out_dir)
         t0 = time.perf_counter()
         broken = self.broken
         try:
