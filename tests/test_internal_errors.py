@@ -17,8 +17,14 @@ import pytest
 import yaml
 
 from drtp.cli import main
-from drtp.master.outputs import live_metrics, registry_metrics, replayer_health, results, stats_history
-from drtp.master.run import replay as run
+from drtp.master.outputs import (
+    live_metrics,
+    original_output,
+    registry_metrics,
+    replayer_health,
+    results,
+    stats_history,
+)
 from drtp.master.run.internal_errors import TRACEBACKS_FILE, InternalErrors, error_line
 from drtp.master.run.nodes import NodeLink
 from drtp.master.run.warmup import run_warmup
@@ -175,7 +181,7 @@ def test_a_bug_in_the_stats_historys_feed_stops_the_run_keeps_the_rest_and_its_c
         ("stats history", stats_history.StatsHistory, "_close", 0),
         ("replayer health", replayer_health.ReplayerHealth, "summary", 0),
         ("registry metrics", registry_metrics.RegistryMetrics, "registry_side", 0),
-        ("original output", run, "write_original_results", 0),
+        ("original output", original_output, "write_original_results", 0),
         ("results", results.RunResults, "summary", 0),
     ],
     ids=["stats-history", "replayer-health", "registry-metrics", "original-output", "results"],

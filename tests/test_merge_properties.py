@@ -6,10 +6,11 @@ stream cut anywhere, health parts per interval in any of a node's frames, the ma
 master's clock moving on between frames by any amount (so a node's interval part often arrives after its
 row of stats_history.csv was written), the nodes' frames interleaved in any order, a node that dies (its
 requests not yet reported are written lost, as the master does) and a run interrupted (no node model
-merged).  The master's side is the real one, driven through the methods master/run/replay.py calls: RunResults
-(requests.csv, summary.json), StatsHistory, ReplayerHealth and LiveMetrics.
+merged).  The master's side is the real one: every output of master.outputs.run_outputs ``OUTPUTS``, opened
+and fed through their interface (master.outputs.output ``RunOutput``) as master/run/replay.py feeds them: a
+new output gets the same run, and must take it without a bug (the first property).
 
-Each test checks one output against what was fed:
+Each other test checks one output against what was fed:
 
 * stats_history.csv — its counts sum to requests.csv's trace rows; a row is in its own interval, or, when
   it came after that interval's row was written, in the oldest interval not yet written (by design:
@@ -20,7 +21,9 @@ Each test checks one output against what was fed:
 * live metrics — the request counters and latency histograms are requests.csv's, the gauges the newest
   interval fed;
 * summary.json — its figures are those drtp analyze results computes from requests.csv, and requests.csv
-  holds every request once (reported, or lost with its node).
+  holds every request once (reported, or lost with its node);
+* the original trace player's results file and summary.json's ``registry_side`` — requests.csv's trace
+  requests, and the sends drtp made, per registry.
 """
 
 from __future__ import annotations
@@ -31,21 +34,27 @@ import io
 import json
 import math
 import tempfile
+import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import cache
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from drtp.config import config_from_dict
 from drtp.master.outputs.live_metrics import BUCKET_BOUNDS, LiveMetrics, LiveSettings
-from drtp.master.outputs.replayer_health import ReplayerHealth, judged
+from drtp.master.outputs.output import RunContext
+from drtp.master.outputs.replayer_health import ReplayerHealthOutput, judged
 from drtp.master.outputs.results import RunResults
-from drtp.master.outputs.stats_history import StatsHistory
-from drtp.replay.frames import LIVE_BUCKETS_S, FrameBuilder, FrameReader, HealthPart, LiveTally, ResultFrame
+from drtp.master.outputs.run_outputs import OUTPUTS, RunOutputs
+from drtp.master.run.internal_errors import InternalErrors
+from drtp.replay.frames import LIVE_BUCKETS_S, FrameBuilder, FrameReader, HealthPart, ResultFrame
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
 from drtp.replay.outcome import LOST, OK
-from drtp.replay.result_row import ResultRow, parse_cells
+from drtp.replay.result_row import ResultRow, parse_cells, rows_of
 from drtp.replay.stats_file import STATS_COLUMNS, STATS_FILE
 from drtp.replay.summary import LogHistogram, ResultsModel
 
@@ -140,6 +149,54 @@ def runs(draw) -> Run:
 
 # -- the master's side, driven as master/run/replay.py drives it ------------------------------------------------------
 
+START_EPOCH = 1.7e9
+METRICS_PAGE = b"""# TYPE registry_http_requests_total counter
+registry_http_requests_total{code="200",handler="blob",method="get"} 7
+"""
+
+
+class _MetricsPage(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(METRICS_PAGE)))
+        self.end_headers()
+        self.wfile.write(METRICS_PAGE)
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+@cache
+def metrics_url() -> str:
+    """A registry's metrics page (what the registry metrics output reads on its own thread)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _MetricsPage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_port}/metrics"
+
+
+def every_output_config():
+    """A config for which every output of the list opens: trace.output set, a metrics endpoint named."""
+    registries = sorted(set(REGISTRIES.values()))
+    data = {
+        "trace": {"location": ".", "traces": ["t.json"], "output": "original.json"},
+        "registry": registries,
+        "client_info": {"on_time_ms": ON_TIME_S * 1000},
+        "registry_metrics": {registries[0]: metrics_url()},
+    }
+    return config_from_dict(data, source="c.yaml")
+
+
+class DrawnSampler:
+    """The master's CPU sampler's place in the replayer's health: its readings are the ones Hypothesis drew,
+    handed to ReplayerHealth.master as the sampler's thread hands them."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
 
 class Clock:
     def __init__(self) -> None:
@@ -170,6 +227,9 @@ class Outputs:
     live: LiveMetrics
     fed: Fed
     closed_at: float  # the master's clock when the run closed
+    opened: list[str]  # the outputs the run had, by name
+    errors: dict[str, str]  # the bugs the outputs met, by output
+    original: list[dict]  # the original trace player's results file
 
 
 def node_frames(node: NodeScript, interval_s: float, timed: bool) -> list[ResultFrame]:
@@ -198,25 +258,29 @@ def written(out: Path) -> int:
 def replay(run: Run, out: Path) -> Outputs:
     clock = Clock()
     iv = run.interval_s
-    history = StatsHistory(out / STATS_FILE, iv, clock)
-    replayer = ReplayerHealth(iv, history.gauge, lambda: history.late_gauges)
     live = LiveMetrics(LiveSettings(port=0))  # never listening: the test reads its families
-    live.new_run()
-    replayer.on_health.append(live.health)
-    replayer.on_master_cpu.append(live.master_cpu)
-    results = RunResults(out, run.timed, ON_TIME_S, False, history, replayer)
+    context = RunContext(every_output_config(), out, run.timed, False, True, iv, clock, REGISTRIES.__getitem__,
+                         live=live, start_epoch=START_EPOCH)  # fmt: skip
+    # every output of the list that the run has (OUTPUTS), requests.csv's results first
+    outputs = RunOutputs(context, lambda: RunResults(out, run.timed, ON_TIME_S, False))
+    results = context.results
+    health = context.output(ReplayerHealthOutput)
+    health.sampler = DrawnSampler()
+    broken = InternalErrors(out)
+    outputs.start(broken)
     streams = {node.name: node_frames(node, iv, run.timed) for node in run.nodes}
     scripts = {node.name: node for node in run.nodes}
     sent = {node.name: 0 for node in run.nodes}  # frames each node sent so far
     dead: set[str] = set()
     fed = Fed()
     cpu_index = 0
+    total = sum(len(node.finished) for node in run.nodes)
     for who, wait in zip(run.order, run.waits, strict=True):
         clock.now += wait
         w = written(out)
         if who == "master":
             share, wall = run.master_cpu[cpu_index]
-            replayer.master(cpu_index, share, wall)
+            health.health.master(cpu_index, share, wall)
             fed.master_cpu.append((w, cpu_index, share, wall))
             cpu_index += 1
         elif who not in dead:
@@ -227,34 +291,33 @@ def replay(run: Run, out: Path) -> Outputs:
                 dead.add(who)
                 reported = [0, *node.cuts, len(node.finished)][number]  # before the last frame: all of them
                 for req, _ in node.finished[reported:]:
-                    rows = results.add(who, req, None, lost_reason=f"client node {who} died")
-                    tally = LiveTally()  # as master/run/replay.py counts a lost request for live metrics
-                    for row in rows:
-                        tally.add(registry_base(req.registry), row)
-                    live.add_parts(tally.parts())
+                    outputs.lost(who, req, list(rows_of(who, req, None, f"client node {who} died")))
                     fed.lost.append(w)
                     fed.requests[who] += 1
             else:
                 frame = streams[who][number]
-                results.add_frame(who, frame)
-                if frame.model is not None:
-                    results.node_model(who, frame.model)
-                live.add_parts(frame.live)
+                outputs.frame(who, frame)
                 fed.rows += [(w, parse_cells(v)) for v in csv.reader(io.StringIO(frame.rows.decode()))]
                 fed.health += [(w, who, part) for part in frame.health]
                 fed.requests[who] += len(frame.done)
-        results.flush()  # after each drain of the nodes' events
+        outputs.tick(total - sum(fed.requests.values()))  # after each drain of the nodes' events
     clock.now += run.close_wait
+    outputs.stop(broken)
     whole = set() if run.interrupted else {name for name in streams if name not in dead}
     results.settle(list(streams), whole)
-    # as the run closes its outputs: the history's last grouping first, then the replayer block, which counts
-    # every gauge that grouping dropped as late
-    history.close()
-    summary = results.close(**replayer.summary())
+    # as the run closes its outputs: each adds its block in the list's order (the history's last grouping
+    # first, then the replayer block, which counts every gauge that grouping dropped as late)
+    extra: dict = {}
+    not_written = outputs.finish(extra, broken)
+    assert not not_written
+    summary = results.close(**extra)
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(summary))
     with open(out / STATS_FILE, newline="") as f:
         history_rows = list(csv.DictReader(f))
-    return Outputs(summary, history_rows, read_requests(out), live, fed, clock.now)
+    original = json.loads((out / "original.json").read_text())
+    opened = [o.name for o in outputs.all]
+    return Outputs(summary, history_rows, read_requests(out), live, fed, clock.now, opened, dict(broken.errors),
+                   original)  # fmt: skip
 
 
 def replayed(run: Run) -> Outputs:
@@ -274,6 +337,14 @@ def _f3(value: float | None) -> str:
 
 
 # -- the properties ----------------------------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(runs())
+def test_every_output_of_the_list_takes_the_run_without_a_bug(run):
+    o = replayed(run)
+    assert o.opened == ["results", *(kind.name for kind in OUTPUTS)]  # each output opened: each was fed
+    assert o.errors == {}  # none met a bug: late, out of order, split or dying, every part had its place
 
 
 @PROPERTY
@@ -444,3 +515,20 @@ def test_the_summary_says_what_requests_csv_holds_whichever_nodes_lived(run):
     assert summary["lost"] == len(lost)
     assert summary["auxiliary"]["requests"] == sum(r.auxiliary for r in o.requests)
     assert {node: s["requests"] for node, s in summary["per_node"].items()} == +o.fed.requests
+
+
+@PROPERTY
+@given(runs())
+def test_the_original_output_and_the_registry_side_hold_requests_csvs_requests(run):
+    o = replayed(run)
+    trace_rows = [r for r in o.requests if not r.auxiliary]
+    assert len(o.original) == len(trace_rows)  # one record per trace request, in requests.csv's order
+    assert [r["onTime"] == "failed" for r in o.original] == [not r.ok for r in trace_rows]
+    assert [r["size"] for r in o.original] == [r.bytes for r in trace_rows]
+    side = o.summary["registry_side"]
+    watched = sorted(set(REGISTRIES.values()))[0]
+    assert list(side) == [watched]
+    sends = sum(
+        r.attempts + r.challenges for r in o.requests if r.attempts >= 1 and REGISTRIES[r.repository] == watched
+    )
+    assert side[watched]["drtp_requests"] == sends

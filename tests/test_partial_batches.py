@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from drtp.master.run.replay import PARTIAL_BATCH_S, Replay
+from drtp.master.run.dispatch import PARTIAL_BATCH_S
+from drtp.master.run.replay import Replay
 from drtp.master.run.settings import RunSettings
 from tests.replay_support import make_trace, write_config
 

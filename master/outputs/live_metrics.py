@@ -53,8 +53,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.utils import floatToGoString
 
-from drtp.replay.frames import LIVE_BUCKETS_S, HealthPart, LivePart
+from drtp.master.outputs.output import RunContext, RunOutput
+from drtp.master.outputs.replayer_health import ReplayerHealthOutput
+from drtp.replay.frames import LIVE_BUCKETS_S, HealthPart, LivePart, LiveTally, ResultFrame
+from drtp.replay.messages import ReplayRequest, registry_base
 from drtp.replay.outcome import OK
+from drtp.replay.result_row import ResultRow
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_LINGER_S = 15.0
@@ -325,3 +329,47 @@ def exporting(live: LiveMetrics | None) -> Iterator[LiveMetrics | None]:
                 live.finish()
         finally:
             live.stop()
+
+
+class LiveMetricsOutput(RunOutput):
+    """Live metrics as one of a run's outputs: the exporter outlives the run (the command started it, handed it
+    in and stops it after its last run: :func:`exporting`); each run starts its gauges afresh, adds its frames'
+    live parts, counts the requests lost with a node as a node would, and shows its requests in flight and the
+    load the replayer's health reports."""
+
+    name = "live metrics"
+
+    def __init__(self, live: LiveMetrics, rate: float | None) -> None:
+        self.live = live
+        self.rate = rate
+
+    @classmethod
+    def open(cls, run: RunContext) -> LiveMetricsOutput | None:
+        live = run.live
+        if live is None:
+            return None
+        replayer = run.output(ReplayerHealthOutput)
+        if replayer is not None:  # the nodes' and the master's load gauges, as the health parts come
+            replayer.health.on_health.append(live.health)
+            replayer.health.on_master_cpu.append(live.master_cpu)
+        return cls(live, run.cfg.client_info.rate)
+
+    def start(self) -> None:
+        live = self.live
+        live.new_run()
+        live.offered_rps(self.rate)
+        live.announce()
+
+    def frame(self, node: str, frame: ResultFrame) -> None:
+        self.live.add_parts(frame.live)
+
+    def lost(self, node: str, req: ReplayRequest, rows: list[ResultRow]) -> None:
+        tally = LiveTally()  # no node counts a request lost with it: the master does, as a node would
+        for row in rows:
+            if not row.auxiliary:
+                tally.add(registry_base(req.registry), row)
+        self.live.add_parts(tally.parts())
+
+    def tick(self, in_flight: int | None) -> None:
+        if in_flight is not None:
+            self.live.in_flight(in_flight)

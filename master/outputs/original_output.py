@@ -33,11 +33,12 @@ from pathlib import Path
 
 from drtp.config import Config
 from drtp.errors import RunError
+from drtp.master.outputs.output import RunContext, RunOutput
 from drtp.replay.result_row import ResultRow, parse_cells
 
 log = logging.getLogger("drtp.master.outputs.original_output")
 
-__all__ = ["original_record", "original_results_path", "write_original_results"]
+__all__ = ["OriginalOutput", "original_record", "original_results_path", "write_original_results"]
 
 
 def original_results_path(cfg: Config, out_dir: Path) -> Path | None:
@@ -99,3 +100,21 @@ def write_original_results(cfg: Config, out_dir: Path, start_epoch: float, quiet
     if not quiet:
         print(f"trace.output: {n:,} requests in the original trace player's format in {path}")
     return path
+
+
+class OriginalOutput(RunOutput):
+    """``trace.output`` as one of the run's outputs: written at the run's end from requests.csv (every row is
+    in by then), before summary.json; a file it cannot write is the run's error once summary.json is written."""
+
+    name = "original output"
+
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
+
+    @classmethod
+    def open(cls, run: RunContext) -> OriginalOutput | None:
+        return cls(run) if original_results_path(run.cfg, run.out_dir) is not None else None
+
+    def finish(self, summary: dict) -> None:
+        run = self.run
+        write_original_results(run.cfg, run.out_dir, run.start_epoch, run.quiet)

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from drtp.config import Config, metrics_urls
+from drtp.master.outputs.output import RunContext, RunOutput
+from drtp.master.outputs.results_dir import write_failed
 from drtp.registry.metrics import Reading, ScrapeError, handler_of, labels_text, scrape, window
 from drtp.replay.messages import registry_base
 from drtp.replay.result_row import ResultRow
@@ -161,6 +163,49 @@ class RegistryMetrics:
             entry["slices"] = slices
             block[registry] = entry
         return block
+
+
+class RegistryMetricsOutput(RunOutput):
+    """The registries' metrics as one of the run's outputs: read on a thread of their own from right before the
+    first request to right after the last answer, and summary.json's ``registry_side``."""
+
+    name = "registry metrics"
+
+    def __init__(self, run: RunContext, endpoints: dict[str, list[str]]) -> None:
+        self.run = run
+        self.endpoints = endpoints
+        self.recorder: RegistryMetrics | None = None
+
+    @classmethod
+    def open(cls, run: RunContext) -> RegistryMetricsOutput | None:
+        endpoints = metrics_endpoints(run.cfg)
+        return cls(run, endpoints) if endpoints else None  # None: the config names no metrics endpoint
+
+    def start(self) -> None:
+        """The file, and the first reading (a bug in it costs its figures, not the run)."""
+        run, path = self.run, self.run.out_dir / METRICS_FILE
+        try:
+            recorder = RegistryMetrics(path, self.endpoints, run.clock, run.interval_s, resume=run.resume)
+        except OSError as e:
+            raise write_failed(path, e) from None
+        self.recorder = recorder
+        recorder.start()
+
+    def stop(self) -> None:
+        if self.recorder is not None:
+            self.recorder.stop()  # its last reading: after the last answer
+
+    def finish(self, summary: dict) -> None:
+        """summary.json's registry_side block (this run's rows are read back from requests.csv)."""
+        if self.recorder is None:
+            return
+        results = self.run.results
+        try:
+            side = self.recorder.registry_side(results.rows(), self.run.registry_of)
+        except OSError as e:
+            side = {"error": f"could not read back {results.path}: {e}"}
+        if side:
+            summary["registry_side"] = side
 
 
 def drtp_side(

@@ -32,7 +32,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from drtp.replay.frames import HealthPart
+from drtp.master.outputs.output import RunContext, RunOutput
+from drtp.master.outputs.stats_history import HistoryOutput
+from drtp.replay.frames import HealthPart, ResultFrame
 from drtp.replay.summary import nearest_rank
 
 CPU_LIMIT = 0.90  # share of one core: a node at or above it was short of CPU in that interval
@@ -241,3 +243,42 @@ class MasterCpu:
             now = self.clock()
             if now >= (self.index + 1) * iv:  # a timed wait may end a hair early
                 self._close(now)
+
+
+class ReplayerHealthOutput(RunOutput):
+    """The replayer's health as one of the run's outputs: the nodes' health parts from their frames, the
+    master's CPU from :class:`MasterCpu`'s thread (started and stopped with the run's requests), the history's
+    gauge columns fed as they come, summary.json's ``replayer_limited`` and ``replayer``."""
+
+    name = "replayer health"
+
+    def __init__(self, run: RunContext, health: ReplayerHealth, sampler: MasterCpu) -> None:
+        self.run = run
+        self.health = health
+        self.sampler = sampler
+
+    @classmethod
+    def open(cls, run: RunContext) -> ReplayerHealthOutput:
+        history = run.output(HistoryOutput)
+        if history is not None:
+            h = history.history
+            health = ReplayerHealth(run.interval_s, h.gauge, lambda: h.late_gauges)
+        else:
+            health = ReplayerHealth(run.interval_s)
+        return cls(run, health, MasterCpu(health, run.clock, run.interval_s))
+
+    def start(self) -> None:
+        if self.run.resume:
+            self.health.since_s = self.run.results.resumed_end  # the replayer block covers this session only
+        self.sampler.start()
+
+    def frame(self, node: str, frame: ResultFrame) -> None:
+        if frame.health:
+            self.health.add(node, frame.health)
+
+    def stop(self) -> None:
+        self.sampler.stop()
+
+    def finish(self, summary: dict) -> None:
+        # after the history's last grouping: the block counts every gauge that grouping dropped as late
+        summary.update(self.health.summary())

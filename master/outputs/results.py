@@ -8,14 +8,18 @@ results`` feeds from the file, so the two always agree.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import itertools
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from drtp.master.outputs.replayer_health import ReplayerHealth
-from drtp.master.outputs.stats_history import StatsHistory
+from drtp.errors import DrtpError
+from drtp.master.outputs.output import RunOutput
+from drtp.master.outputs.results_dir import ResultsWriteError, write_failed
 from drtp.outputs import other_columns
 from drtp.replay.frames import ResultFrame, csv_text
 from drtp.replay.messages import ReplayRequest, ReplayResult
@@ -24,30 +28,29 @@ from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_
 from drtp.replay.slo import judged_latency
 from drtp.replay.summary import PERCENTILES, LogHistogram, ResultsModel, bucket, replayer_limited_line
 
+if TYPE_CHECKING:
+    from drtp.master.run.internal_errors import InternalErrors
+
 __all__ = ["COLUMNS", "PERCENTILES", "LogHistogram", "RunResults", "bucket", "format_table"]
 
 
-class RunResults:
+class RunResults(RunOutput):
     """Writes rows as they arrive and keeps the run's figures up to date.
 
     Rows come two ways: whole frames from the client nodes (drtp.replay.frames: their CSV
     text is appended as it is, the node keeps their figures and sends its model at the end
     of its stream), and rows the master makes itself (a request lost with its node, a
     resumed run's rows, ``drtp bench``), which are counted here.
+
+    As the first of a run's outputs (drtp.master.outputs.output) it writes each frame's rows before any
+    other output counts them; it is also the run's record: the run settles it once the streams are over and
+    it writes summary.json, with the blocks the other outputs added.
     """
 
-    def __init__(
-        self,
-        out_dir: Path,
-        timed: bool,
-        on_time_s: float,
-        resume: bool = False,
-        history: StatsHistory | None = None,
-        replayer: ReplayerHealth | None = None,
-    ) -> None:
+    name = "results"
+
+    def __init__(self, out_dir: Path, timed: bool, on_time_s: float, resume: bool = False) -> None:
         self.out_dir = out_dir
-        self.history = history  # stats_history.csv: every row goes there too, grouped by interval
-        self.replayer = replayer  # the nodes' health parts (summary.json's replayer block, the history's gauges)
         self.model = ResultsModel(timed, on_time_s)
         self.streamed_failed: dict[str, int] = {}  # node -> failures in its frames whose model is not merged yet
         self.node_models: dict[str, dict] = {}  # node -> its whole model, from its stream's last frame
@@ -63,6 +66,7 @@ class RunResults:
             path.replace(old)
         self.file = open(path, "wb", buffering=0)  # each write reaches the file at once: nothing waits in a buffer
         self._write(csv_text([COLUMNS]))
+        self.resumed = 0  # rows kept of the interrupted run, right after the header
         if old is not None:
             self._reload(old)
             old.unlink()
@@ -98,11 +102,10 @@ class RunResults:
                     continue  # never answered: it is sent again
                 if not row.auxiliary:
                     self._completed(row)
-                    if self.history is not None:
-                        self.history.reloaded(row)
                 self.model.add(row)
                 kept.append(values)
         self._write(csv_text(kept))
+        self.resumed = len(kept)
 
     def _completed(self, row: ResultRow) -> None:
         """Remember a reloaded trace request: not sent again, and a layer it pushed stays addressable."""
@@ -117,25 +120,36 @@ class RunResults:
         """Write and count a result the master holds itself (``res`` None: it never came back, for ``lost_reason``);
         its rows."""
         rows = list(rows_of(node, req, res, lost_reason))
-        history = self.history
-        for row in rows:
-            self.model.add(row)
-            if history is not None:
-                history.add(row)
-        self._write(csv_text(map(cells, rows)))
+        self._add_rows(rows)
         return rows
 
+    def _add_rows(self, rows: list[ResultRow]) -> None:
+        for row in rows:
+            self.model.add(row)
+        self._write(csv_text(map(cells, rows)))
+
     def add_frame(self, node: str, frame: ResultFrame) -> None:
-        """A node's frame: its rows appended as they are, its intervals to the history, its failures counted,
-        its health parts collected."""
+        """A node's frame: its rows appended as they are, its failures counted."""
         if frame.rows:
             self._write(frame.rows)
         if frame.failed:
             self.streamed_failed[node] = self.streamed_failed.get(node, 0) + frame.failed
-        if self.history is not None and frame.intervals:
-            self.history.add_parts(frame.intervals)
-        if self.replayer is not None and frame.health:
-            self.replayer.add(node, frame.health)
+
+    def frame(self, node: str, frame: ResultFrame) -> None:
+        """A node's frame as the run feeds its outputs: its rows written, its model kept if it is the last."""
+        try:
+            self.add_frame(node, frame)
+        except OSError as e:
+            raise write_failed(self.path, e) from None
+        if frame.model is not None:
+            self.node_model(node, frame.model)
+
+    def lost(self, node: str, req: ReplayRequest, rows: list[ResultRow]) -> None:
+        """The rows of a request lost with its node (the master made them), written and counted."""
+        try:
+            self._add_rows(rows)
+        except OSError as e:
+            raise write_failed(self.path, e) from None
 
     def node_model(self, node: str, model: dict) -> None:
         """A node's last frame: its whole model, merged when the run settles."""
@@ -184,9 +198,15 @@ class RunResults:
                     continue
 
     def flush(self) -> None:
-        """Write the stats history's intervals that are over (requests.csv has no buffer to flush)."""
-        if self.history is not None:
-            self.history.tick()
+        """Nothing waits: requests.csv is written unbuffered (each row reaches the file as it is written)."""
+
+    def resumed_rows(self) -> Iterator[ResultRow]:
+        """The interrupted run's rows this run kept, as requests.csv holds them (a resumed run only)."""
+        with open(self.path, newline="") as f:
+            lines = csv.reader(f)
+            next(lines, None)  # the header
+            for values in itertools.islice(lines, self.resumed):
+                yield parse_cells(values)
 
     def summary(self, **extra) -> dict:
         return self.model.summary(**extra)
@@ -199,14 +219,41 @@ class RunResults:
         except OSError:
             pass
 
+    def write_summary(
+        self, extra: dict, failed: DrtpError | None, broken: InternalErrors, reason: Callable[[], str | None]
+    ) -> dict:
+        """Write summary.json at the run's end (``failed``: the failed write that stopped the run, if one did);
+        when even that fails, say why in the error (exit 3), with the first failure.
+
+        A bug in the results' own figures still leaves a summary.json: the run's fields without them,
+        ``complete: false``, ``reason()`` (the run's incomplete reason, asked again) and the error named."""
+        if failed is not None:
+            self.discard_unwritten()
+        try:
+            return self.close(**extra)
+        except DrtpError:
+            raise
+        except OSError as e:
+            path = self.out_dir / "summary.json"
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)  # a torn summary.json would pass for a result; none says the truth
+            why = f"{write_failed(path, e)}: the run's figures are lost"
+            if isinstance(failed, ResultsWriteError):
+                why = f"{failed}, and {why}"
+            raise ResultsWriteError(why) from None
+        except Exception as e:  # noqa: BLE001 - a bug in the results' figures: the run's own fields still go out
+            broken.add(self.name, e)
+            self.discard_unwritten()
+            extra.update(complete=False, incomplete_reason=reason(), **broken.summary())
+            path = self.out_dir / "summary.json"
+            try:
+                path.write_text(json.dumps(extra, indent=2, default=str))
+            except OSError as err:
+                raise write_failed(path, err) from None
+            return extra
+
     def close(self, **extra) -> dict:
         self.file.close()
-        if self.history is not None:
-            self.history.close()
-            if self.history.error is not None:
-                extra["stats_history_error"] = f"could not write {self.history.error}"
-            # results that reached the master after their interval's row was written (counted in a later row)
-            extra["stats_history_late"] = self.history.late
         summary = self.summary(**extra)
         (self.out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False, default=str))
         return summary

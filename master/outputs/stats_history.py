@@ -61,10 +61,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from drtp.errors import DrtpError
+from drtp.master.outputs.output import RunContext, RunOutput
 from drtp.outputs import os_reason, other_columns
-from drtp.replay.frames import IntervalPart, IntervalStats
+from drtp.replay.frames import IntervalPart, IntervalStats, ResultFrame
+from drtp.replay.messages import ReplayRequest
 from drtp.replay.result_row import ResultRow
-from drtp.replay.stats_file import STATS_COLUMNS, STATS_COUNTS, STATS_GAUGES
+from drtp.replay.stats_file import STATS_COLUMNS, STATS_COUNTS, STATS_FILE, STATS_GAUGES
 from drtp.units import MS_PER_S
 
 WRITE_LAG_S = 2.0  # how long after an interval's end its row waits for results still on their way
@@ -252,6 +254,49 @@ class StatsHistory:
         stats = self.open.pop(index, None) or IntervalStats()
         self.csv.writerow(interval_cells(stats, index * self.interval_s, end_s, self.gauges.pop(index, {})))
         self.next_index = index + 1
+
+
+class HistoryOutput(RunOutput):
+    """stats_history.csv as one of the run's outputs: the nodes' interval parts and the master's lost rows in,
+    a row per interval as each is due, and summary.json's ``stats_history_late`` (and ``stats_history_error``).
+    """
+
+    name = "stats history"
+
+    def __init__(self, run: RunContext, history: StatsHistory) -> None:
+        self.run = run
+        self.history = history
+
+    @classmethod
+    def open(cls, run: RunContext) -> HistoryOutput:
+        return cls(run, StatsHistory(run.out_dir / STATS_FILE, run.interval_s, run.clock, run.resume))
+
+    def start(self) -> None:
+        if self.run.resume:  # the interrupted run's rows that requests.csv kept
+            for row in self.run.results.resumed_rows():
+                self.history.reloaded(row)
+
+    def frame(self, node: str, frame: ResultFrame) -> None:
+        if frame.intervals:
+            self.history.add_parts(frame.intervals)
+
+    def lost(self, node: str, req: ReplayRequest, rows: list[ResultRow]) -> None:
+        add = self.history.add
+        for row in rows:
+            add(row)
+
+    def tick(self, in_flight: int | None) -> None:
+        self.history.tick()
+
+    def finish(self, summary: dict) -> None:
+        history = self.history
+        try:
+            history.close()
+        finally:  # a bug in the close still leaves what the history counted, and why it stopped
+            if history.error is not None:
+                summary["stats_history_error"] = f"could not write {history.error}"
+            # results that reached the master after their interval's row was written (counted in a later row)
+            summary["stats_history_late"] = history.late
 
 
 def interval_cells(stats: IntervalStats, begin_s: float, end_s: float, gauges: dict[str, float] | None = None) -> list:
