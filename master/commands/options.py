@@ -11,7 +11,16 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from drtp.cli_options import duration, non_negative_int, port_number, positive_duration, positive_float, refusal
+from drtp.cli_options import (
+    add_progress_options,
+    duration,
+    non_negative_int,
+    port_number,
+    positive_duration,
+    positive_float,
+    positive_int,
+    refusal,
+)
 from drtp.errors import DrtpError
 
 if TYPE_CHECKING:
@@ -110,6 +119,21 @@ def add_stats_interval_option(p: argparse.ArgumentParser) -> None:
 def add_token_file_option(p: argparse.ArgumentParser) -> None:
     """``--token-file`` of the commands that replay (the secret never on the command line itself)."""
     p.add_argument("--token-file", metavar="PATH", help=TOKEN_FILE_HELP)
+
+
+def add_replay_options(p: argparse.ArgumentParser, each: str = "") -> None:
+    """The options ``drtp run`` and ``drtp experiment`` share, in their ``--help`` order: a new one is added here.
+
+    ``each``: what an experiment's help adds to an option that applies to each of its runs."""
+    p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP + (f", {each}" if each else ""))
+    add_max_replayer_limited_option(p)
+    p.add_argument("--slo", metavar="EXPR", help=SLO_HELP + (f"; {each}" if each else ""))
+    add_rate_options(p)
+    p.add_argument("--repeat", type=positive_int, metavar="N", help=REPEAT_HELP)
+    add_token_file_option(p)
+    add_stats_interval_option(p)
+    add_live_metrics_options(p)
+    add_progress_options(p)
 
 
 def start_live_metrics(settings: RunSettings) -> LiveMetrics | None:

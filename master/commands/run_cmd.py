@@ -8,18 +8,11 @@ from __future__ import annotations
 
 import argparse
 
-from drtp.cli_options import add_config_options, add_progress_options, apply_progress_options, positive_int
+from drtp.cli_options import add_config_options, apply_progress_options
 from drtp.errors import DrtpError
 from drtp.master.commands.options import (
     EXIT_CODES_HELP,
-    MAX_FAILED_HELP,
-    REPEAT_HELP,
-    SLO_HELP,
-    add_live_metrics_options,
-    add_max_replayer_limited_option,
-    add_rate_options,
-    add_stats_interval_option,
-    add_token_file_option,
+    add_replay_options,
     say,
     start_live_metrics,
 )
@@ -74,13 +67,5 @@ def register(sub) -> None:
     p.add_argument(
         "--resume", action="store_true", help="continue the interrupted run in --out DIR; completed requests are kept"
     )
-    p.add_argument("--max-failed", metavar="N|P%", help=MAX_FAILED_HELP)
-    add_max_replayer_limited_option(p)
-    p.add_argument("--slo", metavar="EXPR", help=SLO_HELP)
-    add_rate_options(p)
-    p.add_argument("--repeat", type=positive_int, metavar="N", help=REPEAT_HELP)
-    add_token_file_option(p)
-    add_stats_interval_option(p)
-    add_live_metrics_options(p)
-    add_progress_options(p)
+    add_replay_options(p)
     p.set_defaults(func=cmd_run)
