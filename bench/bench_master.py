@@ -57,13 +57,15 @@ from prometheus_client.parser import text_string_to_metric_families
 # from a source checkout; appended, so that a round of --before/--after runs its own tree (PYTHONPATH) first
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from drtp.master.run.replay import run_replay  # noqa: E402
 from drtp.registry.local import free_port  # noqa: E402
 from drtp.trace.generate import GenerateOptions, generate  # noqa: E402
 from drtp.trace.reader import TraceReader, write_ibm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_replay import cpu_s  # noqa: E402
+from layout import drtp_module  # noqa: E402
+
+run_replay = drtp_module("drtp.master.run.replay").run_replay
 
 TOKEN = "bench-master-token-0123456789abcdef"
 
@@ -197,7 +199,8 @@ def one_run(work: Path, trace: Path, registry: str, n_nodes: int, rate: float, l
 
         extra = {}
         if live:
-            from drtp.master.outputs.live_metrics import LiveMetrics, LiveSettings
+            live_metrics = drtp_module("drtp.master.outputs.live_metrics")
+            LiveMetrics, LiveSettings = live_metrics.LiveMetrics, live_metrics.LiveSettings
 
             exporter = LiveMetrics(LiveSettings(free_port(), linger_s=0))
             exporter.start()

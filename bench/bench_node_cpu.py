@@ -130,10 +130,13 @@ def stress_round(registry: str, trace: str, warm_map: str, work: str, engine: st
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_replay import cpu_s
+    from layout import drtp_module
 
     from drtp.config import load_config
-    from drtp.master.commands.demo import start_nodes, stop_nodes
-    from drtp.master.run.replay import run_replay
+
+    start_nodes = drtp_module("drtp.master.commands.demo").start_nodes
+    stop_nodes = drtp_module("drtp.master.commands.demo").stop_nodes
+    run_replay = drtp_module("drtp.master.run.replay").run_replay
 
     token = os.urandom(16).hex()
     os.environ["DRTP_TOKEN"] = token
@@ -249,9 +252,11 @@ def measure(
             return rows
         sys.path.insert(0, str(ROOT / "bench"))
         from bench_replay import case_trace, config, warm_map, wrk_run
+        from layout import drtp_module
 
         from drtp.config import load_config
-        from drtp.master.run.warmup import run_warmup
+
+        run_warmup = drtp_module("drtp.master.run.warmup").run_warmup
         from drtp.registry.local import LocalRegistry
         from drtp.trace.reader import TraceReader
 

@@ -30,16 +30,19 @@ from pathlib import Path
 from unittest.mock import patch
 
 import yaml
+from layout import drtp_module
 
 from drtp.config import load_config
-from drtp.master.commands.demo import start_nodes, stop_nodes
-from drtp.master.run.replay import run_replay
-from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import ACCEPT
 from drtp.trace.generate import GenerateOptions, generate
 from drtp.trace.reader import TraceReader, write_ibm
 from drtp.trace.records import format_timestamp
+
+start_nodes = drtp_module("drtp.master.commands.demo").start_nodes
+stop_nodes = drtp_module("drtp.master.commands.demo").stop_nodes
+run_replay = drtp_module("drtp.master.run.replay").run_replay
+run_warmup = drtp_module("drtp.master.run.warmup").run_warmup
 
 T0 = _dt.datetime(2017, 8, 1, tzinfo=_dt.timezone.utc)
 
