@@ -8,6 +8,7 @@ master/commands/demo.py…): a round of a commit from before that finds each mod
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 # today's name -> the name the module had before master/ was grouped
@@ -19,11 +20,15 @@ OLDER_NAMES = {
 }
 
 
+def grouped() -> bool:
+    """Whether the drtp on the path has master/ in subpackages (``drtp.master.run`` a package, not a module).
+
+    Asked of the layout, not by trying today's name first: an editable install of another checkout would
+    answer for a module this commit lacks."""
+    spec = importlib.util.find_spec("drtp.master.run")
+    return spec is not None and spec.submodule_search_locations is not None
+
+
 def drtp_module(name: str) -> ModuleType:
     """The module ``name`` of the drtp on the path, under its older name in a commit from before the move."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError:
-        if name not in OLDER_NAMES:
-            raise
-        return importlib.import_module(OLDER_NAMES[name])
+    return importlib.import_module(name if grouped() else OLDER_NAMES.get(name, name))
