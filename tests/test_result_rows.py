@@ -82,7 +82,6 @@ def test_resume_keeps_completed_rows_and_refuses_other_columns(tmp_path):
     first.add("n1", push, ReplayResult(0, 201, True, 0.0, 0.5, 100, "sha256:abc"))
     first.add("n1", request(1), ReplayResult(1, 404, False, 0.5, 0.1, outcome="http"))
     first.add("n1", request(2), None, "client node n1 died")
-    first.flush()
     with open(tmp_path / "requests.csv", "a") as f:
         f.write("c1,n1,t3,GET,blob,u/r,L1,")  # torn by the interruption
     first.file.close()

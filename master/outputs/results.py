@@ -197,9 +197,6 @@ class RunResults(RunOutput):
                 except ValueError:  # the header
                     continue
 
-    def flush(self) -> None:
-        """Nothing waits: requests.csv is written unbuffered (each row reaches the file as it is written)."""
-
     def resumed_rows(self) -> Iterator[ResultRow]:
         """The interrupted run's rows this run kept, as requests.csv holds them (a resumed run only)."""
         with open(self.path, newline="") as f:
