@@ -119,7 +119,6 @@ class Replay(Dispatch):
             raise ValueError("Replay needs settings.out_dir (run_replay gives the default folder)")
         out_dir = settings.out_dir
         self.settings = settings
-        self.tags = dict(settings.tags)
         self.cfg = cfg
         self.source = source
         self.preflight = preflight
@@ -263,7 +262,7 @@ class Replay(Dispatch):
         broken.step("results", self._settle, whole)
         not_sent = total - self.results.all.requests
         extra = {
-            **self.tags,
+            **self.settings.tags,
             "mode": self.mode,
             "route": "hash" if self.ci.route else "round-robin",
             "speedup": self.ci.speedup,
