@@ -57,6 +57,7 @@ for _p in (BENCH, ROOT):  # bench_node_cpu beside this file; tests/faultproxy.py
 
 from bench_node_cpu import export  # noqa: E402
 
+from drtp.master.commands.demo import stop_nodes  # noqa: E402
 from drtp.registry.local import LocalRegistry, free_port  # noqa: E402
 from drtp.trace.generate import GenerateOptions, generate  # noqa: E402
 from drtp.trace.reader import TraceReader, write_ibm  # noqa: E402
@@ -156,17 +157,6 @@ def start_nodes(tree: Path, env: dict, logdir: Path, n: int = 2) -> list[tuple[s
                     raise RuntimeError(f"client node {address} did not start; see {logdir}") from None
                 time.sleep(0.1)
     return nodes
-
-
-def stop_nodes(nodes: list[tuple[subprocess.Popen, str]]) -> None:
-    for proc, _ in nodes:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc, _ in nodes:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def drtp(tree: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
