@@ -103,6 +103,31 @@ class Warmup(_Section):
     random: bool = True
 
 
+class UpstreamEntry(_Section):
+    """``registries[].upstream:``: the registry a pull-through cache or mirror (the entry's ``url``) fetches from.
+
+    Its keys are a registries entry's, without ``id`` (it is named after its entry), plus ``access_log``: the
+    upstream's own access log, which the master reads after a run to count what reached the upstream
+    (Distribution's JSON log, or nginx's combined log).  Warmup, the preflight's probe and, with
+    ``upstream_writes: upstream``, the trace's pushes go to the upstream directly."""
+
+    url: str  # http(s)://host:port
+    repository: str = ""
+    repository_map: str = "prefix"
+    create_repository: list[str] = []
+    username: str | None = None
+    password: str | None = None
+    password_file: str | None = None
+    credential_helper: str | None = None
+    password_command: list[str] | None = None
+    credential_ttl: str | float | None = None
+    ca_file: str | None = None
+    insecure: bool = False
+    delete_repository: Annotated[list[str], msgspec.Meta(min_length=1)] | None = None
+    metrics: str | Annotated[list[str], msgspec.Meta(min_length=1)] | None = None
+    access_log: str | None = None  # the upstream's access log: Distribution's JSON lines, or nginx's combined log
+
+
 class RegistryEntry(_Section):
     """One registry of an experiment (``registries:``), with how to reach and authenticate to it."""
 
@@ -126,6 +151,11 @@ class RegistryEntry(_Section):
     delete_repository: Annotated[list[str], msgspec.Meta(min_length=1)] | None = None
     # the registry's own Prometheus metrics: a URL, or one per member behind a load balancer (summed)
     metrics: str | Annotated[list[str], msgspec.Meta(min_length=1)] | None = None
+    # the registry a pull-through cache or mirror at ``url`` fetches from (None: ``url`` is the registry itself)
+    upstream: UpstreamEntry | None = None
+    # with an upstream, where the trace's pushes go: "upstream" (sent to it directly, as a CI system pushes to the
+    # origin while clients pull through the mirror), or "skip" (not sent, counted: a pull-only study)
+    upstream_writes: Literal["upstream", "skip"] = "upstream"
 
 
 class Simulate(_Section):
