@@ -33,6 +33,9 @@ from drtp.replay.outcome import PROTOCOL, RESET, TIMEOUT, TLS, TRUNCATED, classi
 RECV_SIZE = 1 << 18
 BODY_METHODS = frozenset(("POST", "PUT", "PATCH"))
 USER_AGENT = "drtp"
+# what drtp sends straight to a cache's upstream (warmup, probes, pushes past the cache): the upstream's access log
+# tells these apart from what the cache fetched, which carries the cache's or the replayed client's agent
+DIRECT_USER_AGENT = "drtp-direct"
 
 
 class RequestError(Exception):
