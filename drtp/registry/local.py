@@ -36,8 +36,11 @@ storage:
   maintenance:
     uploadpurging:
       enabled: false
+    readonly:
+      enabled: {readonly}
 http:
   addr: 127.0.0.1:{port}
+  secret: drtp-local-registry
 """
 
 
@@ -73,7 +76,11 @@ class LocalRegistry:
     registries send blob reads to object storage); ``delete=False`` turns the storage's
     deletes off, so every DELETE is answered 405 ``UNSUPPORTED`` (as registries that
     manage repositories through an API of their own do); ``metrics=True`` serves the registry's
-    Prometheus metrics on a second port (``http.debug``), at :attr:`metrics_url`.
+    Prometheus metrics on a second port (``http.debug``), at :attr:`metrics_url`; ``proxy={remoteurl,
+    username, password}`` makes it a pull-through cache of that upstream (start the upstream first: the
+    registry panics at start when it cannot reach it); ``readonly=True`` refuses writes (the storage's
+    maintenance mode; change :attr:`readonly` and :meth:`restart` to switch).  ``http.secret`` is fixed, so an
+    upload spans a restart.
     """
 
     def __init__(
@@ -86,6 +93,8 @@ class LocalRegistry:
         redirect: str | None = None,
         delete: bool = True,
         metrics: bool = False,
+        proxy: dict | None = None,
+        readonly: bool = False,
     ) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="drtp-registry-")
         self.workdir = Path(workdir or self._tmp.name)
@@ -96,6 +105,8 @@ class LocalRegistry:
         self.redirect = redirect
         self.delete = delete
         self.metrics_port = free_port() if metrics else None
+        self.proxy = proxy
+        self.readonly = readonly
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -115,7 +126,12 @@ class LocalRegistry:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def _config_text(self) -> str:
-        text = CONFIG_TEMPLATE.format(storage=self.workdir / "storage", port=self.port, delete=str(self.delete).lower())
+        text = CONFIG_TEMPLATE.format(
+            storage=self.workdir / "storage",
+            port=self.port,
+            delete=str(self.delete).lower(),
+            readonly=str(self.readonly).lower(),
+        )
         if self.metrics_port is not None:
             text += f"  debug:\n    addr: 127.0.0.1:{self.metrics_port}\n    prometheus:\n      enabled: true\n"
             text += "      path: /metrics\n"
@@ -125,6 +141,8 @@ class LocalRegistry:
             text += f"auth:\n  htpasswd:\n    realm: drtp-test\n    path: {self.htpasswd}\n"
         elif self.token:
             text += "auth:\n  token:\n" + "".join(f"    {k}: {v}\n" for k, v in self.token.items())
+        if self.proxy:
+            text += "proxy:\n" + "".join(f"  {k}: {v}\n" for k, v in self.proxy.items())
         if self.redirect:
             text += f"middleware:\n  storage:\n    - name: redirect\n      options:\n        baseurl: {self.redirect}\n"
         return text
@@ -175,6 +193,11 @@ class LocalRegistry:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+
+    def restart(self, timeout: float = 20.0) -> LocalRegistry:
+        """Stop and start again on the same port, with the settings as they are now (e.g. :attr:`readonly`)."""
+        self.stop()
+        return self.start(timeout)
 
     def close(self) -> None:
         self.stop()
