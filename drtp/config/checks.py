@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from drtp.config.schema import Config, RegistryEntry
+from drtp.config.schema import Config, RegistryEntry, UpstreamEntry
 from drtp.errors import ConfigError
 from drtp.registry.names import base_url_error, host_port_error
 from drtp.replay.client_profiles import agent_problem
@@ -64,6 +64,7 @@ def _check_combinations(cfg: Config, source: str) -> None:
         )
     _check_addresses(cfg, source)
     _check_secret_sources(cfg, source)
+    _check_upstreams(cfg, source)
     s = cfg.slurm
     if s is not None and s.client_port + s.tasks_per_node - 1 > 65_535:
         raise ConfigError(
@@ -77,35 +78,89 @@ SECRET_SOURCES = ("password", "password_file", "credential_helper", "password_co
 
 def _check_secret_sources(cfg: Config, source: str) -> None:
     """One place a registry's secret comes from, and a TTL only where a secret can be asked for again."""
+    for i, entry in enumerate(cfg.registries):
+        _check_secret(entry, entry.id, f"{source}: key 'registries[{i}]")
+        if entry.upstream is not None:
+            _check_secret(entry.upstream, f"{entry.id}'s upstream", f"{source}: key 'registries[{i}].upstream")
+
+
+def _check_secret(entry: RegistryEntry | UpstreamEntry, who: str, where: str) -> None:
+    """The secret rules of one entry, or of its ``upstream:`` (``where``: the file and the key's start)."""
     from drtp.units import parse_duration
 
+    given = [k for k in SECRET_SOURCES if getattr(entry, k) not in (None, "", [])]
+    if len(given) > 1:
+        raise ConfigError(
+            f"{where}.{given[1]}': {who} already has {given[0]}; "
+            "give one of password, password_file, credential_helper, password_command"
+        )
+    helper = entry.credential_helper
+    if helper is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", helper):
+        raise ConfigError(
+            f"{where}.credential_helper': {helper[:60]!r} is not a helper name "
+            "(the part after docker-credential-, e.g. ecr-login)"
+        )
+    if entry.password_command is not None and (not entry.password_command or not entry.password_command[0]):
+        raise ConfigError(f"{where}.password_command': an empty command")
+    if entry.credential_ttl is not None:
+        if helper is None and entry.password_command is None:
+            raise ConfigError(
+                f"{where}.credential_ttl': only a credential_helper or password_command secret is asked for again"
+            )
+        try:
+            ttl = parse_duration(entry.credential_ttl)
+        except ValueError as e:
+            raise ConfigError(f"{where}.credential_ttl': {e}") from None
+        if ttl <= 0:
+            raise ConfigError(f"{where}.credential_ttl': must be more than 0")
+
+
+def _check_upstreams(cfg: Config, source: str) -> None:
+    """An ``upstream:`` is an address like an entry's, under the entry's own repository names (a cache asks its
+    upstream for the names it is asked for), and ``upstream_writes`` says where pushes go only beside one."""
+    from drtp.replay.messages import registry_base
+
     for i, entry in enumerate(cfg.registries):
-        given = [k for k in SECRET_SOURCES if getattr(entry, k) not in (None, "", [])]
-        if len(given) > 1:
-            raise ConfigError(
-                f"{source}: key 'registries[{i}].{given[1]}': {entry.id} already has {given[0]}; "
-                "give one of password, password_file, credential_helper, password_command"
-            )
-        helper = entry.credential_helper
-        if helper is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", helper):
-            raise ConfigError(
-                f"{source}: key 'registries[{i}].credential_helper': {helper[:60]!r} is not a helper name "
-                "(the part after docker-credential-, e.g. ecr-login)"
-            )
-        if entry.password_command is not None and (not entry.password_command or not entry.password_command[0]):
-            raise ConfigError(f"{source}: key 'registries[{i}].password_command': an empty command")
-        if entry.credential_ttl is not None:
-            if helper is None and entry.password_command is None:
+        where = f"{source}: key 'registries[{i}]"
+        up = entry.upstream
+        if up is None:
+            if entry.upstream_writes != "upstream":  # the default: a file cannot be told apart from it
                 raise ConfigError(
-                    f"{source}: key 'registries[{i}].credential_ttl': only a credential_helper or "
-                    "password_command secret is asked for again"
+                    f"{where}.upstream_writes': {entry.id} has no upstream: (it says where pushes go beside one)"
                 )
-            try:
-                ttl = parse_duration(entry.credential_ttl)
-            except ValueError as e:
-                raise ConfigError(f"{source}: key 'registries[{i}].credential_ttl': {e}") from None
-            if ttl <= 0:
-                raise ConfigError(f"{source}: key 'registries[{i}].credential_ttl': must be more than 0")
+            continue
+        if why := base_url_error(registry_base(up.url)):
+            raise ConfigError(f"{where}.upstream.url': {why}")
+        if registry_base(up.url) == registry_base(entry.url):
+            raise ConfigError(f"{where}.upstream.url': {entry.id}'s upstream is the registry itself ({entry.url})")
+        for key, default in (("repository", ""), ("repository_map", "prefix")):
+            if getattr(up, key) not in (getattr(entry, key), default):
+                raise ConfigError(
+                    f"{where}.upstream.{key}': the cache asks its upstream for the names it is asked for: "
+                    f"give {key} in {entry.id}'s entry, not in upstream:"
+                )
+        for url in metrics_urls(up.metrics):
+            if why := _metrics_url_error(url):
+                raise ConfigError(f"{where}.upstream.metrics': {why}")
+
+
+def check_access_logs(cfg: Config) -> None:
+    """Each upstream's ``access_log`` can be read now (the upstream runs before the run starts, so its log is
+    there); a ConfigError naming the entry otherwise.  Checked when a run starts, not when the file loads:
+    ``drtp clean`` or a submit host need no access to it."""
+    for i, entry in enumerate(cfg.registries):
+        log = entry.upstream.access_log if entry.upstream is not None else None
+        if log is None:
+            continue
+        path = cfg.path(log)
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except OSError as e:
+            raise ConfigError(
+                f"{cfg.source}: key 'registries[{i}].upstream.access_log': {entry.id}'s upstream log {path} "
+                f"cannot be read ({e.strerror or e})"
+            ) from None
 
 
 def _check_addresses(cfg: Config, source: str) -> None:

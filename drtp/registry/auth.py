@@ -42,6 +42,7 @@ from urllib.parse import urlencode, urlsplit
 import msgspec
 
 from drtp.config import Config, RegistryEntry
+from drtp.config.upstreams import all_entries
 from drtp.errors import ConfigError, DrtpError
 from drtp.registry.credentials import CredentialSource, describe
 from drtp.registry.transport import Connection, RequestError
@@ -96,16 +97,18 @@ def entry_auth(entry: RegistryEntry, cfg: Config, source: CredentialSource | Non
 
 
 def config_auth(cfg: Config, sources: list[CredentialSource] | None = None) -> list[RegistryAuth]:
-    """Auth records of every ``registries:`` entry (empty when the config has only ``registry:``), from
-    ``sources`` (one per entry, in order) when the caller keeps them to renew the secrets."""
+    """Auth records of every ``registries:`` entry and of each entry's upstream (drtp.config.upstreams: empty
+    when the config has only ``registry:``), from ``sources`` (one per entry, in that order,
+    drtp.registry.credentials.config_sources) when the caller keeps them to renew the secrets."""
+    entries = all_entries(cfg)
     if sources is None:
-        return [entry_auth(e, cfg) for e in cfg.registries]
-    return [entry_auth(e, cfg, s) for e, s in zip(cfg.registries, sources, strict=True)]
+        return [entry_auth(e, cfg) for e in entries]
+    return [entry_auth(e, cfg, s) for e, s in zip(entries, sources, strict=True)]
 
 
 def registry_names(cfg: Config) -> dict[str, str]:
-    """Registry URL → its id in ``registries:``, for messages."""
-    return {e.url.rstrip("/"): e.id for e in cfg.registries}
+    """Registry URL → its id in ``registries:`` (an upstream's: ``<id>-upstream``), for messages."""
+    return {e.url.rstrip("/"): e.id for e in all_entries(cfg)}
 
 
 def masked(auth: RegistryAuth) -> str:

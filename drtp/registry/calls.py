@@ -25,7 +25,7 @@ from urllib.parse import urlencode, urljoin, urlsplit
 
 from drtp.registry.manifest import ACCEPT, SCHEMA2
 from drtp.registry.session import Session
-from drtp.registry.transport import RequestError, Response
+from drtp.registry.transport import USER_AGENT, RequestError, Response
 from drtp.replay.messages import RegistryAuth, registry_base
 
 OBJECT_PATHS = {"blob": "blobs", "manifest": "manifests"}
@@ -59,13 +59,17 @@ class RegistryCalls:
     Safe to share between threads: each thread has its own connections; a bearer token is shared.
     """
 
-    def __init__(self, registry: str, auth: RegistryAuth | None = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self, registry: str, auth: RegistryAuth | None = None, timeout: float = 60.0, agent: str = USER_AGENT
+    ) -> None:
+        """``agent``: the User-Agent of every call (drtp.registry.transport.DIRECT_USER_AGENT to a cache's
+        upstream, whose log then tells drtp's own requests from the cache's fetches)."""
         self.registry = registry
         self.base = registry_base(registry)
         self.timeout = timeout
         if auth is not None and registry_base(auth.registry) != self.base:
             auth = None  # credentials of another registry are never sent here
-        self.session = Session([auth] if auth is not None else [], timeout)
+        self.session = Session([auth] if auth is not None else [], timeout, agent=agent)
 
     def use_source(self, registry: str, source) -> None:
         """Take this registry's secret from a master's credential source (renewed near its TTL and when

@@ -36,6 +36,7 @@ from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from drtp.config import Config, RegistryEntry
+from drtp.config.upstreams import all_entries
 from drtp.errors import ConfigError, DrtpError, one_line
 from drtp.units import parse_duration
 
@@ -249,5 +250,6 @@ def _exit_text(code: int) -> str:
 
 
 def config_sources(cfg: Config) -> list[CredentialSource]:
-    """The credential source of every ``registries:`` entry (helpers and commands asked once, now)."""
-    return [CredentialSource(e, cfg) for e in cfg.registries]
+    """The credential source of every ``registries:`` entry and upstream (drtp.config.upstreams.all_entries: the
+    order of drtp.registry.auth.config_auth), helpers and commands asked once, now."""
+    return [CredentialSource(e, cfg) for e in all_entries(cfg)]

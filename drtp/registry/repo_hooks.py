@@ -30,6 +30,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from drtp.config.upstreams import upstream_entry
 from drtp.errors import ConfigError, RunError, one_line
 
 if TYPE_CHECKING:
@@ -91,9 +92,12 @@ def create_repositories(cfg: Config, repositories: list[str], map_path: Path | N
     (None: keep no record). Returns how many hooks ran; the first failure stops
     the others and raises.
     """
-    if len(cfg.registries) != 1 or not cfg.registries[0].create_repository:
+    if len(cfg.registries) != 1:
         return 0
-    entry = cfg.registries[0]
+    # a cache's warmup writes into its upstream: the upstream's hook creates the repositories there
+    entry = upstream_entry(cfg.registries[0]) or cfg.registries[0]
+    if not entry.create_repository:
+        return 0
     registry = entry.url.rstrip("/")
     record = created_path(map_path) if map_path is not None else None
     done = _created_before(record, registry) if record is not None else set()

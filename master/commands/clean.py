@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drtp.config import Config
+from drtp.config.upstreams import upstreams
 from drtp.errors import ConfigError, DrtpError, RunError
 from drtp.exit_codes import ExitCode
 from drtp.master.commands.clean_records import Pushed, read_ledgers, read_maps, read_runs, targets, warmup_maps
@@ -47,6 +48,7 @@ from drtp.master.run.push_ledger import mark_cleared
 from drtp.registry.calls import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryCalls
 from drtp.registry.manifest import ACCEPT
 from drtp.registry.repo_hooks import HookError, run_hook
+from drtp.registry.transport import DIRECT_USER_AGENT, USER_AGENT
 from drtp.replay.run_dirs import run_dirs_in
 
 log = logging.getLogger("drtp.clean")
@@ -116,7 +118,8 @@ def _parallel(fn: Callable, items: list, threads: int) -> list:
 
 def clean_registry(target: Pushed, cfg: Config, yes: bool, threads: int) -> RegistryCleanup:
     """Dry run (``yes`` False: look, delete nothing) or delete one registry's objects: manifests, then blobs."""
-    calls = RegistryCalls(target.registry, target.auth, timeout=60)
+    direct = target.registry in upstreams(cfg).values()  # a cache's upstream: drtp's requests apart in its log
+    calls = RegistryCalls(target.registry, target.auth, timeout=60, agent=DIRECT_USER_AGENT if direct else USER_AGENT)
     out = RegistryCleanup()
     keep: dict[str, set[str]] = {}
     repos = target.repositories()

@@ -17,6 +17,7 @@ from glob import escape as glob_escape
 from pathlib import Path
 
 from drtp.config import Config, RegistryEntry
+from drtp.config.upstreams import all_entries
 from drtp.errors import DrtpError
 from drtp.master.run.plan import registry_for
 from drtp.master.run.push_ledger import LEDGER_INFIX, LedgerRead, ledger_path, pushed_by_rows, read_ledger
@@ -51,14 +52,14 @@ class Pushed:
 
 
 def _entry_of(cfg: Config, base: str) -> RegistryEntry | None:
-    return next((e for e in cfg.registries if registry_base(e.url) == base), None)
+    return next((e for e in all_entries(cfg) if registry_base(e.url) == base), None)
 
 
 def targets(cfg: Config, only: str | None) -> dict[str, Pushed]:
     """The registries to clean (base URL → its record), from both ``registry:`` and ``registries:``."""
     auths = config_auth(cfg)
     names: dict[str, str] = {}
-    for e in cfg.registries:
+    for e in all_entries(cfg):  # a cache's upstream too: its warmup and pushes went there
         names.setdefault(registry_base(e.url), e.id)
     for r in cfg.registry:
         names.setdefault(registry_base(r), r)
@@ -102,7 +103,8 @@ def warmup_maps(cfg: Config, chosen: Iterable[str]) -> dict[Path, set[str]]:
         if base in plain:
             maps[cfg.path(cfg.warmup.output)].add(base)
         for e in cfg.registries:
-            if registry_base(e.url) == base:
+            # a cache's upstream was written into by the cache's warmup and runs: its records lie beside that map
+            if base in (registry_base(e.url), registry_base(e.upstream.url) if e.upstream else None):
                 maps[cfg.path(registry_config(cfg, e).warmup.output)].add(base)
     configured = range(1, cfg.repeat + 1) if cfg.repeat > 1 and cfg.repeat_state == "fresh" else ()
     out: dict[Path, set[str]] = {}

@@ -100,6 +100,11 @@ class Dispatch:
                 else:
                     at = None  # stress: as soon as possible (no look at the record's time, which costs)
                 uri = rec.parts  # split once: hold, route and plan all look at it
+                if self.planner.routes and self.planner.skips(rec, uri):  # upstream_writes: skip (counted)
+                    seq += 1
+                    if self.bar is not None:
+                        self.bar.update(1)
+                    continue
                 if self.held.hold(rec, seq, at, uri):  # it waits for a request in flight; other clients go on
                     seq += 1
                     if len(self.held) >= cap and not self._wait_held(cap // 2):

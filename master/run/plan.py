@@ -39,6 +39,10 @@ duration, seconds after the trace's first request; a registry log's timestamp is
 its duration is subtracted) and, for the requests of a blob upload, the key of its upload session
 (:meth:`Planner.upload_of`): the node overlaps a trace client's requests only as the trace did and never
 two requests of one upload session (client/client_gate.py).
+
+A registry with an upstream (a pull-through cache, which refuses pushes) has its trace's writes
+(:func:`is_write`) sent to the upstream, under drtp's own User-Agent so the upstream's log tells them from
+the cache's fetches, or, with ``upstream_writes: skip``, not sent and counted (:meth:`Planner.skips`).
 """
 
 from __future__ import annotations
@@ -49,16 +53,19 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
+from drtp.config import Config
 from drtp.registry.manifest import placeholder_digest
 from drtp.registry.names import is_digest
 from drtp.registry.repo_names import RepositoryMap
+from drtp.registry.transport import DIRECT_USER_AGENT
 from drtp.replay.client_profiles import header_safe
-from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for
+from drtp.replay.messages import Layer, ReplayRequest, ReplayResult, op_for, registry_base
 from drtp.trace.records import TraceRecord, Uri
 
 MAX_IMAGE_BLOBS = 128  # blobs kept per image: Docker allows 127 layers, plus the config
 MAX_UNPAIRED = 64  # upload opens without an id kept per (client, repository) for the PATCH/PUT that follow
 UPLOAD_METHODS = ("POST", "PATCH", "PUT")
+WRITE_METHODS = frozenset(("POST", "PATCH", "PUT", "DELETE"))
 
 
 def upload_id(uri_text: str, uri: Uri) -> str | None:
@@ -106,9 +113,44 @@ def op_of(rec: TraceRecord, uri: Uri | None = None) -> str:
     return op_for(rec.method, (uri or rec.parts).kind)
 
 
+def is_write(method: str, kind: str, reference: str) -> bool:
+    """Whether a trace request writes, or belongs to a write: a push's requests (an upload's POST, PATCH, PUT
+    and status GET, a manifest PUT) and a DELETE — what a pull-through cache refuses."""
+    return method in WRITE_METHODS or (kind == "blob" and reference.startswith("uploads"))
+
+
+def write_targets(routes: dict[str, str | None]) -> list[str]:
+    """The upstreams a run's writes go to (:attr:`Planner.routes`): registries its nodes must be allowed to reach."""
+    return sorted({t for t in routes.values() if t is not None})
+
+
+def upstream_writes(summary: dict, cfg: Config, skipped: dict[str, int]) -> None:
+    """summary.json's ``upstream[<registry id>]["writes"]`` for each registry with an upstream: where the trace's
+    writes went (``to``: ``upstream`` or ``skip``) and how many were not sent (``skipped``).  The other keys of
+    ``upstream[<id>]`` (what reached the upstream) are another output's, in the same dict."""
+    for e in cfg.registries:
+        if e.upstream is None or registry_base(e.url) not in {registry_base(r) for r in cfg.registry}:
+            continue
+        block = summary.setdefault("upstream", {}).setdefault(e.id, {})
+        block["writes"] = {"to": e.upstream_writes, "skipped": skipped.get(registry_base(e.url), 0)}
+
+
 class Planner:
-    def __init__(self, registries: list[str], completion_stamped: bool = False, namespace: str = "") -> None:
+    def __init__(
+        self,
+        registries: list[str],
+        completion_stamped: bool = False,
+        namespace: str = "",
+        writes: dict[str, str | None] | None = None,
+    ) -> None:
+        """``writes`` (drtp.config.upstreams.write_routes): the base URL of each registry with an upstream →
+        the upstream's base URL, where its trace's writes are sent (with drtp's own User-Agent for direct
+        requests), or None: its writes are skipped (:meth:`skips`), counted in :attr:`skipped`."""
         self.registries = registries
+        writes = writes or {}
+        # per address of ``registries``: the target of its writes (None: skipped); empty without an upstream
+        self.routes = {r: writes[registry_base(r)] for r in registries if registry_base(r) in writes}
+        self.skipped: dict[str, int] = defaultdict(int)  # base URL of a registry -> its trace writes not sent
         self.namespace = namespace  # a repetition's repository prefix: not part of the spread (registry_for)
         # the trace's timestamps are completions (a registry log): a request arrived its duration earlier
         self.completion_stamped = completion_stamped
@@ -275,6 +317,8 @@ class Planner:
         duration = rec.duration
         start -= self.origin + (duration if self.completion_stamped else 0.0)
         agent = rec.useragent  # an AgentRecord's (user_agent: trace); a plain TraceRecord has none
+        if self.routes and (target := self.routes.get(registry)) is not None and is_write(rec.method, kind, ref):
+            registry, agent = target, DIRECT_USER_AGENT  # a cache's upstream takes the push, apart in its log
         # positional, in ReplayRequest's field order: its 22 keywords were packed into a dict and matched by name
         # for every request, some 8 % of the master's instructions per request (tests/test_replay_plan.py
         # checks that each value lands in its field)
@@ -302,6 +346,17 @@ class Planner:
             upload,  # upload
             header_safe(agent) if agent else None,  # user_agent
         )
+
+    def skips(self, rec: TraceRecord, uri: Uri) -> bool:
+        """Whether ``rec`` is a write of a registry whose upstream takes no writes (``upstream_writes: skip``):
+        not sent, counted in :attr:`skipped`; later reads of what it would have pushed find nothing."""
+        registry = registry_for(uri.repository, self.registries, self.namespace)
+        if registry not in self.routes or self.routes[registry] is not None:
+            return False
+        if not is_write(rec.method, uri.kind, uri.reference):
+            return False
+        self.skipped[registry_base(registry)] += 1
+        return True
 
     def replayed(self, rec: TraceRecord, uri: Uri | None = None, assume_found: bool = False) -> None:
         """A record an interrupted run already completed (resume): keep the image bookkeeping only.

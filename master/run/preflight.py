@@ -7,8 +7,9 @@ the probe repository (``drtp-preflight`` as the entry's ``repository_map`` names
 ``<prefix>drtp-preflight``, a name every registry takes) (POST + monolithic PUT) and a pull of it (GET,
 bytes compared by count), then a DELETE of the probe, so that a check leaves
 nothing behind where the registry deletes (a registry that refuses keeps it:
-``drtp clean`` names that repository among what is left).  A failure is one line naming the registry and the
-missing or invalid credential; the password is never part of it.
+``drtp clean`` names that repository among what is left).  A pull-through cache refuses pushes: its
+upstream gets the probe, the cache the ``/v2/`` check (:func:`preflight_all`).  A failure is one line
+naming the registry and the missing or invalid credential; the password is never part of it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from drtp.registry.auth import masked
 from drtp.registry.manifest import digest_of
 from drtp.registry.repo_names import PROBE
 from drtp.registry.spec_session import spec_session
-from drtp.replay.messages import RegistryAuth, RunSpec, registry_base
+from drtp.registry.transport import DIRECT_USER_AGENT
+from drtp.replay.messages import ClientModel, RegistryAuth, RunSpec, registry_base
 
 PROBE_SIZE = 1024
 
@@ -50,16 +52,30 @@ def _why(r, name: str, auth: RegistryAuth | None, action: str) -> str:
 
 
 def preflight(
-    registry: str, auth: RegistryAuth | None, name: str = "", repository: str = PROBE, push: bool = True
+    registry: str,
+    auth: RegistryAuth | None,
+    name: str = "",
+    repository: str = PROBE,
+    push: bool = True,
+    agent: str = "",
 ) -> dict:
     """Check one registry; returns timings, raises PreflightError with one clear line.
 
     ``repository``: where the probe blob goes (:meth:`RepositoryMap.probe`).
     ``push=False`` checks only that ``/v2/`` answers (authenticated), writing nothing.
+    ``agent``: the User-Agent of its requests ("": drtp's own).
     """
     name = name or registry
     base = registry_base(registry)
-    spec = RunSpec("preflight", time.time(), threads=1, timeout=15.0, auth=[auth] if auth else [], registries=[base])
+    spec = RunSpec(
+        "preflight",
+        time.time(),
+        threads=1,
+        timeout=15.0,
+        auth=[auth] if auth else [],
+        registries=[base],
+        client=ClientModel(user_agent=agent),
+    )
     session = spec_session(spec)
     repo = repository
     t0 = time.perf_counter()
@@ -87,15 +103,31 @@ def preflight(
 
 
 def preflight_all(
-    registries: list[str], auths: list[RegistryAuth], names: dict[str, str] | None = None, repository: str = PROBE
+    registries: list[str],
+    auths: list[RegistryAuth],
+    names: dict[str, str] | None = None,
+    repository: str = PROBE,
+    upstreams: dict[str, str] | None = None,
 ) -> None:
     """Check each registry in turn; the first failure raises.
 
     Registries of ``registries:`` entries get the full check (push and pull of a probe blob); the
     plain ``registry:`` list keeps the original check (``/v2/`` answers), which writes nothing.
+    ``upstreams`` (drtp.config.upstreams.upstreams: a cache's base URL → its upstream's): a pull-through
+    cache refuses pushes, so a cache gets the ``/v2/`` check and its upstream the probe; every request sent
+    straight to an upstream carries DIRECT_USER_AGENT (a warmup checks the upstreams it writes into).
     """
     from drtp.registry.auth import auth_for
 
+    names = names or {}
+    upstreams = upstreams or {}
+    direct = set(upstreams.values())
     for reg in registries:
         auth = auth_for(reg, auths)
-        preflight(reg, auth, (names or {}).get(reg, ""), repository, push=auth is not None)
+        base = registry_base(reg)
+        up = upstreams.get(base)
+        agent = DIRECT_USER_AGENT if base in direct else ""
+        preflight(reg, auth, names.get(reg, ""), repository, push=auth is not None and up is None, agent=agent)
+        if up is not None:
+            up_auth = auth_for(up, auths)
+            preflight(up, up_auth, names.get(up, ""), repository, push=up_auth is not None, agent=DIRECT_USER_AGENT)

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from drtp.config import Config, redacted
+from drtp.config.checks import check_access_logs
+from drtp.config.upstreams import upstreams, write_routes
 from drtp.errors import DrtpError, RunError
 from drtp.master.outputs.output import RunContext
 from drtp.master.outputs.results import RunResults, format_table
@@ -47,7 +49,7 @@ from drtp.master.run.dispatch import Dispatch
 from drtp.master.run.held import HeldRecords
 from drtp.master.run.internal_errors import InternalErrors, InternalRunError
 from drtp.master.run.nodes import NodeLink
-from drtp.master.run.plan import Planner, registry_for, with_names
+from drtp.master.run.plan import Planner, registry_for, upstream_writes, with_names, write_targets
 from drtp.master.run.preflight import preflight_all
 from drtp.master.run.push_ledger import PushLedger
 from drtp.master.run.renewal import SecretRenewal
@@ -144,7 +146,9 @@ class Replay(Dispatch):
         self.client = client_model(self.ci)  # how each trace client behaves on the nodes
         # a per-client order is kept on one node: round-robin then spreads trace clients, not requests
         self.router = Router(list(self.links), hashed=self.ci.route, per_client=self.client.concurrency != UNLIMITED)
-        self.planner = planner if planner is not None else Planner(self.registries, namespace=cfg.namespace)
+        if planner is None:  # a cache's writes go to its upstream, or are skipped (upstream_writes)
+            planner = Planner(self.registries, namespace=cfg.namespace, writes=write_routes(cfg))
+        self.planner = planner
         self.cap = max(1, self.ci.inflight)  # requests out at one node at most
         self.batch = max(1, self.ci.batch)
         self.refill_at = max(0, self.cap - self.batch)  # at the cap, wait until a whole batch fits again
@@ -204,7 +208,9 @@ class Replay(Dispatch):
             self.planner.completion_stamped = completion_stamped(self.cfg.trace_paths(), fmt)
             log.info("trace checked: %d requests; preflight of %s", total, ", ".join(self.registries))
             if self.preflight:
-                preflight_all(self.registries, self.auths, registry_names(self.cfg), self.names.probe())
+                check_access_logs(self.cfg)  # an upstream's log the run will read (exit 2 before anything is sent)
+                probe = self.names.probe()
+                preflight_all(self.registries, self.auths, registry_names(self.cfg), probe, upstreams(self.cfg))
             for link in self.links.values():
                 link.check()
             log.info("warmup map: %d objects; nodes up: %s", self._load_warmup(), ", ".join(self.links))
@@ -230,7 +236,7 @@ class Replay(Dispatch):
         spec = RunSpec(
             run_id, start_epoch, threads=ci.threads, timeout=ci.timeout, connect_timeout=ci.connect_timeout,
             retries=ci.retries, random=self.cfg.warmup.random, auth=self.auths, engine=engine,
-            registries=[registry_base(r) for r in self.registries],  # a node refuses any other target
+            registries=[registry_base(r) for r in self.registries] + write_targets(self.planner.routes),  # only these
             timed=timed, on_time_s=ci.on_time_ms / 1000, stats_interval_s=self.stats_interval_s, client=self.client,
             live=self.live is not None,
         )  # fmt: skip
@@ -260,7 +266,8 @@ class Replay(Dispatch):
             set() if stop is not None else {n for n, link in self.links.items() if link.finished and n not in self.dead}
         )
         broken.step("results", self._settle, whole)
-        not_sent = total - self.results.all.requests
+        skipped = sum(self.planner.skipped.values())  # upstream_writes: skip: never sent, by design
+        not_sent = total - self.results.all.requests - skipped
         extra = {
             **self.settings.tags,
             "mode": self.mode,
@@ -279,6 +286,7 @@ class Replay(Dispatch):
             "interrupted": stop is Stop.INTERRUPTED,
             "not_sent": not_sent,
         }
+        upstream_writes(extra, self.cfg, self.planner.skipped)  # summary.json's upstream[id]["writes"]
         # each output's block, in the outputs' order (master.outputs.run_outputs); a file one could not write
         # (trace.output) is the run's error once summary.json, which says if it failed, is written
         not_written = self.outputs.finish(extra, broken)

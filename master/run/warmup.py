@@ -23,6 +23,9 @@ registry, repository, kind, reference, digest, size), so an interrupted warmup r
 and a finished one does nothing the second time.  Each warmup checks the config blob is in those
 repositories (a HEAD each) and pushes it where it is missing; the map has one line of kind
 ``config`` per repository it is in (for ``drtp clean``; the run's planner learns only blobs).
+
+A registry with an ``upstream:`` (a pull-through cache, which refuses pushes) is warmed through its upstream,
+with drtp's own User-Agent for direct requests: its map lines name the upstream, where ``drtp clean`` deletes.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from functools import partial
 from pathlib import Path
 
 from drtp.config import Config
+from drtp.config.upstreams import upstreams, write_target
 from drtp.errors import RunError
 from drtp.master.run.plan import Planner, registry_for, with_names
 from drtp.master.run.preflight import preflight_all
@@ -53,6 +57,8 @@ from drtp.registry.manifest import CONFIG_BLOB, CONFIG_DIGEST, build_manifest, d
 from drtp.registry.names import is_digest
 from drtp.registry.repo_hooks import create_repositories
 from drtp.registry.repo_names import RepositoryMap
+from drtp.registry.transport import DIRECT_USER_AGENT, USER_AGENT
+from drtp.replay.messages import registry_base
 from drtp.trace.reader import TraceReader
 from drtp.trace.records import Mount
 
@@ -165,7 +171,9 @@ class Warmup:
     def __init__(self, cfg: Config, quiet: bool = False) -> None:
         self.cfg = cfg
         self.quiet = quiet
-        self.registries = cfg.require("registry")
+        # a pull-through cache refuses pushes: its upstream is warmed (the run reads through the cache)
+        self.upstreams = upstreams(cfg)
+        self.registries = [write_target(r, self.upstreams) for r in cfg.require("registry")]
         self.map_path = cfg.path(cfg.warmup.output)
         self.sources = config_sources(cfg)  # a helper's secret is asked for again as it nears its TTL
         self.auths = config_auth(cfg, self.sources)
@@ -179,7 +187,10 @@ class Warmup:
     def _calls(self, registry: str) -> RegistryCalls:
         calls = self.calls.get(registry)
         if calls is None:
-            calls = self.calls[registry] = RegistryCalls(registry, auth_for(registry, self.auths), timeout=60)
+            direct = registry_base(registry) in self.upstreams.values()  # drtp's own requests, apart in its log
+            agent = DIRECT_USER_AGENT if direct else USER_AGENT
+            calls = RegistryCalls(registry, auth_for(registry, self.auths), timeout=60, agent=agent)
+            self.calls[registry] = calls
             for auth, source in zip(self.auths, self.sources, strict=True):
                 calls.use_source(auth.registry, source)
         return calls
@@ -305,7 +316,7 @@ class Warmup:
         planned = time.perf_counter()
         probe = names.probe()
         create_repositories(self.cfg, names.repositories(), self.map_path, quiet=self.quiet)
-        preflight_all(self.registries, self.auths, registry_names(self.cfg), probe)
+        preflight_all(self.registries, self.auths, registry_names(self.cfg), probe, self.upstreams)
         t0 += time.perf_counter() - planned  # the preflight is not warmup time
         self._load_done()
         blob_jobs = []

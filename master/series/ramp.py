@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from drtp.config import Config
+from drtp.config.upstreams import write_routes
 from drtp.config_overrides import Override
 from drtp.errors import DrtpError
 from drtp.master.outputs.results_dir import remove_if_empty, write_failed
@@ -198,7 +199,8 @@ def run_ramp(cfg: Config, out: Path, plan: RampPlan, settings: RunSettings, live
         "broke": False,  # a step broke the objectives (False with a knee: every step held, up to --to)
         "complete": False,
     }
-    planner = Planner(cfg.require("registry"))  # one for every step: the trace goes on from step to step
+    # one for every step: the trace goes on from step to step
+    planner = Planner(cfg.require("registry"), writes=write_routes(cfg))
     run_dir: Path | None = None
     try:
         for i, rate in enumerate(plan.rates()):
