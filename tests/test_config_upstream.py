@@ -1,0 +1,128 @@
+"""A registries entry's ``upstream:``: its checks (one line naming the key, exit 2), and the upstream as an entry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drtp.config import ConfigError, load_config
+from drtp.config.checks import check_access_logs
+from drtp.config.upstreams import all_entries, upstream_entry, write_routes
+from drtp.master.run.plan import Planner, is_write, upstream_writes
+from drtp.registry.auth import config_auth, registry_names
+
+CACHE = "registries:\n  - id: mirror\n    url: http://127.0.0.1:5000\n    insecure: true\n"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("upstream", "message"),
+    [
+        ("    upstream: {insecure: true}\n", "missing key 'registries[0].upstream.url'"),
+        (
+            "    upstream: {url: 'http://127.0.0.1:6000', password: a, password_file: b}\n",
+            "key 'registries[0].upstream.password_file': mirror's upstream already has password",
+        ),
+        ("    upstream: {url: 'http://127.0.0.1:6000/v2/x'}\n", "key 'registries[0].upstream.url'"),
+        ("    upstream: {url: 'ftp://127.0.0.1:6000'}\n", "key 'registries[0].upstream.url'"),
+        ("    upstream: {url: 'http://127.0.0.1:5000'}\n", "upstream is the registry itself"),
+        ("    upstream: {url: 'http://127.0.0.1:6000', credential_helper: 'a b'}\n", "upstream.credential_helper'"),
+        (
+            "    upstream: {url: 'http://127.0.0.1:6000', repository: 'org/'}\n",
+            "key 'registries[0].upstream.repository'",
+        ),
+        ("    upstream: {url: 'http://127.0.0.1:6000', metrics: 'x'}\n", "key 'registries[0].upstream.metrics'"),
+        ("    upstream: {url: 'http://127.0.0.1:6000', colour: red}\n", "registries[0].upstream"),
+        ("    upstream_writes: skip\n", "key 'registries[0].upstream_writes': mirror has no upstream"),
+        ("    upstream: {url: 'http://127.0.0.1:6000'}\n    upstream_writes: later\n", "registries[0].upstream_writes"),
+    ],
+)
+def test_bad_upstreams_name_the_key(tmp_path, upstream, message):
+    path = write(tmp_path, CACHE + upstream)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    text = str(err.value)
+    assert message in text and str(path) in text and "\n" not in text
+
+
+def test_bad_upstream_exits_2_with_one_line(tmp_path):
+    path = write(tmp_path, CACHE + "    upstream: {url: 'http://127.0.0.1:6000', password: a, password_file: b}\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "drtp.cli", "clean", "-c", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "registries[0].upstream.password_file" in r.stderr
+
+
+def test_an_upstream_over_http_needs_insecure_as_an_entry_does(tmp_path):
+    cfg = load_config(write(tmp_path, CACHE + "    upstream: {url: 'http://127.0.0.1:6000'}\n"))
+    with pytest.raises(ConfigError, match=r"registries\[mirror-upstream\]: plain http .* 'insecure: true'"):
+        config_auth(cfg)
+
+
+def test_an_unreadable_ca_file_of_the_upstream_names_it(tmp_path):
+    up = "    upstream: {url: 'https://127.0.0.1:6000', ca_file: missing.pem}\n"
+    cfg = load_config(write(tmp_path, CACHE + up))
+    with pytest.raises(ConfigError, match=r"registries\[mirror-upstream\]: cannot read ca_file missing.pem"):
+        config_auth(cfg)
+
+
+def test_an_unreadable_access_log_is_one_line_naming_the_entry(tmp_path):
+    up = "    upstream: {url: 'http://127.0.0.1:6000', insecure: true, access_log: gone.log}\n"
+    cfg = load_config(write(tmp_path, CACHE + up))  # loads: the log is read by a run, checked when it starts
+    with pytest.raises(ConfigError) as err:
+        check_access_logs(cfg)
+    text = str(err.value)
+    assert "key 'registries[0].upstream.access_log': mirror's upstream log" in text and "gone.log" in text
+    assert "\n" not in text
+    (tmp_path / "gone.log").write_text("")
+    check_access_logs(cfg)  # readable now
+
+
+def test_the_upstream_is_an_entry_of_its_own(tmp_path):
+    up = "    upstream: {url: 'http://127.0.0.1:6000/', insecure: true, username: u, password: p}\n"
+    cfg = load_config(write(tmp_path, CACHE + "    repository: org/\n" + up))
+    entry = upstream_entry(cfg.registries[0])
+    assert entry is not None and entry.id == "mirror-upstream" and entry.repository == "org/"
+    assert [e.id for e in all_entries(cfg)] == ["mirror", "mirror-upstream"]
+    auths = config_auth(cfg)
+    assert [(a.registry, a.name, a.username) for a in auths] == [
+        ("http://127.0.0.1:5000", "mirror", None),
+        ("http://127.0.0.1:6000", "mirror-upstream", "u"),
+    ]
+    assert registry_names(cfg)["http://127.0.0.1:6000"] == "mirror-upstream"
+    assert write_routes(cfg) == {"http://127.0.0.1:5000": "http://127.0.0.1:6000"}
+
+
+@pytest.mark.parametrize(
+    ("method", "kind", "ref", "write"),
+    [
+        ("GET", "blob", "abc", False),
+        ("HEAD", "manifest", "latest", False),
+        ("POST", "blob", "uploads", True),
+        ("PATCH", "blob", "uploads/1", True),
+        ("GET", "blob", "uploads/1", True),  # an upload's status: the session lives on the upstream
+        ("PUT", "manifest", "latest", True),
+        ("DELETE", "manifest", "latest", True),
+    ],
+)
+def test_what_is_a_write(method, kind, ref, write):
+    assert is_write(method, kind, ref) is write
+
+
+def test_upstream_writes_block_sits_beside_other_keys(tmp_path):
+    up = "    upstream: {url: 'http://127.0.0.1:6000', insecure: true}\n    upstream_writes: skip\n"
+    cfg = load_config(write(tmp_path, "registry: ['http://127.0.0.1:5000']\n" + CACHE + up))
+    planner = Planner(cfg.registry, writes=write_routes(cfg))
+    assert planner.routes == {"http://127.0.0.1:5000": None}
+    summary = {"upstream": {"mirror": {"requests": {}}}}
+    upstream_writes(summary, cfg, {"http://127.0.0.1:5000": 7})
+    assert summary == {"upstream": {"mirror": {"requests": {}, "writes": {"to": "skip", "skipped": 7}}}}
