@@ -53,6 +53,13 @@ def test_bad_upstreams_name_the_key(tmp_path, upstream, message):
     assert message in text and str(path) in text and "\n" not in text
 
 
+def test_an_upstreams_id_is_its_own(tmp_path):
+    text = CACHE + "    upstream: {url: 'http://127.0.0.1:6000', insecure: true}\n"
+    text += "  - {id: mirror-upstream, url: 'http://127.0.0.1:7000', insecure: true}\n"
+    with pytest.raises(ConfigError, match=r"registries\[0\].upstream': its upstream is named mirror-upstream"):
+        load_config(write(tmp_path, text))
+
+
 def test_bad_upstream_exits_2_with_one_line(tmp_path):
     path = write(tmp_path, CACHE + "    upstream: {url: 'http://127.0.0.1:6000', password: a, password_file: b}\n")
     r = subprocess.run(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from drtp.config.schema import Config, RegistryEntry, UpstreamEntry
+from drtp.config.upstreams import UPSTREAM_SUFFIX
 from drtp.errors import ConfigError
 from drtp.registry.names import base_url_error, host_port_error
 from drtp.replay.client_profiles import agent_problem
@@ -131,6 +132,11 @@ def _check_upstreams(cfg: Config, source: str) -> None:
             continue
         if why := base_url_error(registry_base(up.url)):
             raise ConfigError(f"{where}.upstream.url': {why}")
+        if any(other.id == entry.id + UPSTREAM_SUFFIX for other in cfg.registries):
+            raise ConfigError(
+                f"{where}.upstream': its upstream is named {entry.id}{UPSTREAM_SUFFIX}, another entry's id: "
+                "rename that one"
+            )
         if registry_base(up.url) == registry_base(entry.url):
             raise ConfigError(f"{where}.upstream.url': {entry.id}'s upstream is the registry itself ({entry.url})")
         for key, default in (("repository", ""), ("repository_map", "prefix")):
