@@ -10,6 +10,7 @@ drtp sent it straight carries ``drtp-direct``, what the cache fetched does not.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -166,6 +167,11 @@ def test_clean_deletes_from_the_upstream_what_was_pushed_there(pushed_upstream):
     upstream = s["upstream"]
     assert tag_dirs(upstream)
     before = len(upstream_requests(upstream))
+    # a run's requests.csv names its pushes to the upstream too (--run): the upstream is what is cleaned
+    dry = drtp_cli("clean", "-c", str(s["config"]), "--run", str(s["dir"] / "exp" / "cache"), "--registry", "cache")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "registry cache-upstream" in dry.stdout and "registry cache " not in dry.stdout, dry.stdout
+    assert re.search(r"[1-9][0-9]* pushes in the requests.csv of 1 run", dry.stdout), dry.stdout
     r = drtp_cli("clean", "-c", str(s["config"]), "--yes")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "cache-upstream" in r.stdout

@@ -17,7 +17,7 @@ from glob import escape as glob_escape
 from pathlib import Path
 
 from drtp.config import Config, RegistryEntry
-from drtp.config.upstreams import all_entries
+from drtp.config.upstreams import all_entries, upstreams, write_routes
 from drtp.errors import DrtpError
 from drtp.master.run.plan import registry_for
 from drtp.master.run.push_ledger import LEDGER_INFIX, LedgerRead, ledger_path, pushed_by_rows, read_ledger
@@ -70,6 +70,11 @@ def targets(cfg: Config, only: str | None) -> dict[str, Pushed]:
         if not chosen:
             raise DrtpError(f"--registry {only}: not a registry of {cfg.source} (one of: {', '.join(names.values())})")
         names = chosen
+    # a pull-through cache holds nothing drtp pushed (it refuses pushes): its upstream is cleaned in its stead
+    for cache, up in upstreams(cfg).items():
+        if cache in names:
+            del names[cache]
+            names.setdefault(up, _entry_of(cfg, up).id)
     out = {}
     for base, name in names.items():
         entry = _entry_of(cfg, base)
@@ -205,6 +210,8 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
     from drtp.analysis.results import read_run_files, rows
 
     n, notes = 0, []
+    # a cache's pushes went to its upstream (upstream_writes: upstream): its rows' pushes are the upstream's
+    routes = {cache: up for cache, up in write_routes(cfg).items() if up is not None}
     for run_dir in run_dirs:
         df, summary = read_run_files(run_dir)
         ran = summary.get("registries")
@@ -218,13 +225,14 @@ def read_runs(cfg: Config, run_dirs: list[Path], pushed: dict[str, Pushed], only
         unknown = [b for b in bases if b not in pushed and only is None]
         if unknown:
             raise DrtpError(f"{run_dir}: ran against {', '.join(unknown)}, which {cfg.source} does not name")
-        if not any(b in pushed for b in bases):
+        if not any(b in pushed or routes.get(b) in pushed for b in bases):
             notes.append(f"{run_dir} ran against {', '.join(ran)}, not --registry {only}: left out")
             continue
         for kind, repo, digest, tag in pushed_by_rows(rows(df)):
             if why := _object_error({"repository": repo, "digest": digest}):
                 raise DrtpError(f"{run_dir / 'requests.csv'}: a {kind} pushed: {why}")
             base = registry_base(registry_for(repo, ran, namespace)) if len(ran) > 1 else bases[0]
+            base = routes.get(base, base)
             if base in pushed:
                 pushed[base].add(kind, repo, digest, tag)
                 n += 1
