@@ -240,3 +240,16 @@ def test_a_token_auth_upstream_with_credentials(tmp_path, nodes, trace, monkeypa
         cache.close()
         upstream.close()
         tokens.stop()
+
+
+def test_an_unreadable_access_log_stops_an_experiment_before_anything_is_sent(tmp_path, trace):
+    upstream, cache = pair(tmp_path)
+    with upstream, cache:
+        entry = cache_entry(cache, upstream)
+        entry["upstream"]["access_log"] = str(tmp_path / "no-such.log")
+        before = len(upstream_requests(upstream))
+        r = drtp_cli("experiment", "-c", str(config(tmp_path, [], entry, trace)), "--out", str(tmp_path / "exp"))
+        assert r.returncode == 2, r.stdout + r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "registries[0].upstream.access_log" in lines[0] and "no-such.log" in lines[0]
+        assert len(upstream_requests(upstream)) == before  # nothing was sent

@@ -37,6 +37,7 @@ import msgspec
 
 from drtp.cli_options import refusal
 from drtp.config import Config, RegistryEntry
+from drtp.config.checks import check_access_logs
 from drtp.config_overrides import Override
 from drtp.errors import ConfigError, DrtpError
 from drtp.exit_codes import ExitCode
@@ -146,6 +147,7 @@ def run_experiment(
     elif fields:
         raise TypeError(f"run_experiment: give {', '.join(fields)} in settings")
     check_experiment(cfg)
+    check_access_logs(cfg)  # here, on the master, before any warmup: not where a job is only submitted
     out = settings.out_dir or default_experiment_dir(cfg)
     return run_series(experiment_parts(cfg, out), out, settings, repeat=cfg.repeat, what="experiment", live=live)
 
