@@ -61,10 +61,12 @@ def upstream_requests(reg: LocalRegistry) -> list[dict]:
     return out
 
 
-def config(d: Path, nodes, entry: dict, trace: Path) -> Path:
+def config(d: Path, nodes, entry: dict, trace: Path, engine: str = "auto") -> Path:
+    """A study of ``entry`` alone; ``engine``: the nodes' (auto: the event loop, as fast as possible)."""
+    ci = {"client_list": [n.address for n in nodes], "threads": 4, "token": TOKEN, "batch": 10, "engine": engine}
     cfg = {
         "trace": {"location": str(trace.parent), "traces": [trace.name]},
-        "client_info": {"client_list": [n.address for n in nodes], "threads": 4, "token": TOKEN, "batch": 10},
+        "client_info": ci,
         "warmup": {"output": "warmup.jsonl", "threads": 2},
         "results": "results",
         "registries": [entry],
@@ -217,7 +219,7 @@ def test_an_upstream_that_refuses_the_warmup_is_one_line_exit_3(tmp_path, trace)
 
 def test_a_token_auth_upstream_with_credentials(tmp_path, nodes, trace, monkeypatch):
     """Distribution passes credentials only to a token-auth upstream: the cache gets ``proxy: username/password``
-    and drtp the same in ``upstream:``."""
+    and drtp the same in ``upstream:``.  The nodes' thread engine this time."""
     pki = Pki(tmp_path / "pki")
     tokens = TokenServer(tmp_path, pki)
     upstream = LocalRegistry(tmp_path / "upstream", tls=(pki.cert, pki.key), token=tokens.registry_config).start()
@@ -228,7 +230,7 @@ def test_a_token_auth_upstream_with_credentials(tmp_path, nodes, trace, monkeypa
     try:
         up = {"url": upstream.url, "username": USER, "password": PASSWORD, "ca_file": str(pki.ca)}
         entry = {"id": "cache", "url": cache.url, "insecure": True, "upstream": up}
-        path = config(tmp_path, nodes, entry, trace)
+        path = config(tmp_path, nodes, entry, trace, engine="threads")  # the other engine routes pushes too
         status = run_experiment(load_config(path), tmp_path / "exp", quiet=True)
         assert status["cache"]["ok"], status
         df = load_requests(tmp_path / "exp" / "cache" / "requests.csv")
@@ -236,6 +238,12 @@ def test_a_token_auth_upstream_with_credentials(tmp_path, nodes, trace, monkeypa
         assert len(writes) == trace_writes(trace) and (writes.status < 400).all()
         assert not [e for e in upstream_requests(cache) if e["http.request.method"] in WRITES]
         assert tokens.issued > 0 and tokens.refused == 0
+        assert any("push" in scope for scope in tokens.scopes)  # drtp's own pushes, with upstream:'s credentials
+        logged = upstream_requests(upstream)
+        assert [e for e in logged if e["http.request.method"] in WRITES]
+        assert all(
+            e["http.request.useragent"] == DIRECT_USER_AGENT for e in logged if e["http.request.method"] in WRITES
+        )
     finally:
         cache.close()
         upstream.close()
