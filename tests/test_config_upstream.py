@@ -133,3 +133,16 @@ def test_upstream_writes_block_sits_beside_other_keys(tmp_path):
     summary = {"upstream": {"mirror": {"requests": {}}}}
     upstream_writes(summary, cfg, {"http://127.0.0.1:5000": 7})
     assert summary == {"upstream": {"mirror": {"requests": {}, "writes": {"to": "skip", "skipped": 7}}}}
+
+
+def test_a_job_finds_the_upstreams_files_as_an_entrys(tmp_path):
+    """A submitted or deployed job names an upstream's files as an entry's: made absolute, copied apart."""
+    from drtp.cluster.runconfig import absolute_entry_paths, map_entry_paths
+
+    data = {"registries": [{"id": "m", "ca_file": "ca.pem", "upstream": {"url": "u", "ca_file": "ca.pem"}}]}
+    absolute_entry_paths(data, tmp_path)
+    entry = data["registries"][0]
+    assert entry["ca_file"] == entry["upstream"]["ca_file"] == str(tmp_path / "ca.pem")
+    keys = []
+    map_entry_paths(data, lambda value, key, i: keys.append(key) or value)
+    assert keys == ["ca_file", "upstream.ca_file"]  # deploy copies each into a folder of its key

@@ -161,17 +161,24 @@ def map_entry_paths(data: dict, fn: Callable[[str, str, int], str]) -> None:
     for i, entry in enumerate(data.get("registries") or []):
         if not isinstance(entry, dict):
             continue
-        for key in ENTRY_FILE_KEYS:
-            value = entry.get(key)
-            if isinstance(value, str) and value and "${" not in value:
-                entry[key] = fn(value, key, i)
-        for key in ENTRY_COMMAND_KEYS:
-            argv = entry.get(key)
-            if not (isinstance(argv, list) and argv and isinstance(argv[0], str)):
-                continue
-            prog = argv[0]
-            if "/" in prog and not prog.startswith(("/", "~", "${")) and "${" not in prog:
-                entry[key] = [fn(prog, key, i), *argv[1:]]
+        _map_paths(entry, fn, i, "")
+        if isinstance(entry.get("upstream"), dict):  # a cache's upstream names its files as an entry does
+            _map_paths(entry["upstream"], fn, i, "upstream.")
+
+
+def _map_paths(entry: dict, fn: Callable[[str, str, int], str], i: int, prefix: str) -> None:
+    """:func:`map_entry_paths` of one entry, or of its ``upstream:`` (``prefix`` "upstream.": the key ``fn`` gets)."""
+    for key in ENTRY_FILE_KEYS:
+        value = entry.get(key)
+        if isinstance(value, str) and value and "${" not in value:
+            entry[key] = fn(value, prefix + key, i)
+    for key in ENTRY_COMMAND_KEYS:
+        argv = entry.get(key)
+        if not (isinstance(argv, list) and argv and isinstance(argv[0], str)):
+            continue
+        prog = argv[0]
+        if "/" in prog and not prog.startswith(("/", "~", "${")) and "${" not in prog:
+            entry[key] = [fn(prog, prefix + key, i), *argv[1:]]
 
 
 def absolute_entry_paths(data: dict, base: Path) -> None:
