@@ -1,7 +1,9 @@
-"""A registries entry's ``upstream:``: its checks (one line naming the key, exit 2), and the upstream as an entry."""
+"""A registries entry's ``upstream:``: its checks (one line naming the key, exit 2), the upstream as an entry of its
+own, and where the planner sends (or skips) a cache's writes."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +13,10 @@ import pytest
 from drtp.config import ConfigError, load_config
 from drtp.config.checks import check_access_logs
 from drtp.config.upstreams import all_entries, upstream_entry, write_routes
-from drtp.master.run.plan import Planner, is_write, upstream_writes
+from drtp.master.run.plan import Planner, is_write, registry_for, upstream_writes, write_targets
 from drtp.registry.auth import config_auth, registry_names
+from drtp.registry.transport import DIRECT_USER_AGENT
+from drtp.trace.records import TraceRecord
 
 CACHE = "registries:\n  - id: mirror\n    url: http://127.0.0.1:5000\n    insecure: true\n"
 
@@ -146,3 +150,29 @@ def test_a_job_finds_the_upstreams_files_as_an_entrys(tmp_path):
     keys = []
     map_entry_paths(data, lambda value, key, i: keys.append(key) or value)
     assert keys == ["ca_file", "upstream.ca_file"]  # deploy copies each into a folder of its key
+
+
+def _rec(method: str, uri: str, status: int = 200) -> TraceRecord:
+    return TraceRecord("h", 0.01, method, "c1", uri, status, 10, "id", _dt.datetime(2017, 8, 1, tzinfo=_dt.UTC))
+
+
+def test_the_planner_sends_a_caches_writes_to_its_upstream_as_drtp_direct():
+    p = Planner(["http://cache:5000"], writes={"http://cache:5000": "http://origin:5000"})
+    read = p.plan(_rec("GET", "v2/a/x/manifests/latest"), 0, None)
+    assert read.registry == "http://cache:5000" and read.user_agent is None
+    for seq, (method, uri) in enumerate(
+        [("POST", "v2/a/x/blobs/uploads/"), ("PUT", "v2/a/x/blobs/L1"), ("PUT", "v2/a/x/manifests/latest")], 1
+    ):
+        req = p.plan(_rec(method, uri, 201), seq, None)
+        assert (req.registry, req.user_agent) == ("http://origin:5000", DIRECT_USER_AGENT), (method, uri)
+    assert write_targets(p.routes) == ["http://origin:5000"]
+
+
+def test_the_planner_skips_and_counts_a_caches_writes_with_upstream_writes_skip():
+    p = Planner(["http://cache:5000", "http://plain:5000"], writes={"http://cache:5000": None})
+    repo = next(f"r{i}" for i in range(100) if registry_for(f"r{i}", p.registries) == "http://cache:5000")
+    other = next(f"r{i}" for i in range(100) if registry_for(f"r{i}", p.registries) == "http://plain:5000")
+    skipped = [_rec("PUT", f"v2/{repo}/manifests/t", 201), _rec("PATCH", f"v2/{repo}/blobs/uploads/1", 202)]
+    kept = [_rec("GET", f"v2/{repo}/manifests/t"), _rec("PUT", f"v2/{other}/manifests/t", 201)]
+    assert [p.skips(r, r.parts) for r in skipped + kept] == [True, True, False, False]
+    assert dict(p.skipped) == {"http://cache:5000": 2} and write_targets(p.routes) == []
