@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 
-from drtp.replay.event_log import EventRecord
+from drtp.master.outputs.stats_history import RunEvents, StatsHistory
+from drtp.replay.event_log import EVENTS_CSV, EventRecord, write_events
 from drtp.replay.result_row import ResultRow
 from drtp.replay.stats_file import STATS_COLUMNS
 from drtp.replay.windows import (
     StatsInterval,
     Window,
     event_entries,
+    event_line,
     event_windows,
     events_in,
     read_intervals,
@@ -142,3 +146,30 @@ def test_read_intervals(tmp_path) -> None:
         StatsInterval(2.0, 2.4, 1, 0.003),
     ]
     assert read_intervals(tmp_path / "none.csv") == []
+
+
+def test_console_line() -> None:
+    (entry,) = event_entries(iter(ROWS), [GC], [], timed=False, on_time_s=0.01)
+    during = entry["windows"]["during"]["latency_s"]["p99"] * 1000  # the histogram's 0.1 %-wide bucket of 500 ms
+    assert during == pytest.approx(500.0, rel=1e-3)
+    assert event_line(entry) == (
+        f"event gc (10.0–14.0 s): p99 ms before 30.0, during {during:.1f}, after 25.0; failed before 0/3, during 3/4, "
+        "after 0/2 (during: http 2, refused 1, HTTP 405 1, HTTP 429 1); recovery none in the run"
+    )
+
+
+def test_stats_history_event_column(tmp_path) -> None:
+    """The history names the events events.csv holds when it writes each row, re-read as the file changes."""
+    events_path = tmp_path / EVENTS_CSV
+    now = [0.0]
+    history = StatsHistory(tmp_path / "h.csv", 1.0, lambda: now[0], write_lag_s=0.0, events=RunEvents(events_path))
+    write_events(events_path, [EventRecord("gc", 1.0, 1.5, None, None)])  # running
+    history.add(row(0.5))
+    now[0] = 2.0
+    history.tick()  # [0, 1) and [1, 2) written
+    write_events(events_path, [EventRecord("gc", 1.0, 1.5, 2.5, 0), EventRecord("ro", 2.0, 2.8, 3.2, 1)])
+    now[0] = 4.0
+    history.tick()
+    history.close()
+    with (tmp_path / "h.csv").open() as f:
+        assert [r["event"] for r in csv.DictReader(f)] == ["", "gc", "gc;ro", "ro", ""]  # the last: the close at 4 s

@@ -207,3 +207,29 @@ def read_intervals(path: Path) -> list[StatsInterval]:
             out.append(StatsInterval(previous, end, requests, p99_s))
             previous = end
     return out
+
+
+def _ms(latency: dict | None) -> str:
+    p99 = (latency or {}).get("p99")
+    return "-" if p99 is None else f"{p99 * 1000:.1f}"
+
+
+def event_line(entry: dict) -> str:
+    """One line of an ``events[]`` entry for the console and the report: its span, each window's p99 and
+    failed requests (the during window's per class), and its recovery."""
+    windows = entry.get("windows") or {}
+    started, ended = entry.get("started_s"), entry.get("ended_s")
+    if started is None:
+        return f"event {entry['name']}: never started"
+    span = f"{started:.1f}–{ended:.1f} s" if ended is not None else f"from {started:.1f} s, still running at the end"
+    code = entry.get("exit_code")
+    head = f"event {entry['name']} ({span}" + (f", exit {code}" if code not in (None, 0) else "") + ")"
+    present = [(name, windows[name]) for name in WINDOWS if windows.get(name)]
+    p99 = ", ".join(f"{name} {_ms(w.get('latency_s'))}" for name, w in present)
+    failed = ", ".join(f"{name} {w['failed']:,}/{w['requests']:,}" for name, w in present)
+    during = windows.get("during") or {}
+    why = ", ".join(f"{c} {n:,}" for c, n in (during.get("failures") or {}).items())
+    why += "".join(f", HTTP {s} {n:,}" for s, n in (during.get("failed_statuses") or {}).items())
+    recovery = entry.get("recovery_s")
+    line = f"{head}: p99 ms {p99}; failed {failed}" + (f" (during: {why})" if why else "")
+    return line + "; recovery " + ("none in the run" if recovery is None else f"{recovery:.1f} s")
