@@ -1,0 +1,80 @@
+"""Event windows of a real replay: summary.json's events[], stats_history.csv's event column, the bands of the
+report and of ``drtp analyze results``, and ``drtp analyze compare --event``.
+
+The run is a short real replay against the real registry (tests/conftest.py's pieces); its events.csv is
+written with drtp.replay.event_log's ``write_events`` in the run directory before the run starts, for times
+inside the run, as the events output leaves it by the run's finish."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from drtp.analysis.results import load_requests, rows
+from drtp.master.run.replay import run_replay
+from drtp.master.run.warmup import run_warmup
+from drtp.registry.local import LocalRegistry
+from drtp.replay.event_log import EVENTS_CSV, EventRecord, write_events
+from drtp.replay.stats_file import STATS_FILE
+from drtp.replay.summary import ResultsModel
+from tests.replay_support import Node, make_trace, write_config
+
+EVENTS = [EventRecord("gc", 0.4, 0.4, 0.7, 0), EventRecord("ro", 1.1, 1.1, 1.3, 1)]
+# the windows worked by hand: the event's length before its start, during it, the same length after its end
+WINDOWS = {
+    "gc": {"before": (0.1, 0.4), "during": (0.4, 0.7), "after": (0.7, 1.0)},
+    "ro": {"before": (0.9, 1.1), "during": (1.1, 1.3), "after": (1.3, 1.5)},
+}
+
+
+@pytest.fixture(scope="module")
+def event_run(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("event-run")
+    trace = make_trace(workdir / "trace.json", requests=200, span=20.0)
+    node = Node(workdir)
+    try:
+        with LocalRegistry(workdir / "registry") as reg:
+            run_warmup(write_config(workdir, trace, [reg.host], [node.address]), quiet=True)
+            cfg = write_config(workdir, trace, [reg.host], [node.address], wait=True, speedup=8.0)
+            run_dir = workdir / "results" / "run"
+            run_dir.mkdir(parents=True)
+            write_events(run_dir / EVENTS_CSV, EVENTS)
+            run_replay(cfg, run_dir, quiet=True)
+    finally:
+        node.stop()
+    return run_dir
+
+
+def test_summary_events_are_the_windows_of_requests_csv(event_run: Path) -> None:
+    summary = json.loads((event_run / "summary.json").read_text())
+    entries = {e["name"]: e for e in summary["events"]}
+    assert list(entries) == ["gc", "ro"]
+    every = list(rows(load_requests(event_run / "requests.csv")))
+    assert max(r.start_s or 0 for r in every) > 1.5, "the run is shorter than the events' windows"
+    for name, windows in WINDOWS.items():
+        entry = entries[name]
+        assert (entry["started_s"], entry["ended_s"]) == (windows["during"][0], windows["during"][1])
+        for window, (low, high) in windows.items():
+            model = ResultsModel(timed=True, on_time_s=summary["on_time_s"])
+            for row in every:
+                if row.start_s is not None and low <= row.start_s < high:
+                    model.add(row)
+            want = model.summary()
+            got = entry["windows"][window]
+            assert got["from_s"] == pytest.approx(low) and got["to_s"] == pytest.approx(high)
+            assert got["requests"] == want["requests"] > 0, (name, window)
+            for key in ("succeeded", "failed", "failures", "failed_statuses", "throughput_rps"):
+                assert got[key] == want[key], (name, window, key)
+            assert got["throttled"] == want["failed_statuses"].get("429", 0)
+            assert got["latency_s"] == {k: want["latency_s"].get(k) for k in ("p50", "p99", "max")}
+            assert got["auxiliary"]["requests"] == want["auxiliary"]["requests"]
+        recovery = entry["recovery_s"]
+        assert recovery is None or recovery >= 0
+    # stats_history.csv: the 1 s intervals the events ran in are named, the others empty
+    with (event_run / STATS_FILE).open() as f:
+        history = list(csv.DictReader(f))
+    assert [r["event"] for r in history[:2]] == ["gc", "ro"]
+    assert all(r["event"] == "" for r in history[2:])
