@@ -78,3 +78,33 @@ def test_summary_events_are_the_windows_of_requests_csv(event_run: Path) -> None
         history = list(csv.DictReader(f))
     assert [r["event"] for r in history[:2]] == ["gc", "ro"]
     assert all(r["event"] == "" for r in history[2:])
+
+
+def band_labels(fig) -> dict[str, tuple[float, float]]:
+    """The named bands (axvspan patches) of a figure's axes: label -> (x from, x to)."""
+    out = {}
+    for ax in fig.axes:
+        for patch in ax.patches:
+            label = patch.get_label()
+            if label.startswith(("gc ", "ro ")):
+                out[label] = (patch.get_x(), patch.get_x() + patch.get_width())  # axvspan: a Rectangle
+    return out
+
+
+def test_analyze_results_draws_the_windows_as_bands(event_run: Path, tmp_path: Path) -> None:
+    from drtp.analysis.results_analysis import analyze_results, analyze_runs
+    from drtp.analysis.results_figures import fig_event_latency, fig_throughput
+
+    results, frames = analyze_runs([event_run])
+    origin = results["run"]["curves"]["throughput"]["origin_s"]
+    throughput = band_labels(fig_throughput(results, frames))
+    assert sorted(throughput) == sorted(f"{e} {w}" for e in WINDOWS for w in WINDOWS[e])
+    for event, windows in WINDOWS.items():
+        for window, (low, high) in windows.items():  # the throughput axis starts at the run's first request
+            assert throughput[f"{event} {window}"] == pytest.approx((low - origin, high - origin))
+    latency = band_labels(fig_event_latency(results, frames))
+    assert latency["gc during"] == pytest.approx(WINDOWS["gc"]["during"])  # this axis starts at the run's start
+    analyze_results([event_run], tmp_path / "out", log=lambda *_: None)
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert "Maintenance events" in report and "run / gc / during" in report
+    assert (tmp_path / "out" / "event_latency.png").is_file()
