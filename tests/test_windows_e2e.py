@@ -108,3 +108,27 @@ def test_analyze_results_draws_the_windows_as_bands(event_run: Path, tmp_path: P
     report = (tmp_path / "out" / "report.html").read_text()
     assert "Maintenance events" in report and "run / gc / during" in report
     assert (tmp_path / "out" / "event_latency.png").is_file()
+
+
+def test_analyze_compare_event_is_during_against_before(event_run: Path, tmp_path: Path, capsys) -> None:
+    from drtp.analysis.compare import compare_runs
+    from drtp.cli import main
+
+    assert main(["analyze", "compare", "--baseline", str(event_run), "--event", "gc", "--out", str(tmp_path)]) == 0
+    compared = json.loads((tmp_path / "compare.json").read_text())
+    assert compared["event"] == "gc" and compared["method"] == "time blocks"
+    gc = next(e for e in json.loads((event_run / "summary.json").read_text())["events"] if e["name"] == "gc")
+    rows = {(r["slice"], r["stat"]): r for r in compared["rows"]}
+    for stat in ("p50", "p99"):  # the sides are the windows summary.json's events[] counts
+        assert rows[("all", stat)]["baseline"] == gc["windows"]["before"]["latency_s"][stat] * 1000
+        assert rows[("all", stat)]["candidate"] == gc["windows"]["during"]["latency_s"][stat] * 1000
+    assert rows[("all", "throughput")]["candidate"] == gc["windows"]["during"]["throughput_rps"]
+    # --window: every run cut to [FROM, TO): here gc's during window, on both sides
+    cut = compare_runs([str(event_run)], [str(event_run)], window=(0.4, 0.7))
+    p99 = next(r for r in cut.rows if (r.slice, r.stat) == ("all", "p99"))
+    assert p99.baseline == p99.candidate == gc["windows"]["during"]["latency_s"]["p99"] * 1000
+    capsys.readouterr()
+    # an event the run lacks is one line, exit 2
+    assert main(["analyze", "compare", "--baseline", str(event_run), "--event", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--event nope" in err and "its events: gc, ro" in err
