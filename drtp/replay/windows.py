@@ -8,8 +8,9 @@ rows into three windows of the same length, on requests.csv's ``start_s`` scale:
 * ``during`` — ``[started_s, ended_s)``;
 * ``after`` — ``[ended_s, ended_s + L)``.
 
-A request belongs to the window its start falls in (a request that started before an event and hung
-through it is a ``before`` request: the window says when the client asked).  A row without a start (lost,
+Bounds are kept to the microsecond, as rows' times are.  A request belongs to the window its start falls
+in (a request that started before an event and hung through it is a ``before`` request: the window says
+when the client asked).  A row without a start (lost,
 never sent) is in no window.  Each window's figures are a :class:`~drtp.replay.summary.ResultsModel` fed
 its rows, the model of the whole run's summary: requests, failed per outcome class (a connection refused
 while the registry restarts is ``refused``, apart from an HTTP answer's ``http``) and per status of the
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from drtp.replay.event_log import EventRecord
-from drtp.replay.result_row import ResultRow
+from drtp.replay.result_row import TIME_DIGITS, ResultRow
 from drtp.replay.summary import ResultsModel
 
 WINDOWS = ("before", "during", "after")
@@ -83,9 +84,18 @@ def event_windows(event: EventRecord, run_end_s: float | None = None) -> list[Wi
         if run_end_s is None:
             return []
         end = max(start, run_end_s)
-        return [Window("before", start - (end - start), start), Window("during", start, end)]
+        return [Window("before", _t(start - (end - start)), start), Window("during", start, end)]
     length = max(0.0, end - start)
-    return [Window("before", start - length, start), Window("during", start, end), Window("after", end, end + length)]
+    return [
+        Window("before", _t(start - length), start),
+        Window("during", start, end),
+        Window("after", end, _t(end + length)),
+    ]
+
+
+def _t(seconds: float) -> float:
+    """A window's bound to the microsecond, as rows' times are (0.1, not 0.10000000000000009)."""
+    return round(seconds, TIME_DIGITS)
 
 
 def events_in(events: Iterable[EventRecord], begin_s: float, end_s: float) -> str:
