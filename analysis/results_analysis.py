@@ -27,6 +27,7 @@ from drtp.analysis.views import Selection, run_groups, seed_views, select
 from drtp.analysis.views_figures import draw_views
 from drtp.errors import DrtpError
 from drtp.replay.summary import replayer_limited_line
+from drtp.replay.windows import event_line
 from drtp.units import to_ms
 
 CAPTIONS = {
@@ -150,6 +151,8 @@ def analyze_results(
             failed = f"{r['failed']:,} failed" + (f" ({why})" if why else "")
             helpers = f"{r['auxiliary']['requests']:,} helper requests, {r['auxiliary']['failed']:,} failed"
             log(f"{run}: {r['requests']:,} requests, {failed}, {r['throughput_rps']:.1f} ok req/s; {helpers}")
+            for entry in summaries[run].get("events") or []:  # each event's windows, as the run's console said
+                log(f"{run}: {event_line(entry)}")
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     runs = run_table(results)
     runs.to_csv(out / "runs.csv")

@@ -104,7 +104,9 @@ def test_analyze_results_draws_the_windows_as_bands(event_run: Path, tmp_path: P
             assert throughput[f"{event} {window}"] == pytest.approx((low - origin, high - origin))
     latency = band_labels(fig_event_latency(results, frames))
     assert latency["gc during"] == pytest.approx(WINDOWS["gc"]["during"])  # this axis starts at the run's start
-    analyze_results([event_run], tmp_path / "out", log=lambda *_: None)
+    said: list[str] = []
+    analyze_results([event_run], tmp_path / "out", log=said.append)
+    assert [x for x in said if " event " in x][0].startswith("run: event gc (0.4–0.7 s): p99 ms before ")
     report = (tmp_path / "out" / "report.html").read_text()
     assert "Maintenance events" in report and "run / gc / during" in report
     assert (tmp_path / "out" / "event_latency.png").is_file()
