@@ -6,10 +6,12 @@ import csv
 
 import pytest
 
+from drtp.master.outputs.results import format_table
 from drtp.master.outputs.stats_history import RunEvents, StatsHistory
 from drtp.replay.event_log import EVENTS_CSV, EventRecord, write_events
 from drtp.replay.result_row import ResultRow
 from drtp.replay.stats_file import STATS_COLUMNS
+from drtp.replay.summary import ResultsModel
 from drtp.replay.windows import (
     StatsInterval,
     Window,
@@ -97,6 +99,16 @@ def test_window_figures_hand_worked() -> None:
     assert entry["recovery_s"] is None  # no intervals
 
 
+def test_an_event_running_at_the_end_has_no_after_window() -> None:
+    restart = EventRecord("restart", 13.0, 13.0, None, None)
+    gc, running = event_entries(iter(ROWS), [GC, restart], [], timed=False, on_time_s=0.01, run_end_s=18.0)
+    assert gc["windows"]["during"]["requests"] == 4  # one pass over the rows feeds both events' windows
+    before, during = running["windows"]["before"], running["windows"]["during"]
+    assert (before["from_s"], before["to_s"], before["requests"]) == (8.0, 13.0, 4)  # 9.999, 10, 11, 12
+    assert (during["from_s"], during["to_s"], during["requests"]) == (13.0, 18.0, 3)  # 13, 14, 17.9
+    assert running["windows"]["after"] is None and running["recovery_s"] is None
+
+
 def interval(start: float, p99_ms: float | None, requests: int = 5) -> StatsInterval:
     return StatsInterval(start, start + 1.0, requests, None if p99_ms is None else p99_ms / 1000)
 
@@ -156,6 +168,10 @@ def test_console_line() -> None:
         f"event gc (10.0–14.0 s): p99 ms before 30.0, during {during:.1f}, after 25.0; failed before 0/3, during 3/4, "
         "after 0/2 (during: http 2, refused 1, HTTP 405 1, HTTP 429 1); recovery none in the run"
     )
+    model = ResultsModel(timed=False, on_time_s=0.01)
+    for r in ROWS:
+        model.add(r)
+    assert format_table(model.summary(events=[entry])).endswith("\n" + event_line(entry))  # under the table
 
 
 def test_stats_history_event_column(tmp_path) -> None:

@@ -154,14 +154,14 @@ def event_entries(
     intervals: list[StatsInterval],
     timed: bool,
     on_time_s: float,
+    run_end_s: float | None = None,
 ) -> list[dict]:
     """summary.json's ``events[]``: per event its record, its windows' figures and its ``recovery_s``.
 
-    ``rows`` are read once (requests.csv may be large); ``timed`` and ``on_time_s`` are the run's, so each
-    window's model is made as the run's own."""
-    rows = list(rows) if any(e.started_s is not None and e.ended_s is None for e in events) else rows
-    run_end = _run_end(rows) if isinstance(rows, list) else None
-    windows = [event_windows(e, run_end) for e in events]
+    ``rows`` are read once, as they come (requests.csv may be large); ``timed`` and ``on_time_s`` are the
+    run's, so each window's model is made as the run's own; ``run_end_s`` the run's last end (where an event
+    still running at the end stops; None: such an event has no windows)."""
+    windows = [event_windows(e, run_end_s) for e in events]
     models = [[ResultsModel(timed, on_time_s) for _ in ws] for ws in windows]
     cells = [(w.from_s, w.to_s, m) for ws, ms in zip(windows, models, strict=True) for w, m in zip(ws, ms, strict=True)]
     for row in rows:
@@ -191,11 +191,6 @@ def event_entries(
 
 def _finite(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
-
-
-def _run_end(rows: list[ResultRow]) -> float | None:
-    ends = [r.start_s + (r.latency_s or 0.0) for r in rows if r.start_s is not None]
-    return max(ends) if ends else None
 
 
 def read_intervals(path: Path) -> list[StatsInterval]:

@@ -37,4 +37,6 @@ class WindowsOutput(RunOutput):
             return
         rows = itertools.chain(results.resumed_rows(), results.rows())
         intervals = read_intervals(out_dir / STATS_FILE)
-        summary["events"] = event_entries(rows, events, intervals, results.model.timed, results.model.on_time_s)
+        model = results.model  # settled before the outputs finish: the nodes' figures are in
+        run_end = model.all.last if model.all.sent else None  # the last end of any trace request
+        summary["events"] = event_entries(rows, events, intervals, model.timed, model.on_time_s, run_end)
