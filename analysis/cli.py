@@ -68,7 +68,14 @@ def cmd_analyze_compare(args: argparse.Namespace) -> int:
     from drtp.analysis.compare import compare_runs, format_rows, write_outputs
     from drtp.outputs import prepare_output_dir
 
-    comparison = compare_runs(args.baseline, args.candidate, alpha=args.alpha, noise=args.noise / 100)
+    comparison = compare_runs(
+        args.baseline,
+        args.candidate,
+        alpha=args.alpha,
+        noise=args.noise / 100,
+        window=args.window,
+        event=args.event,
+    )
     print(format_rows(comparison.rows, comparison.meta))
     if args.out:
         out = Path(args.out)
@@ -204,7 +211,22 @@ def register(sub) -> None:
         "p-value and a verdict (better, worse, same, or inconclusive below 4 runs a side).",
     )
     c.add_argument("--baseline", nargs="+", required=True, metavar="RUN", help="the baseline's runs")
-    c.add_argument("--candidate", nargs="+", required=True, metavar="RUN", help="the candidate's runs")
+    c.add_argument(
+        "--candidate", nargs="+", metavar="RUN", help="the candidate's runs (required unless --event is given)"
+    )
+    part = c.add_mutually_exclusive_group()
+    part.add_argument(
+        "--window",
+        type=_window,
+        metavar="FROM:TO",
+        help="only requests started in [FROM, TO) of each run, e.g. 0:60s, as analyze results (default: all)",
+    )
+    part.add_argument(
+        "--event",
+        metavar="NAME",
+        help="each run's requests during its event NAME (events.csv) against those in the same length of time "
+        "before it: the baseline is 'before', the candidate 'during', for the runs of --baseline and --candidate",
+    )
     c.add_argument("--out", help="write compare.json, compare.csv and a figure per slice here")
     c.add_argument("--alpha", type=_share, default=0.05, help="significance level of the test (default 0.05)")
     c.add_argument("--noise", type=_percent, default=2.0, help="a change under this many %% is 'same' (default 2)")

@@ -27,6 +27,13 @@ whose summary says it did not complete (a repetition interrupted) is left out, n
 One run against one run: its requests are not independent draws, so the interval comes
 from the run cut into :data:`BLOCKS` consecutive time blocks, each block's figures made by
 the same results model as the run's summary; the verdict stays ``inconclusive``.
+
+A part of each run instead of the whole: ``--window FROM:TO`` takes every run's trace requests that
+started in ``[FROM, TO)`` (as ``drtp analyze results --window``), and ``--event NAME`` compares, run by
+run, the requests that started during the run's event ``NAME`` (its events.csv; the candidate) with
+those that started in the same length of time before it (the baseline) — the windows of summary.json's
+``events[]`` (drtp.replay.windows).  A part's figures are the results model fed its rows, as the whole
+run's summary is.
 """
 
 from __future__ import annotations
@@ -39,10 +46,13 @@ import numpy as np
 import pandas as pd
 
 from drtp.analysis.results import read_run_files, run_model
+from drtp.analysis.views import Selection, select
 from drtp.errors import DrtpError
+from drtp.replay.event_log import EVENTS_CSV, read_events
 from drtp.replay.run_dirs import run_dirs_in
 from drtp.replay.slo import judged_latency
 from drtp.replay.summary import ResultsModel
+from drtp.replay.windows import event_windows
 
 STATS = ("p50", "p90", "p99", "mean", "throughput", "failed")
 LOWER_IS_BETTER = {"p50": True, "p90": True, "p99": True, "mean": True, "throughput": False, "failed": True}
@@ -312,15 +322,81 @@ class Comparison:
     candidate: Side
 
 
+@dataclass
+class Part:
+    """The rows of one run a side compares (the whole run, a window of it, or an event's window) and their
+    figures: its summary.json, or the results model fed the part's rows."""
+
+    run_dir: Path
+    rows: pd.DataFrame | None  # None: the whole run, read when needed (one run a side)
+    summary: dict
+
+
+def window_part(run_dir: Path, summary: dict, low: float, high: float, what: str) -> Part:
+    """The trace requests of ``run_dir`` that started in ``[low, high)``, with their own figures; ``what``
+    names the window in a refusal."""
+    df, _ = read_run_files(run_dir)
+    part, _ = select(df, Selection(window=(low, high)))
+    if part["auxiliary"].all():
+        raise DrtpError(f"{run_dir}: no trace request started in {what} [{low:g} s, {high:g} s)")
+    figures = run_model(part, summary).summary()
+    figures["mode"] = summary.get("mode")  # judged as its run is
+    return Part(run_dir, part, figures)
+
+
+def event_part(run_dir: Path, summary: dict, name: str, window: str) -> Part:
+    """``window`` (before, during) of the event ``name`` of the run, from its events.csv."""
+    events = read_events(run_dir / EVENTS_CSV)
+    event = next((e for e in events if e.name == name), None)
+    if event is None:
+        known = ", ".join(e.name for e in events) or "none"
+        raise DrtpError(f"--event {name}: {run_dir} has no such event in {EVENTS_CSV} (its events: {known})")
+    df, _ = read_run_files(run_dir)
+    ends = (df["start_s"] + df["latency_s"].fillna(0.0)).dropna()
+    windows = {w.name: w for w in event_windows(event, float(ends.max()) if len(ends) else None)}
+    if window not in windows:
+        raise DrtpError(f"--event {name}: the event never started in {run_dir} (no {window} window)")
+    w = windows[window]
+    return window_part(run_dir, summary, w.from_s, w.to_s, f"the {window} window of event {name}")
+
+
 def compare_runs(
-    baseline_args: list[str], candidate_args: list[str], *, alpha: float = ALPHA, noise: float = NOISE
+    baseline_args: list[str],
+    candidate_args: list[str] | None,
+    *,
+    alpha: float = ALPHA,
+    noise: float = NOISE,
+    window: tuple[float, float] | None = None,
+    event: str | None = None,
 ) -> Comparison:
-    """The comparison of two sets of runs (run directories, or folders of rep-*/ runs)."""
+    """The comparison of two sets of runs (run directories, or folders of rep-*/ runs).
+
+    ``window``: each run's requests started in ``[from, to)`` only; ``event``: each run's requests during
+    its event of that name (the candidate) against those before it (the baseline), for the runs of both
+    arguments (``candidate_args`` may then be empty)."""
     left_out: list[str] = []
-    bdirs, bsum = load_side(baseline_args, "--baseline", left_out)
-    cdirs, csum = load_side(candidate_args, "--candidate", left_out)
-    labels = _labels(bdirs + cdirs)
-    blabels, clabels = labels[: len(bdirs)], labels[len(bdirs) :]
+    if event is not None:
+        dirs, sums = load_side(baseline_args + list(candidate_args or []), "--baseline", left_out)
+        labels = _labels(dirs)
+        bparts = [event_part(d, s, event, "before") for d, s in zip(dirs, sums, strict=True)]
+        cparts = [event_part(d, s, event, "during") for d, s in zip(dirs, sums, strict=True)]
+        blabels, clabels = [f"{x} before" for x in labels], [f"{x} during" for x in labels]
+    else:
+        if not candidate_args:
+            raise DrtpError("--candidate: required unless --event compares each run's windows")
+        bdirs, bsum = load_side(baseline_args, "--baseline", left_out)
+        cdirs, csum = load_side(candidate_args, "--candidate", left_out)
+        labels = _labels(bdirs + cdirs)
+        blabels, clabels = labels[: len(bdirs)], labels[len(bdirs) :]
+        if window is not None:
+            what = "the window"
+            bparts = [window_part(d, s, *window, what) for d, s in zip(bdirs, bsum, strict=True)]
+            cparts = [window_part(d, s, *window, what) for d, s in zip(cdirs, csum, strict=True)]
+        else:
+            bparts = [Part(d, None, s) for d, s in zip(bdirs, bsum, strict=True)]
+            cparts = [Part(d, None, s) for d, s in zip(cdirs, csum, strict=True)]
+    bdirs, bsum = [p.run_dir for p in bparts], [p.summary for p in bparts]
+    cdirs, csum = [p.run_dir for p in cparts], [p.summary for p in cparts]
     meta = {
         "baseline": [str(d) for d in bdirs],
         "candidate": [str(d) for d in cdirs],
@@ -330,9 +406,14 @@ def compare_runs(
         "latency": latency_measure(bdirs, bsum, cdirs, csum),
         "left_out": left_out,
     }
-    if len(bdirs) == 1 and len(cdirs) == 1:
-        bblocks = block_summaries(*read_run_files(bdirs[0]))
-        cblocks = block_summaries(*read_run_files(cdirs[0]))
+    if window is not None:
+        meta["window"] = list(window)
+    if event is not None:
+        meta["event"] = event
+        meta["sides"] = "baseline: each run's requests before the event; candidate: during it"
+    if len(bparts) == 1 and len(cparts) == 1:
+        bblocks = block_summaries(*_rows(bparts[0]))
+        cblocks = block_summaries(*_rows(cparts[0]))
         for blocks, whole in ((bblocks, bsum[0]), (cblocks, csum[0])):
             for block in blocks:  # a block's summary has no mode: it is judged as its run is
                 block["mode"] = whole.get("mode")
@@ -360,6 +441,13 @@ def compare_runs(
     meta["method"] = "runs"
     bside, cside = side_of(blabels, bsum), side_of(clabels, csum)
     return Comparison(compare_sides(bside, cside, alpha=alpha, noise=noise), meta, bside, cside)
+
+
+def _rows(part: Part) -> tuple[pd.DataFrame, dict]:
+    """A part's rows and figures for its time blocks (the whole run read from its directory)."""
+    if part.rows is not None:
+        return part.rows, part.summary
+    return read_run_files(part.run_dir)
 
 
 def _labels(dirs: list[Path]) -> list[str]:

@@ -242,7 +242,7 @@ def throughput_bins(df: pd.DataFrame) -> dict:
     """
     main = df[~df["auxiliary"] & df["start_s"].notna()]
     if main.empty:
-        return {"bin_s": BIN_WIDTHS_S[0], "counts": [], "tail_s": 0.0, "tail_requests": 0}
+        return {"bin_s": BIN_WIDTHS_S[0], "counts": [], "tail_s": 0.0, "tail_requests": 0, "origin_s": 0.0}
     origin = main["start_s"].min()
     span_us = int(round((main["end_s"].max() - origin) * 1e6))
     bin_s = next((w for w in BIN_WIDTHS_S if span_us >= MIN_BINS * w * 1e6), BIN_WIDTHS_S[-1])
@@ -255,6 +255,7 @@ def throughput_bins(df: pd.DataFrame) -> dict:
         "counts": [int(x) for x in np.bincount(index[index < whole], minlength=whole)],
         "tail_s": (span_us - whole * bin_us) / 1e6,
         "tail_requests": int((index >= whole).sum()),
+        "origin_s": float(origin),  # the first start: where the bins, and the figure's time axis, begin
     }
 
 

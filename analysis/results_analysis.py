@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from drtp.analysis.event_bands import run_bands
 from drtp.analysis.registry_side import registry_side_table
 from drtp.analysis.report import Section, with_charts, write_report
 from drtp.analysis.results import (
@@ -26,6 +27,8 @@ from drtp.analysis.views import Selection, run_groups, seed_views, select
 from drtp.analysis.views_figures import draw_views
 from drtp.errors import DrtpError
 from drtp.replay.summary import replayer_limited_line
+from drtp.replay.windows import event_line
+from drtp.units import to_ms
 
 CAPTIONS = {
     "latency_cdf": "Latency CDFs per request type (method + kind), successful requests, in ms; "
@@ -34,7 +37,10 @@ CAPTIONS = {
     "extreme values clipped in the plot only, count written on it.",
     "throughput": "Successful requests completed per second, in 1 s bins from the run's first request "
     "(narrower bins for runs under 10 s, said in the legend); the last bin, cut short by the run's end, "
-    "is not drawn (its requests count in the average); dotted line = the run's average.",
+    "is not drawn (its requests count in the average); dotted line = the run's average; a run's events are "
+    "shaded bands (grey: before, red: during, green: after).",
+    "event_latency": "p99 latency of the succeeded trace requests per 1 s interval (by end, as stats_history.csv), "
+    "with each event's windows as bands (grey: before, red: during, green: after; each the event's length).",
     "failures": "Failed trace requests per outcome class (drtp.replay.outcome: anything but ok is a failure).",
     "lateness": "As-is mode: how late each request started after its intended time (start − intended, ms).",
     "registry_side": "Mean latency per handler and method over the run's window: as drtp measured it (from sending "
@@ -55,6 +61,14 @@ def read_runs_by_label(run_dirs: list[str | Path]) -> tuple[dict[str, pd.DataFra
     for label, d in zip(run_labels([Path(d) for d in run_dirs]), run_dirs, strict=True):
         frames[label], summaries[label] = read_run_files(Path(d))
     return frames, summaries
+
+
+def bands_by_label(run_dirs: list[str | Path]) -> dict[str, list[dict]]:
+    """Each run's event windows (drtp.analysis.event_bands), keyed by its label; runs without events left out."""
+    bands = {
+        label: run_bands(Path(d)) for label, d in zip(run_labels([Path(d) for d in run_dirs]), run_dirs, strict=True)
+    }
+    return {label: b for label, b in bands.items() if b}
 
 
 def analyze_runs(
@@ -82,6 +96,8 @@ def analyze_runs(
             if left_out is not None:
                 left_out[run] = dropped
     results = {run: analyze_run(df, summaries[run]) for run, df in frames.items()}
+    for run, bands in bands_by_label(run_dirs).items():
+        results[run]["event_bands"] = bands
     if trace_files:
         frames[TRACE_ROW] = trace_latencies(trace_files, ids or None)  # the window's requests, by their ids
         if selection is not None and selection.max_latency_s is not None:  # the recorded latencies obey the cut
@@ -135,6 +151,8 @@ def analyze_results(
             failed = f"{r['failed']:,} failed" + (f" ({why})" if why else "")
             helpers = f"{r['auxiliary']['requests']:,} helper requests, {r['auxiliary']['failed']:,} failed"
             log(f"{run}: {r['requests']:,} requests, {failed}, {r['throughput_rps']:.1f} ok req/s; {helpers}")
+            for entry in summaries[run].get("events") or []:  # each event's windows, as the run's console said
+                log(f"{run}: {event_line(entry)}")
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     runs = run_table(results)
     runs.to_csv(out / "runs.csv")
@@ -194,6 +212,16 @@ def analyze_results(
         Section("Client nodes", tables=[("", nodes)] if not nodes.empty else []),
         views_section,
     ]
+    events = event_table(summaries)
+    if not events.empty:
+        text = (
+            "Per event (events.csv) of a run and window — the event's length before it, during it and after it — "
+            "the trace requests that started in it, from the run's summary.json events[] (whole runs, whatever "
+            "--window); refused = connections refused (a registry restarting), apart from HTTP answers; "
+            "recovery_s: from the event's end to the first of 3 intervals in a row at p99 ≤ 1.1 × before's."
+        )
+        section = Section("Maintenance events", text=[text], tables=[("", events)])
+        sections.append(with_charts(section, charts, CAPTIONS, "event_latency"))
     if not both_sides.empty:  # only runs that read their registry's metrics have the registry's side
         text = (
             "Per handler and method, what drtp sent and what the registry's own metrics say it completed in the "
@@ -210,6 +238,38 @@ def analyze_results(
         banners=replayer_banners(summaries),
     )
     return results
+
+
+def event_table(summaries: dict[str, dict]) -> pd.DataFrame:
+    """One line per run, event and window of the runs' summary.json ``events[]`` (empty without events)."""
+    lines = []
+    for run, summary in summaries.items():
+        for entry in summary.get("events") or []:
+            for window, w in (entry.get("windows") or {}).items():
+                if not w:
+                    continue
+                latency = w.get("latency_s") or {}
+                lines.append(
+                    {
+                        "run / event / window": f"{run} / {entry['name']} / {window}",
+                        "from_s": w["from_s"],
+                        "to_s": w["to_s"],
+                        "requests": w["requests"],
+                        "failed": w["failed"],
+                        "refused": w["failures"].get("refused", 0),
+                        "http": w["failures"].get("http", 0),
+                        "throttled": w["throttled"],
+                        "p50_ms": to_ms(latency.get("p50")),
+                        "p99_ms": to_ms(latency.get("p99")),
+                        "max_ms": to_ms(latency.get("max")),
+                        "throughput_rps": w["throughput_rps"],
+                        "helpers_failed": (w.get("auxiliary") or {}).get("failed"),
+                        "recovery_s": entry.get("recovery_s") if window == "after" else None,
+                    }
+                )
+    if not lines:
+        return pd.DataFrame()
+    return pd.DataFrame(lines).set_index("run / event / window")
 
 
 def _write_views(

@@ -1,4 +1,4 @@
-"""Figures of replay runs: latency CDFs and violins, throughput, failures, lateness.
+"""Figures of replay runs: latency CDFs and violins, throughput, failures, lateness; p99 over time with events.
 
 ``results`` is ``{run: analyze_run(...)}``; ``frames`` is ``{run: requests frame}``
 (the violins need the raw latencies).  Every number written on a figure
@@ -12,6 +12,10 @@ A chart with nothing to draw (lateness of stress runs, failures when none
 failed…) is named by :func:`left_out` with the reason, and :func:`draw_all`
 leaves it out; called directly, a figure function still returns a figure that
 says "no data".
+
+A run with maintenance events (events.csv) gets its events' windows as named bands on every figure over
+time (drtp.analysis.event_bands), and one more figure, the p99 latency per interval over time
+(``event_latency``): the curve its ``recovery_s`` is read from.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
+from drtp.analysis.event_bands import draw_bands
 from drtp.analysis.plotting import Charts, cdf_line, clip_note, draw_charts, figure, new_figure, no_data, palette
 from drtp.analysis.registry_side import fig_registry_side, registry_blocks
 from drtp.analysis.results import TRACE_ROW, failure_table, group_key
@@ -178,6 +183,7 @@ def fig_throughput(results: dict[str, dict], frames: dict | None = None) -> Figu
         ax.stairs(rate, np.arange(len(rate) + 1) * bins["bin_s"], color=colors[run], lw=0.9, label=label)
         ax.axhline(r["throughput_rps"], color=colors[run], ls=":", lw=1)
         drawn = True
+    _bands(ax, results, lambda r: r["curves"]["throughput"].get("origin_s", 0.0))
     ax.set_xlabel("time since the run's first request (s)")
     ax.set_ylabel("requests completed per second")
     if drawn:
@@ -228,6 +234,41 @@ def fig_lateness(results: dict[str, dict], frames: dict | None = None) -> Figure
     return fig
 
 
+def _bands(ax, results: dict[str, dict], origin) -> None:
+    """Each run's event windows on ``ax`` (x: seconds since ``origin(result)`` of its clock), named by run
+    when more than one run has events."""
+    with_events = {run: r for run, r in results.items() if r.get("event_bands")}
+    for run, r in with_events.items():
+        draw_bands(ax, r["event_bands"], origin(r), run if len(with_events) > 1 else None)
+
+
+@figure
+def fig_event_latency(results: dict[str, dict], frames: dict[str, pd.DataFrame]) -> Figure:
+    """The p99 latency of each run's succeeded trace requests per 1 s interval over the run (the intervals
+    of stats_history.csv, rebuilt from the rows shown), with its events' windows as bands."""
+    from drtp.analysis.run_stats import stats_from_requests
+
+    fig, (ax,) = new_figure(1, 1, width=8.0, height=4.0, title="p99 latency over time, with the events' windows")
+    colors = _colors(results)
+    drawn = False
+    for run in results:
+        if run == TRACE_ROW or run not in frames:
+            continue
+        stats = stats_from_requests(frames[run])
+        if stats["p99_ms"].notna().any():
+            ax.step(stats["elapsed_s"], stats["p99_ms"], where="post", color=colors[run], lw=0.9, label=run)
+            drawn = True
+    _bands(ax, results, lambda r: 0.0)
+    ax.set_xlabel("time since the run's start (s)")
+    ax.set_ylabel("p99 latency per interval (ms)")
+    if drawn:
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="upper right", fontsize=7)
+    else:
+        no_data(ax)
+    return fig
+
+
 NO_LATENCY = "no successful trace request"
 NO_THROUGHPUT = "no successful trace request completed in a whole bin of any run"
 NO_FAILURES = "no failed trace request"
@@ -242,7 +283,10 @@ FIGURES: dict[str, Callable[..., Figure]] = {
 }
 # drawn only when a run has their data, and otherwise not named at all: they show what a run opted into
 # (a registry's own metrics), which most runs have not
-OPT_IN_FIGURES: dict[str, Callable[..., Figure]] = {"registry_side": fig_registry_side}
+OPT_IN_FIGURES: dict[str, Callable[..., Figure]] = {
+    "registry_side": fig_registry_side,
+    "event_latency": fig_event_latency,
+}
 
 
 def left_out(results: dict[str, dict]) -> dict[str, str]:
@@ -267,4 +311,8 @@ def draw_all(results: dict[str, dict], frames: dict[str, pd.DataFrame], out: Pat
         makers["registry_side"] = functools.partial(OPT_IN_FIGURES["registry_side"], results, frames)
     else:  # an earlier analysis's chart must not pass for this one's
         (out / "registry_side.png").unlink(missing_ok=True)
+    if any(r.get("event_bands") for r in results.values()):
+        makers["event_latency"] = functools.partial(OPT_IN_FIGURES["event_latency"], results, frames)
+    else:
+        (out / "event_latency.png").unlink(missing_ok=True)
     return draw_charts(makers, left_out(results), out)

@@ -24,6 +24,7 @@ from drtp.replay.stats_file import (
     STATS_GAUGES,
     STATS_LATER,
     STATS_OPTIONAL,
+    STATS_TEXT,
 )
 from drtp.units import MS_PER_S
 
@@ -35,7 +36,7 @@ def read_stats_history(path: Path) -> pd.DataFrame:
     (it was killed mid-write): it is dropped rather than read as a short row.
     A column added to the file after its first layout (drtp.replay.stats_file
     ``later``) is NaN throughout in a file written before it existed: not
-    counted then, which is not the same as none.
+    counted then, which is not the same as none; a text column (``event``) is "" there.
     """
     try:
         data = path.read_bytes()
@@ -53,9 +54,12 @@ def read_stats_history(path: Path) -> pd.DataFrame:
     frame = pd.DataFrame(index=raw.index)
     for col in STATS_COLUMNS:
         if col not in raw.columns:  # a file from before the column existed
-            frame[col] = np.nan
+            frame[col] = "" if col in STATS_TEXT else np.nan
             continue
         text = raw[col].str.strip()
+        if col in STATS_TEXT:  # a label: kept as written
+            frame[col] = text
+            continue
         values = pd.to_numeric(text, errors="coerce")
         bad = values.isna() | ~np.isfinite(values.fillna(0)) | (values < 0)
         if col in STATS_OPTIONAL:
@@ -116,6 +120,8 @@ def stats_from_requests(requests: pd.DataFrame, interval_s: float = DEFAULT_INTE
     )
     for name in STATS_GAUGES:  # the nodes' and the master's own load is not in requests.csv
         frame[name] = np.nan
+    for name in STATS_TEXT:  # the run's events are not in requests.csv
+        frame[name] = ""
     return frame[list(STATS_COLUMNS)]
 
 
@@ -133,4 +139,9 @@ def _nearest_rank(groups: np.ndarray, values: np.ndarray, q: float, n_groups: in
 
 def empty_stats() -> pd.DataFrame:
     """A stats history without intervals, typed like a full one."""
-    return pd.DataFrame({c: pd.Series(dtype=np.int64 if c in STATS_COUNTS else np.float64) for c in STATS_COLUMNS})
+    return pd.DataFrame(
+        {
+            c: pd.Series(dtype=np.int64 if c in STATS_COUNTS else object if c in STATS_TEXT else np.float64)
+            for c in STATS_COLUMNS
+        }
+    )

@@ -195,6 +195,7 @@ def test_history_rows_are_written_once_their_interval_is_over_and_grouped_by_end
         "bytes": "407",
         "rate_per_s": "5.000",
         **dict.fromkeys(("node_cpu_max", "loop_lag_ms_max", "master_cpu"), ""),  # no gauge reported: empty
+        "event": "",  # no event ran
     }
     # nearest rank (the value at rank ceil(q·n): 20 and 40 ms of the four), to the histogram's 0.1 %, as summary.json
     assert percentiles == {"p50_ms": pytest.approx(20.0, rel=1e-3), "p99_ms": pytest.approx(40.0, rel=1e-3)}

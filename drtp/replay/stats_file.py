@@ -22,7 +22,10 @@ A new column is a line here, and the code of its kind produces it (a ``count`` n
 * ``time``, ``rate``, ``ms`` — computed by the writer from the interval and its
   counts and latency histogram (``ms`` empty when nothing succeeded; it is the
   latency from the actual start, ``latency_s``, in every mode: in rate mode the
-  wait before a late start is in summary.json's ``response_s``, not here).
+  wait before a late start is in summary.json's ``response_s``, not here);
+* ``text`` — a label the writer gives the interval (``event``: the events of the run's events.csv that ran
+  in it, drtp.replay.windows ``events_in``); empty when none, also in the rebuild from ``requests.csv``
+  unless the run's events are given.
 
 ``later`` marks a column added after the file's first layout: a file written
 before it existed lacks it, and readers give it as missing (NaN) there instead
@@ -39,7 +42,7 @@ DEFAULT_INTERVAL_S = 1.0  # the width of an interval, in seconds of the run, unl
 
 class StatsColumn(NamedTuple):
     name: str
-    kind: Literal["time", "count", "gauge", "rate", "ms"]
+    kind: Literal["time", "count", "gauge", "rate", "ms", "text"]
     meaning: str
     later: bool = False  # added after the file's first layout: older files lack it
 
@@ -65,9 +68,14 @@ STATS_TABLE: tuple[StatsColumn, ...] = (
         "master_cpu", "gauge", "the master process's CPU (user + system) in the interval, share of one core",
         later=True,
     ),
+    StatsColumn(
+        "event", "text", "the maintenance events (events.csv) that ran in the interval, ';' between several; "
+        "empty when none", later=True,
+    ),
 )  # fmt: skip
 STATS_COLUMNS: tuple[str, ...] = tuple(c.name for c in STATS_TABLE)
 STATS_COUNTS: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.kind == "count")
 STATS_OPTIONAL: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.kind in ("ms", "gauge"))
 STATS_LATER: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.later)
 STATS_GAUGES: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.kind == "gauge")
+STATS_TEXT: tuple[str, ...] = tuple(c.name for c in STATS_TABLE if c.kind == "text")

@@ -27,6 +27,7 @@ from drtp.replay.outcome import LOST
 from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_of
 from drtp.replay.slo import judged_latency
 from drtp.replay.summary import PERCENTILES, LogHistogram, ResultsModel, bucket, replayer_limited_line
+from drtp.replay.windows import event_line
 
 if TYPE_CHECKING:
     from drtp.master.run.internal_errors import InternalErrors
@@ -336,4 +337,5 @@ def format_table(summary: dict) -> str:
     limited = replayer_limited_line(summary)
     if limited:
         lines.append(limited)
+    lines += [event_line(entry) for entry in summary.get("events") or []]  # windows before, during, after each
     return "\n".join(lines)

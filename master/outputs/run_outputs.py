@@ -10,6 +10,8 @@ A new output is a module with a :class:`~drtp.master.outputs.output.RunOutput` s
   ``registry_side`` block is added first;
 * stats_history.csv before the replayer's health: the history's last grouping counts the gauges it drops
   as late before the ``replayer`` block is made, and the health parts feed its gauge columns;
+* the event windows after the events output and stats_history.csv: at the finish they read events.csv
+  and the history's last row, both written by then;
 * live metrics after the replayer's health, whose master CPU readings it shows;
 * the original trace player's results file last: it is made from requests.csv once every row is in,
   before summary.json, which says if it failed.
@@ -28,6 +30,7 @@ from drtp.master.outputs.registry_metrics import RegistryMetricsOutput
 from drtp.master.outputs.replayer_health import ReplayerHealthOutput
 from drtp.master.outputs.results import RunResults
 from drtp.master.outputs.stats_history import HistoryOutput
+from drtp.master.outputs.windows import WindowsOutput
 from drtp.replay.frames import ResultFrame
 from drtp.replay.messages import ReplayRequest
 from drtp.replay.result_row import ResultRow
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
 OUTPUTS: list[type[RunOutput]] = [
     RegistryMetricsOutput,
     HistoryOutput,
+    WindowsOutput,
     ReplayerHealthOutput,
     LiveMetricsOutput,
     OriginalOutput,

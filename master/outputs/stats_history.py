@@ -22,7 +22,14 @@ since the run's start, the origin of requests.csv's ``start_s``):
   another interval.  A starved node's health comes late in just the intervals
   that matter, so the dropped ones are counted (:attr:`StatsHistory.late_gauges`,
   summary.json's ``replayer.late_gauges``); summary.json's ``replayer`` block
-  keeps every part, late or not.
+  keeps every part, late or not;
+* ``event`` — the maintenance events that ran in the interval (drtp.replay.windows
+  ``events_in``: started before its end, not ended by its beginning; ``;`` between
+  several), empty when none.  The history reads them from the run's ``events.csv``
+  as the events output rewrites it (:class:`RunEvents`: read again only when the
+  file changed), when it writes the row: an interval's row waits its write lag, so
+  an event that ended in it meanwhile is there too.  An event counts in a row once
+  events.csv holds its start.
 
 A request lost with its node has no end: it counts as a failure in the interval
 in which the master learned of it.  Results reach the master a little after
@@ -63,10 +70,12 @@ from pathlib import Path
 from drtp.errors import DrtpError
 from drtp.master.outputs.output import RunContext, RunOutput
 from drtp.outputs import os_reason, other_columns
+from drtp.replay.event_log import EVENTS_CSV, EventRecord, read_events
 from drtp.replay.frames import IntervalPart, IntervalStats, ResultFrame
 from drtp.replay.messages import ReplayRequest
 from drtp.replay.result_row import ResultRow
 from drtp.replay.stats_file import STATS_COLUMNS, STATS_COUNTS, STATS_FILE, STATS_GAUGES
+from drtp.replay.windows import events_in
 from drtp.units import MS_PER_S
 
 WRITE_LAG_S = 2.0  # how long after an interval's end its row waits for results still on their way
@@ -99,14 +108,17 @@ class StatsHistory:
         clock: Callable[[], float],
         resume: bool = False,
         write_lag_s: float | None = None,
+        events: Callable[[float, float], str] | None = None,
     ) -> None:
-        """``write_lag_s``: how long after an interval's end its row is written (None: :func:`run_write_lag_s`)."""
+        """``write_lag_s``: how long after an interval's end its row is written (None: :func:`run_write_lag_s`);
+        ``events``: the ``event`` cell of an interval ``[begin_s, end_s)`` (None: always empty)."""
         if not (math.isfinite(interval_s) and interval_s > 0):
             raise ValueError(f"stats interval must be > 0 s, got {interval_s!r}")
         self.path = path
         self.interval_s = interval_s
         self.write_lag_s = run_write_lag_s() if write_lag_s is None else write_lag_s
         self.clock = clock  # seconds since the run's start
+        self.events = events
         self.pending: list[ResultRow] = []  # rows added since they were last grouped
         # a row the master recorded: one append, nothing else (a helper's row is left out when grouped)
         self.add: Callable[[ResultRow], None] = self.pending.append
@@ -252,7 +264,9 @@ class StatsHistory:
 
     def _write(self, index: int, end_s: float) -> None:
         stats = self.open.pop(index, None) or IntervalStats()
-        self.csv.writerow(interval_cells(stats, index * self.interval_s, end_s, self.gauges.pop(index, {})))
+        begin_s = index * self.interval_s
+        event = self.events(begin_s, end_s) if self.events is not None else ""
+        self.csv.writerow(interval_cells(stats, begin_s, end_s, self.gauges.pop(index, {}), event))
         self.next_index = index + 1
 
 
@@ -269,7 +283,8 @@ class HistoryOutput(RunOutput):
 
     @classmethod
     def open(cls, run: RunContext) -> HistoryOutput:
-        return cls(run, StatsHistory(run.out_dir / STATS_FILE, run.interval_s, run.clock, run.resume))
+        events = RunEvents(run.out_dir / EVENTS_CSV)
+        return cls(run, StatsHistory(run.out_dir / STATS_FILE, run.interval_s, run.clock, run.resume, events=events))
 
     def start(self) -> None:
         if self.run.resume:  # the interrupted run's rows that requests.csv kept
@@ -299,9 +314,36 @@ class HistoryOutput(RunOutput):
             summary["stats_history_late"] = history.late
 
 
-def interval_cells(stats: IntervalStats, begin_s: float, end_s: float, gauges: dict[str, float] | None = None) -> list:
+class RunEvents:
+    """The ``event`` cell of an interval, from the run's events.csv as the events output rewrites it (read
+    again only when its size or time changed; a file that does not parse keeps the events read before)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.stamp: tuple[int, int] | None = None
+        self.events: list[EventRecord] = []
+
+    def __call__(self, begin_s: float, end_s: float) -> str:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return events_in(self.events, begin_s, end_s)
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp != self.stamp:
+            try:
+                self.events = read_events(self.path)
+                self.stamp = stamp
+            except (OSError, ValueError, KeyError):
+                pass  # written again soon: events.csv is replaced whole, never torn, but an old drtp's may differ
+        return events_in(self.events, begin_s, end_s)
+
+
+def interval_cells(
+    stats: IntervalStats, begin_s: float, end_s: float, gauges: dict[str, float] | None = None, event: str = ""
+) -> list:
     """The CSV cells of one interval, in drtp.replay.stats_file's column order: each column by its kind
-    (``gauges``: the interval's gauge values by column; a column without one is empty)."""
+    (``gauges``: the interval's gauge values by column; a column without one is empty; ``event``: the events
+    that ran in it)."""
     length = end_s - begin_s
     latency = stats.latency
     values: dict[str, object] = {name: getattr(stats, name) for name in STATS_COUNTS}
@@ -313,6 +355,7 @@ def interval_cells(stats: IntervalStats, begin_s: float, end_s: float, gauges: d
     for name in STATS_GAUGES:
         value = gauges.get(name)
         values[name] = "" if value is None else f"{value:.3f}"
+    values["event"] = event
     return [values[name] for name in STATS_COLUMNS]
 
 
