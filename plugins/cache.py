@@ -183,6 +183,34 @@ def cache_keys(trace: TraceColumns, rows: np.ndarray, key: Key) -> tuple[np.ndar
     return dense, first
 
 
+def _capacity(args: LRUArgs, rows: np.ndarray, trace: TraceColumns, sizes_by_obj: np.ndarray, base: int) -> int:
+    """The capacity in bytes; ``unlimited`` is larger than everything the requests ask for (nothing is evicted)."""
+    if args.capacity == UNLIMITED:
+        return max(1, int(sizes_by_obj[trace.obj[rows]].sum()) + 1)
+    return resolve_size(args.capacity, "capacity", base, args.percent_of, minimum=1)
+
+
+class Prediction(NamedTuple):
+    """Per cache request (:func:`cache_requests`), in trace order: what one shared cache predicts."""
+
+    rows: np.ndarray  # indices into the trace
+    hit: np.ndarray  # bool
+    key: np.ndarray  # the dense object id each request is for (under ``args.key``)
+    capacity_bytes: int
+
+
+def predict(trace: TraceColumns, args: LRUArgs, policy: str = "lru") -> Prediction:
+    """Each cache request's hit or miss under one cache shared by all hosts, for holding it against a real cache."""
+    make, _ = _policy_factory(policy, args)
+    rows = cache_requests(trace, args)
+    sizes_by_obj = trace.object_sizes(rows)
+    base = trace.ingress_bytes() if args.percent_of == "ingress" else int(sizes_by_obj.sum())
+    capacity = _capacity(args, rows, trace, sizes_by_obj, base)
+    dense, uniq = cache_keys(trace, rows, args.key)
+    out = make(capacity).run(dense.tolist(), sizes_by_obj[uniq].tolist())
+    return Prediction(rows, out.level > 0, dense, capacity)
+
+
 def simulate_cache(trace: TraceColumns, args: LRUArgs, policy: str, plugin: str) -> SimResult:
     """Run a cache policy over the requests the cache sees (:func:`cache_requests`) and tabulate hits."""
     if getattr(args, "compat", "none") == "original":
@@ -193,10 +221,7 @@ def simulate_cache(trace: TraceColumns, args: LRUArgs, policy: str, plugin: str)
     ingress = trace.ingress_bytes()
     footprint = int(sizes_by_obj.sum())
     base = ingress if args.percent_of == "ingress" else footprint
-    if args.capacity == UNLIMITED:  # larger than everything the trace asks for: nothing is ever evicted
-        capacity = max(1, int(sizes_by_obj[trace.obj[gets]].sum()) + 1)
-    else:
-        capacity = resolve_size(args.capacity, "capacity", base, args.percent_of, minimum=1)
+    capacity = _capacity(args, gets, trace, sizes_by_obj, base)
 
     # dense ids over the objects this cache sees, so tables stay small
     dense, uniq = cache_keys(trace, gets, args.key)
