@@ -13,10 +13,13 @@ fetches, manifests are objects).  The table puts both side by side per kind
 and per time slice, and counts the causes of a difference it can see:
 
 * ``in_flight``: requests the simulator counts a hit because an earlier miss
-  of the same object came first, although that miss had not finished when the
-  request was sent; a real cache either fetches again (a miss) or makes it wait
-  (nginx's lock: ``wait``).  The simulator's ratio with these counted as misses
-  is ``predicted_hit_ratio_in_flight_as_miss``;
+  of the same object came first, although the cache was still fetching it when
+  the request was sent — an earlier miss of the object (the simulator's, or one
+  the cache measured) had not finished, nor had the upstream GETs it started —
+  and that the cache did not serve as a hit; a real cache either fetches again
+  (a miss) or makes the request wait (nginx's lock: ``wait``, a hit here).  The
+  simulator's ratio with these counted as misses is
+  ``predicted_hit_ratio_in_flight_as_miss``;
 * ``refused``: requests that failed through the cache although the trace's
   answer was a success, or whose object the upstream refused (an answer of
   400 or more other than a 401 challenge) while they were under way;
@@ -99,9 +102,12 @@ def read_upstream_log(path: Path, start_epoch: float) -> list[UpstreamFetch]:
     """The object requests in Distribution's JSON log at ``path``, on the run's clock, without drtp's own.
 
     drtp's direct requests to the upstream (warmup, preflight, pushes sent
-    there) carry a User-Agent of drtp's and are left out: what remains is what
-    the cache fetched.  A line that is not JSON (the registry's start-up text)
-    is passed over; a file with no JSON line at all is not this format.
+    there) carry their own User-Agent and are left out (a cache like nginx
+    passes the clients' agent on, so the replay's own agent marks nothing);
+    what remains is what the cache fetched.  Requests before the run began
+    (a warmup that predates that agent) match no request of the run.  A line
+    that is not JSON (the registry's start-up text) is passed over; a file
+    with no JSON line at all is not this format.
     """
     try:
         lines = path.read_bytes().splitlines()
@@ -119,8 +125,7 @@ def read_upstream_log(path: Path, start_epoch: float) -> list[UpstreamFetch]:
         json_lines += 1
         if not str(entry.get("msg", "")).startswith("response completed"):
             continue
-        agent = str(entry.get("http.request.useragent", ""))
-        if agent == DIRECT_USER_AGENT or agent.startswith("drtp"):
+        if entry.get("http.request.useragent") == DIRECT_USER_AGENT:
             continue
         m = _UPSTREAM_PATH.match(str(entry.get("http.request.uri", "")).partition("?")[0])
         if not m:
