@@ -58,8 +58,8 @@ HIT_CLASSES = ("hit", "wait")  # served from the cache (a wait is a hit that wai
 # clock and the upstream's log are read on one machine here, and a request's start is taken just before it is sent
 CLOCK_SLACK_S = 0.002
 UNCOUNTED = (
-    "nginx's cache manager evicts in the background, when the cache has grown past max_size (checked about every "
-    "10 s), not at the request that overfills it as the simulated LRU does: for a while the real cache holds more "
+    "nginx's cache manager evicts in the background, when its periodic pass finds the cache past max_size, "
+    "not at the request that overfills it as the simulated LRU does: for a while the real cache holds more "
     "than its capacity, then drops several objects at once",
     "nginx stores each object in a file rounded up to the file system's blocks and counts those blocks against "
     "max_size; the simulator counts the object's bytes, so a small-object cache holds fewer objects than predicted",
