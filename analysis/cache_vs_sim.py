@@ -25,7 +25,8 @@ and per time slice, and counts the causes of a difference it can see:
   400 or more other than a 401 challenge) while they were under way;
 * ``refetched``: misses of an object the cache had already fetched in this run
   and the simulator still held: the cache dropped it (a TTL expiry, or an
-  eviction the simulated policy did not make);
+  eviction the simulated policy did not make), or — without the cache's own
+  log (``cache_log``) — had not yet stored it;
 * ``unexpected_hits``: hits the simulator calls misses (the cache held the
   object before the run, or shared it across keys the simulator keeps apart).
 
@@ -131,7 +132,7 @@ def read_upstream_log(path: Path, start_epoch: float) -> list[UpstreamFetch]:
         if not m:
             continue
         try:
-            end = _dt.datetime.fromisoformat(str(entry["time"]).replace("Z", "+00:00")[:26] + "+00:00").timestamp()
+            end = _log_time(str(entry["time"]))
             took = go_duration(str(entry.get("http.response.duration", "0s")))
             status = int(entry["http.response.status"])
         except (KeyError, ValueError) as e:
@@ -166,8 +167,17 @@ def cache_requests_frame(requests: pd.DataFrame) -> pd.DataFrame:
     return sent.sort_values("start_s", kind="stable").reset_index(drop=True)
 
 
-def predicted(frame: pd.DataFrame, capacity: int | str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row of ``frame``: taken by the simulator as a cache request (a success in the trace), hit, object key."""
+class Predicted(NamedTuple):
+    """Per row of the frame, the simulator's view; and the capacity it simulated."""
+
+    taken: np.ndarray  # a cache request for the simulator (a success in the trace)
+    hit: np.ndarray
+    key: np.ndarray  # the object key's dense id (-1: not taken)
+    capacity_bytes: int | None  # None: unlimited
+
+
+def predicted(frame: pd.DataFrame, capacity: int | str, key: str) -> Predicted:
+    """The simulator on ``frame``'s requests (:class:`Predicted`)."""
     from drtp.plugins.base import find_plugin, parse_plugin_args
     from drtp.plugins.cache import predict
 
@@ -200,7 +210,7 @@ def predicted(frame: pd.DataFrame, capacity: int | str, key: str) -> tuple[np.nd
     taken[out.rows] = True
     hit[out.rows] = out.hit
     keys[out.rows] = out.key
-    return taken, hit, keys
+    return Predicted(taken, hit, keys, None if capacity == "unlimited" else out.capacity_bytes)
 
 
 class LogMeasure(NamedTuple):
@@ -209,6 +219,56 @@ class LogMeasure(NamedTuple):
     classes: np.ndarray  # "miss" when the upstream began a GET of its object during it, else "hit"
     refused: np.ndarray  # the upstream refused its object (an answer ≥ 400 other than 401) during it
     fetch_end_s: np.ndarray  # a miss: when the last upstream GET begun during it ended (the object is stored)
+
+
+_STORED = re.compile(r"^Adding new scheduler entry for (?P<repo>.+)@(?P<digest>sha256:[0-9a-f]+) ")
+
+
+def read_cache_log(path: Path, start_epoch: float) -> dict[tuple[str, str], list[float]]:
+    """When Distribution's proxy stored each (repository, digest), on the run's clock, from the cache's own log.
+
+    The proxy logs "Adding new scheduler entry for <repository>@<digest>"
+    (the object's TTL starts) once it has stored the object: from then on it
+    serves the object itself.  The upstream GET that stored it ends a little
+    before, so this is the moment a request stops being in flight.
+    """
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as e:
+        raise CacheAnalysisError(f"{path}: cannot read the cache's log ({e.strerror})") from None
+    out: dict[tuple[str, str], list[float]] = {}
+    for n, line in enumerate(lines, start=1):
+        if not line.startswith(b"{"):
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        m = _STORED.match(str(entry.get("msg", "")))
+        if not m:
+            continue
+        try:
+            t = _log_time(str(entry["time"]))
+        except (KeyError, ValueError) as e:
+            raise CacheAnalysisError(f"{path}: line {n}: not a Distribution log line ({e})") from None
+        out.setdefault((m["repo"], m["digest"]), []).append(t - start_epoch)
+    return out
+
+
+def _log_time(text: str) -> float:
+    """Seconds since the epoch of Distribution's log time (RFC 3339, nanoseconds cut to microseconds)."""
+    return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")[:26] + "+00:00").timestamp()
+
+
+def stored_after_miss(frame: pd.DataFrame, stored: dict[tuple[str, str], list[float]], miss: np.ndarray) -> np.ndarray:
+    """Per measured miss of a layer: when the cache next stored it (from its start on); NaN if never or not a miss."""
+    out = np.full(len(frame), np.nan)
+    for i, r in enumerate(frame.itertuples(index=False)):
+        if miss[i] and r.kind == "blob":
+            times = [t for t in stored.get((str(r.repository), str(r.object)), ()) if t >= float(r.start_s)]
+            if times:
+                out[i] = min(times)
+    return out
 
 
 def measured_from_log(frame: pd.DataFrame, fetches: list[UpstreamFetch]) -> LogMeasure:
@@ -241,10 +301,10 @@ def in_flight(
 ) -> np.ndarray:
     """Predicted hits sent while an earlier miss of their object (predicted or measured) had not finished.
 
-    A miss finishes when its client has the object and, where the upstream's
-    log shows it (``fetch_end_s``), when the cache's own fetches of it ended:
-    Distribution's proxy stores a blob by a second upstream GET that may
-    outlast the client's.
+    A miss finishes when its client has the object and, where the logs show
+    it (``fetch_end_s``), when the cache's own fetches of it ended or it
+    stored the object: Distribution's proxy stores a blob by a second upstream
+    GET that may outlast the client's, and commits it a moment after.
     """
     out = np.zeros(len(frame), dtype=bool)
     miss_end: dict[int, float] = {}
@@ -319,7 +379,7 @@ class CacheComparison:
     run: Path
     measured_from: str  # "requests.csv cache column" or the upstream log's path
     capacity: int | str
-    capacity_bytes: int
+    capacity_bytes: int | None  # None: unlimited
     key: str
     slice_s: float
     table: pd.DataFrame
@@ -355,6 +415,7 @@ def compare_cache(
     slice_s: float | None = None,
     upstream_log: Path | None = None,
     registry: str | None = None,
+    cache_log: Path | None = None,
 ) -> CacheComparison:
     """Hold the simulator against the cache a run went through (the module docstring says how)."""
     try:
@@ -386,10 +447,15 @@ def compare_cache(
         measured_from = str(log)
         seen = measured_from_log(frame, read_upstream_log(log, float(start_epoch)))
         frame["measured"], frame["refused"], frame["fetch_end_s"] = seen.classes, seen.refused, seen.fetch_end_s
+        if cache_log is not None:
+            stored = read_cache_log(cache_log, float(start_epoch))
+            stored_at = stored_after_miss(frame, stored, seen.classes == "miss")
+            frame["fetch_end_s"] = np.fmax(frame["fetch_end_s"].to_numpy(float), stored_at)
     frame["failed"] = (frame["status"] >= 400) & (frame["expected_status"] < 400)
     frame.loc[frame["failed"], "measured"] = "failed"
     frame["refused"] = frame["refused"] | frame["failed"]
-    taken, pred_hit, keys = predicted(frame, capacity, key)
+    prediction = predicted(frame, capacity, key)
+    taken, pred_hit, keys = prediction.taken, prediction.hit, prediction.key
     left_out = int((~taken).sum())
     frame["predicted_hit"] = pred_hit
     frame["measured_hit"] = frame["measured"].isin(HIT_CLASSES)
@@ -411,21 +477,17 @@ def compare_cache(
         rows.append(table_row(part, start, end, "all"))
         for kind in KINDS:
             rows.append(table_row(part[part["kind"] == kind], start, end, kind))
-    cap_bytes = capacity_bytes(sim, capacity, key)
     return CacheComparison(
-        Path(run_dir), measured_from, capacity, cap_bytes, key, width, pd.DataFrame(rows), len(sim), left_out
+        Path(run_dir),
+        measured_from,
+        capacity,
+        prediction.capacity_bytes,
+        key,
+        width,
+        pd.DataFrame(rows),
+        len(sim),
+        left_out,
     )
-
-
-def capacity_bytes(sim: pd.DataFrame, capacity: int | str, key: str) -> int:
-    """The capacity in bytes as the simulator took it (0 for unlimited: never reached)."""
-    if capacity == "unlimited":
-        return 0
-    from drtp.plugins.base import resolve_size
-
-    groups = ["repository", "object"] if key == "repository+digest" else ["kind", "object"]
-    footprint = int(sim.groupby(groups)["size"].max().sum())
-    return resolve_size(capacity, "capacity", footprint, "footprint", minimum=1)
 
 
 # -- output -------------------------------------------------------------------------
@@ -464,7 +526,7 @@ def format_comparison(c: CacheComparison) -> str:
     lines.append(
         f"counted causes: {all_['in_flight']:,} requests in flight (a hit in the simulator, the object's first miss "
         f"not finished when they were sent), {all_['refused']:,} refused or failed through the cache, "
-        f"{all_['refetched']:,} refetched (the cache had dropped the object: TTL or its own eviction), "
+        f"{all_['refetched']:,} refetched (the cache had dropped the object, or had not stored it yet), "
         f"{all_['unexpected_hits']:,} hits the simulator calls misses"
     )
     if c.left_out:

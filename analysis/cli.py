@@ -91,7 +91,13 @@ def cmd_analyze_cache(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else run / "cache-vs-sim"
     prepare_output_dir(out, "--out")
     comparison = compare_cache(
-        run, args.capacity, args.key, args.slice, Path(args.upstream_log) if args.upstream_log else None, args.registry
+        run,
+        args.capacity,
+        args.key,
+        args.slice,
+        Path(args.upstream_log) if args.upstream_log else None,
+        args.registry,
+        Path(args.cache_log) if args.cache_log else None,
     )
     print(format_comparison(comparison))
     paths = write_comparison(comparison, out)
@@ -276,4 +282,10 @@ def register(sub) -> None:
         "column (default: config.json's registries[].upstream.access_log)",
     )
     k.add_argument("--registry", metavar="ID", help="the registries entry whose upstream to read, when several")
+    k.add_argument(
+        "--cache-log",
+        metavar="FILE",
+        help="with the upstream's log: the cache's own JSON log (Distribution's proxy), whose 'scheduler entry' "
+        "lines say when it stored each layer; a request sent before then counts as in flight",
+    )
     k.set_defaults(func=cmd_analyze_cache)

@@ -4,7 +4,8 @@ End to end: a Distribution upstream, warmed by ``drtp warmup``; a second Distrib
 front of it (no eviction); a small generated trace of pulls replayed through the cache by ``drtp run``; then
 ``drtp analyze cache`` with ``repository+digest`` keys and unlimited capacity must be within 1 point of what
 the upstream's log says the cache did, once requests sent while their object was still being fetched are
-counted.  And nginx ``proxy_cache`` with ``max_size`` at 20 % of the working set: predicted and measured printed.
+counted (the cache's own log says when it stored each layer).  And nginx ``proxy_cache`` with ``max_size`` at
+20 % of the working set: predicted and measured printed.
 """
 
 from __future__ import annotations
@@ -132,9 +133,13 @@ def test_distribution_pull_through_matches_the_simulator(tmp_path: Path, nodes, 
         )
         fetched = _fetched_objects(up.log_path, offset)
         capsys.readouterr()
+        # the run went to the cache as a plain registry: nothing in it names the upstream's log
+        assert main(["analyze", "cache", str(run), "--out", str(tmp_path / "nothing")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--upstream-log" in err
         out = tmp_path / "analysis"
         argv = ["analyze", "cache", str(run), "--upstream-log", str(up.log_path), "--out", str(out)]
-        assert main(argv) == 0
+        assert main([*argv, "--cache-log", str(cache.log_path)]) == 0
     console = capsys.readouterr().out
     print(console)
     doc = json.loads((out / "cache_vs_sim.json").read_text())
