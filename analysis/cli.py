@@ -85,6 +85,46 @@ def cmd_analyze_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyze_cache(args: argparse.Namespace) -> int:
+    _headless()
+    from drtp.analysis.cache_vs_sim import compare_cache, format_comparison, write_comparison
+    from drtp.outputs import prepare_output_dir
+
+    run = Path(args.run)
+    if not (run / "requests.csv").is_file():
+        from drtp.errors import DrtpError
+
+        raise DrtpError(f"{run}: not a run directory (no requests.csv)")
+    out = Path(args.out) if args.out else run / "cache-vs-sim"
+    prepare_output_dir(out, "--out")
+    comparison = compare_cache(
+        run,
+        args.capacity,
+        args.key,
+        args.slice,
+        Path(args.upstream_log) if args.upstream_log else None,
+        args.registry,
+        Path(args.cache_log) if args.cache_log else None,
+    )
+    print(format_comparison(comparison))
+    paths = write_comparison(comparison, out)
+    print(f"wrote {', '.join(str(p) for p in paths)}")
+    return 0
+
+
+def _capacity(text: str) -> int | str:
+    """``unlimited``, bytes, a size (64MB) or a percentage of the run's working set (20%)."""
+    from drtp.plugins.base import check_size
+
+    if text == "unlimited":
+        return text
+    try:
+        check_size(text, "capacity", minimum=1)
+    except Exception as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("simulate.args.capacity: ")) from None
+    return text
+
+
 def _share(text: str) -> float:
     """A probability strictly between 0 and 1 (α)."""
     try:
@@ -231,3 +271,43 @@ def register(sub) -> None:
     c.add_argument("--alpha", type=_share, default=0.05, help="significance level of the test (default 0.05)")
     c.add_argument("--noise", type=_percent, default=2.0, help="a change under this many %% is 'same' (default 2)")
     c.set_defaults(func=cmd_analyze_compare)
+
+    k = asub.add_parser(
+        "cache",
+        help="the simulator's hit ratio beside a real cache's, on a run through the cache",
+        description="Run the cache simulator on the requests a run sent through a pull-through cache and put "
+        "predicted and measured hit ratios side by side, per kind and per time slice, with the causes of a "
+        "difference it can count (docs/caches.md). Measured: requests.csv's cache column, else the upstream's "
+        "access log (Distribution's JSON log).",
+    )
+    k.add_argument("run", metavar="RUN", help="a run directory (requests.csv, summary.json, config.json)")
+    k.add_argument("--out", help="output directory (default RUN/cache-vs-sim)")
+    k.add_argument(
+        "--capacity",
+        type=_capacity,
+        default="unlimited",
+        help="the cache's capacity: unlimited (default), bytes, a size (64MB) or a share of the run's "
+        "working set (20%%)",
+    )
+    k.add_argument(
+        "--key",
+        choices=["repository+digest", "digest"],
+        default="repository+digest",
+        help="what the cache keys a layer by: repository+digest (Distribution's proxy; default) or digest "
+        "(an nginx cache keyed by digest)",
+    )
+    k.add_argument("--slice", type=positive_duration, help="width of a time slice (default: a tenth of the run)")
+    k.add_argument(
+        "--upstream-log",
+        metavar="FILE",
+        help="the upstream's access log (Distribution's JSON log), for a run whose requests.csv has no cache "
+        "column (default: config.json's registries[].upstream.access_log)",
+    )
+    k.add_argument("--registry", metavar="ID", help="the registries entry whose upstream to read, when several")
+    k.add_argument(
+        "--cache-log",
+        metavar="FILE",
+        help="with the upstream's log: the cache's own JSON log (Distribution's proxy), whose 'scheduler entry' "
+        "lines say when it stored each layer; a request sent before then counts as in flight",
+    )
+    k.set_defaults(func=cmd_analyze_cache)

@@ -34,10 +34,11 @@ from drtp.plugins.base import (
 )
 from drtp.plugins.original import original_cache_requests
 from drtp.plugins.policies import LRU, LibCacheSim, Outcome, TwoLevel, TwoLevelOriginal
-from drtp.trace.columns import TraceColumns
+from drtp.trace.columns import BLOB, GET, HEAD, MANIFEST, TraceColumns
 
 ARG_HELP = {
-    "capacity": "cache size: bytes (1073741824), a size (64MB, 2GiB) or a percentage of percent_of (5%)",
+    "capacity": "cache size: bytes (1073741824), a size (64MB, 2GiB), a percentage of percent_of (5%), "
+    "or 'unlimited' (nothing is ever evicted)",
     "per_server": "one cache per trace host, each of the full capacity (default: one shared cache)",
     "percent_of": "what a percentage is of: 'ingress' (bytes of PUT/PATCH layer uploads) or "
     "'footprint' (bytes of distinct layers GET)",
@@ -47,7 +48,16 @@ ARG_HELP = {
     "params": "libcachesim policy parameters, e.g. {small_size_ratio: 0.1} for S3-FIFO",
     "timeline_buckets": "number of time buckets in timeline.csv",
     "compat": "two-level only: " + COMPAT_HELP,
+    "key": "what one cached object is: 'digest' (a layer shared by every repository) or 'repository+digest' "
+    "(Distribution's pull-through cache: a layer cached through one repository is fetched again for another)",
+    "head": "'ignore' (only GETs reach the cache) or 'fetch' (a HEAD is a request for the object: a HEAD of an "
+    "absent blob makes a pull-through cache fetch it whole)",
+    "manifests": "manifests are cached objects too (key: repository and tag or digest), as a pull-through cache "
+    "stores them; default: layers only",
 }
+
+UNLIMITED = "unlimited"  # capacity: a cache that never evicts (Distribution's proxy without a TTL)
+Key = Literal["digest", "repository+digest"]
 
 
 class LRUArgs(PluginArgs):
@@ -55,6 +65,9 @@ class LRUArgs(PluginArgs):
     per_server: bool = False
     percent_of: Literal["ingress", "footprint"] = "ingress"
     timeline_buckets: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 100
+    key: Key = "digest"
+    head: Literal["ignore", "fetch"] = "ignore"
+    manifests: bool = False
 
 
 class TwoLevelArgs(LRUArgs):
@@ -90,7 +103,15 @@ def _policy_factory(policy: str, args: LRUArgs):
 
 
 def check_cache_args(args: LRUArgs, policy: str) -> None:
-    check_size(args.capacity, "capacity", minimum=1)
+    if args.capacity != UNLIMITED:
+        check_size(args.capacity, "capacity", minimum=1)
+    if getattr(args, "compat", "none") == "original":
+        what_real_caches_do = {"key": "digest", "head": "ignore", "manifests": False}
+        for name, default in what_real_caches_do.items():
+            if getattr(args, name) != default:
+                raise DrtpError(
+                    f"simulate.args.{name}: not with compat: original (the original player's cache had no {name})"
+                )
     if hasattr(args, "threshold"):
         check_size(args.threshold, "threshold")
     _policy_factory(policy, args)
@@ -118,6 +139,9 @@ def _summary_head(
         "policy": policy,
         "capacity": args.capacity,
         "capacity_bytes": capacity,
+        "key": args.key,
+        "head": args.head,
+        "manifests": args.manifests,
         "percent_of": args.percent_of,
         "ingress_bytes": ingress,
         "footprint_bytes": footprint,
@@ -128,23 +152,81 @@ def _summary_head(
     }
 
 
+def cache_requests(trace: TraceColumns, args: LRUArgs) -> np.ndarray:
+    """Indices of the requests the cache sees, in trace order: successful (status < 400) GETs of layers, plus
+    HEADs of them with ``head: fetch`` and the same requests of manifests with ``manifests: true``."""
+    methods = trace.method == GET
+    if args.head == "fetch":
+        methods |= trace.method == HEAD
+    kinds = trace.kind == BLOB
+    if args.manifests:
+        kinds |= trace.kind == MANIFEST
+    return np.flatnonzero(methods & kinds & (trace.status < 400))
+
+
+def cache_keys(trace: TraceColumns, rows: np.ndarray, key: Key) -> tuple[np.ndarray, np.ndarray]:
+    """Dense object ids of ``rows`` under ``key`` and, per dense id, the trace object it is (for its size).
+
+    A manifest's object already names its repository; with ``repository+digest``
+    a layer is one object per repository it is requested through.
+    """
+    obj = trace.obj[rows].astype(np.int64)
+    if key == "repository+digest":
+        blob = trace.kind[rows] != MANIFEST
+        combined = np.where(blob, trace.repo[rows].astype(np.int64) * len(trace.objects) + obj, obj)
+        combined = np.where(blob, combined + len(trace.objects), combined)  # layers apart from manifests
+    else:
+        combined = obj
+    uniq, dense = np.unique(combined, return_inverse=True)
+    first = np.zeros(len(uniq), dtype=np.int64)
+    first[dense[::-1]] = obj[::-1]  # each dense id's trace object (any request of it names the same one)
+    return dense, first
+
+
+def _capacity(args: LRUArgs, rows: np.ndarray, trace: TraceColumns, sizes_by_obj: np.ndarray, base: int) -> int:
+    """The capacity in bytes; ``unlimited`` is larger than everything the requests ask for (nothing is evicted)."""
+    if args.capacity == UNLIMITED:
+        return max(1, int(sizes_by_obj[trace.obj[rows]].sum()) + 1)
+    return resolve_size(args.capacity, "capacity", base, args.percent_of, minimum=1)
+
+
+class Prediction(NamedTuple):
+    """Per cache request (:func:`cache_requests`), in trace order: what one shared cache predicts."""
+
+    rows: np.ndarray  # indices into the trace
+    hit: np.ndarray  # bool
+    key: np.ndarray  # the dense object id each request is for (under ``args.key``)
+    capacity_bytes: int
+
+
+def predict(trace: TraceColumns, args: LRUArgs, policy: str = "lru") -> Prediction:
+    """Each cache request's hit or miss under one cache shared by all hosts, for holding it against a real cache."""
+    make, _ = _policy_factory(policy, args)
+    rows = cache_requests(trace, args)
+    sizes_by_obj = trace.object_sizes(rows)
+    base = trace.ingress_bytes() if args.percent_of == "ingress" else int(sizes_by_obj.sum())
+    capacity = _capacity(args, rows, trace, sizes_by_obj, base)
+    dense, uniq = cache_keys(trace, rows, args.key)
+    out = make(capacity).run(dense.tolist(), sizes_by_obj[uniq].tolist())
+    return Prediction(rows, out.level > 0, dense, capacity)
+
+
 def simulate_cache(trace: TraceColumns, args: LRUArgs, policy: str, plugin: str) -> SimResult:
-    """Run a cache policy over the trace's GET layer requests and tabulate hits."""
+    """Run a cache policy over the requests the cache sees (:func:`cache_requests`) and tabulate hits."""
     if getattr(args, "compat", "none") == "original":
         return simulate_cache_original(trace, args, plugin)  # type: ignore[arg-type]
     make, levels = _policy_factory(policy, args)
-    gets = trace.layer_gets()
+    gets = cache_requests(trace, args)
     sizes_by_obj = trace.object_sizes(gets)
     ingress = trace.ingress_bytes()
     footprint = int(sizes_by_obj.sum())
     base = ingress if args.percent_of == "ingress" else footprint
-    capacity = resolve_size(args.capacity, "capacity", base, args.percent_of, minimum=1)
+    capacity = _capacity(args, gets, trace, sizes_by_obj, base)
 
-    obj = trace.obj[gets]
     # dense ids over the objects this cache sees, so tables stay small
-    uniq, dense = np.unique(obj, return_inverse=True)
+    dense, uniq = cache_keys(trace, gets, args.key)
     sizes = sizes_by_obj[uniq].tolist()
-    req_sizes = sizes_by_obj[obj]
+    req_sizes = sizes_by_obj[trace.obj[gets]]
     hosts = trace.host[gets] if args.per_server else np.zeros(len(gets), dtype=np.int32)
     level = np.zeros(len(gets), dtype=np.uint8)
     warm = np.zeros(len(gets), dtype=bool)

@@ -59,7 +59,8 @@ LAYERS: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
     ("config", {"drtp.config": ("drtp.config",)}),
     ("options and registry", {"drtp.cli_options": ("drtp.cli_options",), "drtp.registry": ("drtp.registry",)}),
     ("trace", {"drtp.trace": ("drtp.trace",)}),
-    ("simulation and analysis", {"drtp.plugins": ("drtp.plugins",), "drtp.analysis": ("drtp.analysis",)}),
+    ("simulation", {"drtp.plugins": ("drtp.plugins",)}),
+    ("analysis", {"drtp.analysis": ("drtp.analysis",)}),
     ("replay", {"drtp.master": ("drtp.master",), "drtp.client": ("drtp.client",)}),
     ("launchers", {"drtp.cluster": ("drtp.cluster", "drtp.slurm"), "drtp.cli": ("drtp.cli",)}),
 )

@@ -37,8 +37,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     given = {"clients": args.clients, "repositories": args.repositories, "max_layer_size": args.max_layer_size}
     given = {k: v for k, v in given.items() if v is not None}
+    if args.storm is None and args.storm_images is not None:
+        raise DrtpError("--storm-images: only with --storm N")
+    if args.storm is not None and args.requests is not None:
+        raise DrtpError("-n/--requests: not with --storm (a storm holds N clients × --storm-images pulls)")
+    args.requests = 10_000 if args.requests is None else args.requests
     _check_generate_options(args, given)
     check_output_file(Path(args.output), "-o")
+    if args.storm is not None:
+        return _generate_storm(args, given)
     if args.profile:
         from drtp.trace.profiles import load_profile, options_for
 
@@ -55,6 +62,23 @@ def cmd_generate(args: argparse.Namespace) -> int:
     with progress(total=args.requests, desc="generate", unit="req") as bar:
         n = write_ibm(args.output, bar.wrap(generate(opts)))
     print(f"wrote {n:,} records to {args.output} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def _generate_storm(args: argparse.Namespace, given: dict) -> int:
+    from drtp.trace.generate import STORM_IMAGES, GenerateOptions, storm, storm_problem
+    from drtp.trace.reader import write_ibm
+
+    images = STORM_IMAGES if args.storm_images is None else args.storm_images
+    problem = storm_problem(args.storm, images)
+    if problem:
+        raise DrtpError(problem)
+    if args.profile:
+        raise DrtpError("--profile: not with --storm (a storm's shape is fixed: every client pulls every image)")
+    opts = GenerateOptions(seed=args.seed, start=args.start, **given)
+    gap = {} if args.span is None else {"gap_s": args.span / images}
+    n = write_ibm(args.output, storm(opts, args.storm, images, **gap))
+    print(f"wrote {n:,} records to {args.output}: {args.storm} clients pulling each of {images} images at once")
     return 0
 
 
@@ -130,6 +154,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     from drtp.trace.anonymize import PlainNames
     from drtp.trace.capture import capture_files
+    from drtp.trace.generate import MAX_STORM, storm_copies
     from drtp.trace.parquet import write_parquet
     from drtp.trace.reader import TraceReader, detect_format, write_ibm
     from drtp.trace.records import TraceRecord
@@ -137,9 +162,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.files]
     out = Path(args.output)
     check_output_file(out, "-o")
+    if args.storm is not None and not 1 <= args.storm <= MAX_STORM:
+        raise DrtpError(f"--storm: expected an integer from 1 to {MAX_STORM:,}, got {args.storm}")
     fmt = args.format
     if fmt == "auto":
         fmt = detect_format(paths[0]) if paths[0].is_file() else "auto"
+    if fmt == "registry-log" and args.storm is not None:
+        raise DrtpError("--storm: convert the registry log first, then make the trace a storm")
     if fmt == "registry-log":  # normalised like a capture, names kept
         cap, dicts = capture_files(paths, PlainNames())
         if out.suffix == ".parquet":
@@ -152,10 +181,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
             print(f"drtp: warning: {cap.stats.warning()}", file=sys.stderr)
     else:
         reader = TraceReader(paths, fmt=args.format, skip_bad=args.skip_bad, sort_files=args.sort_files)
+        batches = reader.batches()
+        if args.storm is not None:
+            batches = ([*storm_copies(batch, args.storm)] for batch in batches)
         if out.suffix == ".parquet":
-            n = write_parquet(out, reader.batches())
+            n = write_parquet(out, batches)
         else:
-            n = write_ibm(out, reader)
+            n = write_ibm(out, (rec for batch in batches for rec in batch))
         if reader.stats.skipped:
             print(f"skipped {reader.stats.skipped:,} malformed records", file=sys.stderr)
     print(f"wrote {n:,} records to {out}")
@@ -217,7 +249,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Write a synthetic registry trace (IBM JSON format) with a realistic shape.",
     )
     p.add_argument("-o", "--output", required=True, help="trace file to write (.json, or .json.gz)")
-    p.add_argument("-n", "--requests", type=positive_int, default=10_000, help="number of records (default 10000)")
+    p.add_argument("-n", "--requests", type=positive_int, help="number of records (default 10000)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     p.add_argument(
         "--span",
@@ -234,6 +266,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clients", type=positive_int, help="number of distinct clients (default 200)")
     p.add_argument("--repositories", type=positive_int, help="number of repositories (default 300)")
     p.add_argument("--max-layer-size", type=positive_size, help="cap on layer sizes, e.g. 4MB (default 256MiB)")
+    p.add_argument(
+        "--storm",
+        type=positive_int,
+        metavar="N",
+        help="a cold-pull storm: N clients pull each image (manifest, then its layers) at the same instant",
+    )
+    p.add_argument(
+        "--storm-images",
+        type=positive_int,
+        metavar="K",
+        help="with --storm: how many images, one storm each, from K repositories (default 5; "
+        "--span spreads them, default 10 s apart)",
+    )
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser(
@@ -269,6 +314,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("files", nargs="+", help="input traces (IBM JSON, JSON lines, registry log, Parquet)")
     p.add_argument("-o", "--output", required=True, help="output file: .parquet, .json or .json.gz")
+    p.add_argument(
+        "--storm",
+        type=positive_int,
+        metavar="N",
+        help="make the trace a storm: each pull request (GET/HEAD of a manifest or blob) sent by N clients at its "
+        "timestamp (copies k=1..N-1 are client <client>~k); pushes stay single",
+    )
     add_trace_options(p, limits=False)
     p.set_defaults(func=cmd_convert)
 

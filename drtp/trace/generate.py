@@ -30,10 +30,12 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from drtp.trace.records import format_timestamp
+import msgspec
+
+from drtp.trace.records import TraceRecord, format_timestamp
 
 USER_AGENTS = ("docker/17.04.0-ce go/go1.7.5", "docker/1.12.1 go/go1.6.3", "docker/17.06.0-ce go/go1.8.3")
 
@@ -345,3 +347,69 @@ def option_problem(name: str, value: object) -> str | None:
 def generate(opts: GenerateOptions) -> Iterator[dict]:
     """IBM-format record dicts, sorted by timestamp, exactly ``opts.requests`` of them."""
     return TraceGenerator(opts).records()
+
+
+# -- cold-pull storms -------------------------------------------------------------
+
+STORM_IMAGES = 5  # images a generated storm pulls, one after the other
+STORM_GAP_S = 10.0  # seconds between two images' storms when no span is given
+STORM_STEP_S = 0.001  # seconds between the requests of one pull (manifest, then each layer)
+MAX_STORM = 10_000  # clients in one storm: more is a load test of the client nodes, not of the cache
+
+
+def storm_problem(clients: object, images: object) -> str | None:
+    """What is wrong with a storm's sizes (None: nothing): both whole numbers of at least 1."""
+    for name, value, hi in (("--storm", clients, MAX_STORM), ("--storm-images", images, 1_000_000)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+            return f"{name}: expected an integer from 1 to {_plain(hi)}, got {value!r}"
+    return None
+
+
+def storm(opts: GenerateOptions, clients: int, images: int, gap_s: float = STORM_GAP_S) -> Iterator[dict]:
+    """A cold-pull storm: for each of ``images`` images, ``clients`` trace clients pull it at the same instant.
+
+    A pull is what a client sends for an image it lacks: ``GET`` of the
+    manifest, then ``GET`` of each layer.  Every client's j-th request of a
+    pull has the same timestamp as every other client's, so a replay sends
+    them at once and a cache in front of the registry sees ``clients``
+    requests for each object it does not hold yet; whether its upstream then
+    sees one fetch per object or one per client is what the storm shows.
+    Images follow each other ``gap_s`` seconds apart, each from its own
+    repository, so every storm is cold.  The images, layers and sizes come from
+    the same generator as :func:`generate` (seeded by ``opts.seed``).
+    """
+    gen = TraceGenerator(
+        GenerateOptions(
+            **{**opts.__dict__, "clients": max(opts.clients, clients), "repositories": max(opts.repositories, images)}
+        )
+    )
+    host = gen.hosts[0]
+    out = []
+    for i in range(images):
+        repo = gen.repos[i]
+        img = gen.image_of(repo, 0.0)
+        t0 = i * gap_s
+        steps = [(f"v2/{repo}/manifests/{img.tag}", img.manifest_size)]
+        steps += [(f"v2/{repo}/blobs/{layer}", size) for layer, size in img.layers]
+        for rank in range(clients):
+            for j, (uri, size) in enumerate(steps):
+                out.append((t0 + j * STORM_STEP_S, "GET", rank, host, uri, 200, size))
+    out.sort(key=lambda req: req[0])  # stable: clients in order within one instant
+    for req in out:
+        yield gen.record(req)
+
+
+def storm_copies(records: Iterable[TraceRecord], clients: int) -> Iterator[TraceRecord]:
+    """Any trace made a storm: each pull request (GET or HEAD of a manifest or blob) sent by ``clients`` clients.
+
+    The first copy is the record itself; copy k (from 1) has client
+    ``<client>~k`` and id ``<id>~k``, at the same timestamp, so each image pull
+    of the trace becomes ``clients`` pulls of the same objects at the same
+    instant.  Pushes and deletes stay single (a storm is of readers).
+    """
+    for rec in records:
+        yield rec
+        if rec.method not in ("GET", "HEAD") or "/blobs/uploads/" in rec.uri:
+            continue
+        for k in range(1, clients):
+            yield msgspec.structs.replace(rec, client=f"{rec.client}~{k}", id=f"{rec.id}~{k}")

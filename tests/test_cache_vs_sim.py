@@ -1,0 +1,272 @@
+"""``drtp analyze cache``: the simulator held against real caches on loopback, and its parts on small inputs.
+
+End to end: a Distribution upstream, warmed by ``drtp warmup``; a second Distribution in ``proxy:`` mode in
+front of it (no eviction); a small generated trace of pulls replayed through the cache by ``drtp run``; then
+``drtp analyze cache`` with ``repository+digest`` keys and unlimited capacity must be within 1 point of what
+the upstream's log says the cache did, once requests sent while their object was still being fetched are
+counted (the cache's own log says when it stored each layer).  And nginx ``proxy_cache`` with ``max_size`` at
+20 % of the working set: predicted and measured printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from drtp.analysis.cache_vs_sim import UNCOUNTED, go_duration, in_flight
+from drtp.cli import main
+from drtp.registry.local import LocalRegistry, free_port
+from drtp.registry.transport import DIRECT_USER_AGENT
+from drtp.trace.generate import GenerateOptions, generate
+from drtp.trace.reader import write_ibm
+from tests.registry_log import log_entries
+from tests.replay_support import TOKEN
+
+# -- small parts --------------------------------------------------------------------
+
+
+def test_go_durations_as_distribution_logs_them() -> None:
+    assert go_duration("894.136µs") == pytest.approx(894.136e-6)
+    assert go_duration("1.5ms") == pytest.approx(1.5e-3)
+    assert go_duration("1m2.5s") == pytest.approx(62.5)
+    with pytest.raises(ValueError):
+        go_duration("12 parsecs")
+
+
+def test_in_flight_counts_hits_sent_before_an_earlier_miss_of_their_object_ended() -> None:
+    # object 0: a miss 0–1 s (its cache fetch ends at 1.5 s), a request at 0.5 s and one at 1.2 s (both during it),
+    # one at 2 s (after); object 1: a miss 0–0.1 s and a request at 0.2 s (after)
+    frame = pd.DataFrame(
+        {
+            "start_s": [0.0, 0.5, 1.2, 2.0, 0.0, 0.2],
+            "end_s": [1.0, 0.6, 1.3, 2.1, 0.1, 0.3],
+            "fetch_end_s": [1.5, np.nan, np.nan, np.nan, np.nan, np.nan],
+        }
+    )
+    taken = np.ones(6, dtype=bool)
+    hit = np.array([False, True, True, True, False, True])
+    keys = np.array([0, 0, 0, 0, 1, 1])
+    none_measured = np.zeros(6, dtype=bool)
+    assert in_flight(frame, taken, hit, keys, none_measured).tolist() == [False, True, True, False, False, False]
+    # a measured miss during the first (the request at 0.5 s fetched too) keeps the object in flight to its end
+    frame.loc[1, "end_s"] = 2.5
+    measured = np.array([False, True, False, False, False, False])
+    assert in_flight(frame, taken, hit, keys, measured).tolist() == [False, True, True, True, False, False]
+
+
+def test_bad_run_path_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
+    assert main(["analyze", "cache", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nowhere" in err
+
+
+# -- against real caches ------------------------------------------------------------------
+
+
+def _pull_trace(path: Path) -> Path:
+    """A small generated trace of pulls only (a pull-through cache refuses pushes), layers ≤ 64 kB."""
+    opts = GenerateOptions(
+        requests=160,
+        seed=11,
+        span_s=20,
+        clients=12,
+        repositories=6,
+        push_ratio=0.0,
+        follow_rate=0.9,
+        max_layer_size=64_000,
+    )
+    write_ibm(path, generate(opts))
+    return path
+
+
+def _config(workdir: Path, trace: Path, registry: str, nodes: list[str], name: str) -> Path:
+    cfg = {
+        "trace": {"location": str(trace.parent), "traces": [trace.name]},
+        "registry": [registry],
+        "client_info": {"client_list": nodes, "threads": 8, "token": TOKEN, "batch": 50, "inflight": 200},
+        "warmup": {"output": str(workdir / "warmup-map.jsonl"), "threads": 4},
+        "results": str(workdir / "results"),
+    }
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _fetched_objects(log: Path, offset: int) -> set[tuple[str, str]]:
+    """(repository, digest) of every blob the upstream served a GET of after ``offset`` (the run's start), drtp's
+    direct requests left out."""
+    out = set()
+    for e in log_entries(log, offset):
+        uri = str(e.get("http.request.uri", ""))
+        if (
+            str(e.get("msg", "")).startswith("response completed")
+            and e.get("http.request.method") == "GET"
+            and "/blobs/sha256:" in uri
+            and e.get("http.request.useragent") != DIRECT_USER_AGENT
+        ):
+            repo, _, digest = uri.removeprefix("/v2/").partition("/blobs/")
+            out.add((repo, digest))
+    return out
+
+
+@pytest.mark.registry
+def test_distribution_pull_through_matches_the_simulator(tmp_path: Path, nodes, capsys) -> None:
+    trace = _pull_trace(tmp_path / "pulls.json")
+    with (
+        LocalRegistry(workdir=tmp_path / "upstream") as up,
+        LocalRegistry(workdir=tmp_path / "cache", proxy={"remoteurl": up.url}) as cache,
+    ):
+        addresses = [n.address for n in nodes]
+        assert main(["warmup", "-c", str(_config(tmp_path, trace, up.host, addresses, "upstream"))]) == 0
+        offset = up.log_path.stat().st_size
+        run = tmp_path / "run"
+        assert (
+            main(["run", "-c", str(_config(tmp_path, trace, cache.host, addresses, "cache")), "--out", str(run)]) == 0
+        )
+        fetched = _fetched_objects(up.log_path, offset)
+        capsys.readouterr()
+        # the run went to the cache as a plain registry: nothing in it names the upstream's log
+        assert main(["analyze", "cache", str(run), "--out", str(tmp_path / "nothing")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--upstream-log" in err
+        out = tmp_path / "analysis"
+        argv = ["analyze", "cache", str(run), "--upstream-log", str(up.log_path), "--out", str(out)]
+        assert main([*argv, "--cache-log", str(cache.log_path)]) == 0
+    console = capsys.readouterr().out
+    print(console)
+    doc = json.loads((out / "cache_vs_sim.json").read_text())
+    table = pd.read_csv(out / "cache_vs_sim.csv")
+    assert (out / "cache_vs_sim.png").stat().st_size > 0
+    rows = pd.read_csv(run / "requests.csv")
+    sent = rows[~rows["auxiliary"] & rows["method"].isin(["GET", "HEAD"]) & (rows["expected_status"] < 400)]
+    overall = doc["overall"]["all"]
+    assert overall["requests"] == doc["requests"] == len(sent)
+    assert overall["requests"] == table[table["slice_start_s"].notna() & (table["kind"] == "all")]["requests"].sum()
+    blobs = sent[sent["kind"] == "blob"]
+    keys = set(zip(blobs["repository"], blobs["digest"], strict=True))
+    # the cache was cold and never evicts: it fetched each (repository, digest) the run asked for, and only those
+    assert fetched == keys
+    # ... so each key's first request was a miss, predicted and measured, and every other one a predicted hit
+    assert (
+        overall["predicted_hits"]
+        == len(sent) - len(keys) - sent[sent["kind"] == "manifest"].groupby(["repository", "reference"]).ngroups
+    )
+    assert overall["failed"] == 0 and overall["refused"] == 0
+    for kind in ("all", "manifest", "blob"):
+        line = doc["overall"][kind]
+        assert abs(line["difference_points"]) <= 1.0, (kind, line)
+    assert all(why in console for why in ("in flight", *(u[:40] for u in UNCOUNTED)))
+
+
+# -- nginx proxy_cache with max_size ------------------------------------------------------
+
+NGINX_CONF = """\
+{user}worker_processes 1;
+daemon off;
+error_log {dir}/error.log warn;
+pid {dir}/nginx.pid;
+events {{ worker_connections 256; }}
+http {{
+    access_log {dir}/access.log;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy_temp;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    proxy_cache_path {dir}/cache levels=1:2 keys_zone=registry:10m max_size={max_size} inactive=1h use_temp_path=off;
+    map $uri $cache_key {{
+        ~/blobs/(?<digest>sha256:[0-9a-f]+)$ $digest;
+        default "$uri $http_accept";
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location /v2/ {{
+            proxy_pass {upstream};
+            proxy_http_version 1.1;
+            proxy_cache registry;
+            proxy_cache_key $cache_key;
+            proxy_cache_valid 200 1h;
+            proxy_cache_methods GET HEAD;
+            proxy_ignore_headers Cache-Control Expires Set-Cookie;
+            proxy_cache_lock on;
+            proxy_cache_lock_timeout 60s;
+            add_header X-Cache-Status $upstream_cache_status always;
+        }}
+    }}
+}}
+"""
+
+
+def _nginx(workdir: Path, upstream: str, max_size: str) -> tuple[subprocess.Popen, str]:
+    """A minimal nginx proxy_cache in front of ``upstream`` (this module's own; the cache tests share theirs)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    conf = workdir / "nginx.conf"
+    # as root, nginx's workers would run as nobody and could not write the test's private temporary directory
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    conf.write_text(NGINX_CONF.format(user=user, dir=workdir, port=port, upstream=upstream, max_size=max_size))
+    proc = subprocess.Popen(
+        ["/usr/sbin/nginx", "-c", str(conf), "-p", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "stderr.log", "wb"),  # noqa: SIM115 - closed with the process
+    )
+    import socket
+    import time
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, f"127.0.0.1:{port}"
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"nginx did not start: {(workdir / 'stderr.log').read_text()[-2000:]}")
+
+
+@pytest.mark.registry
+@pytest.mark.skipif(not shutil.which("nginx") and not Path("/usr/sbin/nginx").exists(), reason="nginx not installed")
+def test_nginx_cache_at_a_fifth_of_the_working_set_predicted_and_measured(tmp_path: Path, nodes, capsys) -> None:
+    trace = _pull_trace(tmp_path / "pulls.json")
+    with LocalRegistry(workdir=tmp_path / "upstream") as up:
+        addresses = [n.address for n in nodes]
+        assert main(["warmup", "-c", str(_config(tmp_path, trace, up.host, addresses, "upstream"))]) == 0
+        blobs = pd.read_json(trace)
+        blobs = blobs[blobs["http.request.uri"].str.contains("/blobs/") & (blobs["http.request.method"] == "GET")]
+        working_set = int(blobs.groupby("http.request.uri")["http.response.written"].max().sum())
+        max_size = f"{max(working_set // 5 // 1024, 1)}k"
+        proc, address = _nginx(tmp_path / "nginx", up.url, max_size)
+        try:
+            run = tmp_path / "run"
+            config = _config(tmp_path, trace, address, addresses, "nginx")
+            assert main(["run", "-c", str(config), "--out", str(run)]) == 0
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        capsys.readouterr()
+        out = tmp_path / "analysis"
+        argv = ["analyze", "cache", str(run), "--upstream-log", str(up.log_path), "--out", str(out)]
+        assert main([*argv, "--out", str(tmp_path / "unlimited"), "--key", "digest"]) == 0
+        unlimited = capsys.readouterr().out
+        assert main([*argv, "--capacity", "20%", "--key", "digest"]) == 0
+    console = capsys.readouterr().out
+    print(f"working set {working_set:,} bytes of blobs, nginx max_size {max_size}\n{console}")
+    print("the same with an unlimited cache:\n" + "\n".join(unlimited.splitlines()[:5]))
+    doc = json.loads((out / "cache_vs_sim.json").read_text())
+    overall = doc["overall"]["all"]
+    rows = pd.read_csv(run / "requests.csv")
+    sent = rows[~rows["auxiliary"] & rows["method"].isin(["GET", "HEAD"]) & (rows["expected_status"] < 400)]
+    assert overall["requests"] == len(sent)
+    assert doc["capacity_bytes"] > 0 and doc["key"] == "digest"
+    # every request is either a hit, a wait, a miss or a failure on the measured side: nothing is lost
+    measured = overall["measured_hits"] + overall["measured_waits"] + overall["measured_misses"] + overall["failed"]
+    assert measured == overall["requests"]
