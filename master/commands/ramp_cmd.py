@@ -19,6 +19,7 @@ from drtp.cli_options import (
 from drtp.errors import DrtpError
 from drtp.master.commands.options import (
     SLO_HELP,
+    add_event_option,
     add_live_metrics_options,
     add_max_replayer_limited_option,
     add_stats_interval_option,
@@ -111,5 +112,6 @@ def register(sub) -> None:
     add_token_file_option(p)
     add_stats_interval_option(p)
     add_live_metrics_options(p)
+    add_event_option(p)  # each step runs the events on its own clock
     add_progress_options(p)
     p.set_defaults(func=cmd_ramp)

@@ -11,6 +11,9 @@ A new output is a module with a :class:`~drtp.master.outputs.output.RunOutput` s
 * stats_history.csv before the replayer's health: the history's last grouping counts the gauges it drops
   as late before the ``replayer`` block is made, and the health parts feed its gauge columns;
 * live metrics after the replayer's health, whose master CPU readings it shows;
+* the events before every output that reads them (the windows of summary.json are cut from events.csv at
+  finish, once the events stopped: :class:`~drtp.master.outputs.events.EventsOutput` ``records()``; the stats
+  history's ``event`` column asks ``active_at(t)``);
 * the original trace player's results file last: it is made from requests.csv once every row is in,
   before summary.json, which says if it failed.
 """
@@ -21,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from drtp.errors import RunError
+from drtp.master.outputs.events import EventsOutput
 from drtp.master.outputs.live_metrics import LiveMetricsOutput
 from drtp.master.outputs.original_output import OriginalOutput
 from drtp.master.outputs.output import RunContext, RunOutput, overrides
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 
 # every output a run may have, in the order the run feeds them (requests.csv is the run's own: always there)
 OUTPUTS: list[type[RunOutput]] = [
+    EventsOutput,
     RegistryMetricsOutput,
     HistoryOutput,
     ReplayerHealthOutput,

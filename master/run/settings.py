@@ -48,6 +48,7 @@ OPTION_KEYS: tuple[tuple[str, str, str], ...] = (
     ("metrics_port", "live_metrics.port", "--metrics-port"),
     ("metrics_host", "live_metrics.host", "--metrics-host"),
     ("metrics_linger", "live_metrics.linger", "--metrics-linger"),
+    ("event", "events", "--event"),  # each --event already parsed into an events entry (options.event_option)
 )
 NEEDS_PORT = "needs --metrics-port PORT (or the config key live_metrics.port)"
 
@@ -115,6 +116,10 @@ def settings_from_args(args: argparse.Namespace, quiet: bool = False) -> tuple[C
         cfg = config_from_args(loading)
     except ConfigError as e:
         raise _option_error(e, args) from None
+    if cfg.events:  # the events' programs, before anything is sent (their times are checked against the trace's)
+        from drtp.master.outputs.events import check_event_commands
+
+        check_event_commands(cfg)
     return cfg, RunSettings(
         out_dir=Path(args.out) if getattr(args, "out", None) else None,
         budget=parse_max_failed(cfg.client_info.max_failed),  # valid: the schema checked it
