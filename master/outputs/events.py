@@ -105,15 +105,24 @@ def _commands(entry: EventEntry) -> list[tuple[str, list[str]]]:
     return found
 
 
-def check_event_commands(cfg: Config, secrets: list[str] | None = None) -> None:
+def _where(cfg: Config, origin: str | None, i: int, key: str = "") -> str:
+    """How an error names event ``i``: by the option that gave it (``--event``), else the config's key."""
+    name = cfg.events[i].name
+    if origin is not None:
+        return f"{origin} (event {name!r})"
+    return f"{cfg.source}: key 'events[{i}]{key}' (event {name!r})"
+
+
+def check_event_commands(cfg: Config, origin: str | None = None, secrets: list[str] | None = None) -> None:
     """Each event's programs exist and are executable, and no argument holds one of drtp's secrets: a one-line
-    ConfigError naming the event, before anything is sent."""
+    ConfigError naming the event (``origin``: the option that gave the events, else the config's key), before
+    anything is sent."""
     secrets = (
         config_secrets(cfg) + [os.environ[v] for v in SECRET_VARS if os.environ.get(v)] if secrets is None else secrets
     )
     for i, entry in enumerate(cfg.events):
         for key, argv in _commands(entry):
-            where = f"{cfg.source}: key 'events[{i}].{key}' (event {entry.name!r})"
+            where = _where(cfg, origin, i, f".{key}")
             program = event_argv(cfg, argv)[0]
             if shutil.which(program) is None:
                 why = "is not executable" if Path(program).exists() else "not found"
@@ -122,12 +131,11 @@ def check_event_commands(cfg: Config, secrets: list[str] | None = None) -> None:
                 raise ConfigError(f"{where}: an argument holds one of drtp's secrets (a token or password)")
 
 
-def check_event_times(cfg: Config, span_s: float | None, requests: int, source: str | None = None) -> None:
+def check_event_times(cfg: Config, span_s: float | None, requests: int, origin: str | None = None) -> None:
     """Each event is due within the trace: ``at`` no later than the trace's length on the run's clock
     (``span_s``; None when it is not known before the run: stress mode), ``after`` no more than ``requests``."""
-    source = source or cfg.source
     for i, entry in enumerate(cfg.events):
-        where = f"{source}: key 'events[{i}]' (event {entry.name!r})"
+        where = _where(cfg, origin, i)
         if entry.after is not None and entry.after > requests:
             raise ConfigError(f"{where}: after {entry.after:,} requests, past the trace's {requests:,}")
         if entry.at is not None and span_s is not None and event_at_s(entry.at) > span_s:

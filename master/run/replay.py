@@ -228,7 +228,8 @@ class Replay(Dispatch):
             # a registry log's timestamps are completions: the planner's trace spans subtract the duration
             self.planner.completion_stamped = completion_stamped(self.cfg.trace_paths(), fmt)
             total, span_s = self._trace_extent()
-            check_event_times(self.cfg, span_s, total)  # an event past the trace is refused before anything is sent
+            # an event past the trace is refused before anything is sent
+            check_event_times(self.cfg, span_s, total, self.settings.events_origin)
             log.info("trace checked: %d requests; preflight of %s", total, ", ".join(self.registries))
             if self.preflight:
                 preflight_all(self.registries, self.auths, registry_names(self.cfg), self.names.probe())
