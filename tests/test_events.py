@@ -200,3 +200,53 @@ def test_the_output_runs_events_at_their_time_and_records_them(tmp_path):
     assert run.stops == ["required event second failed (exit 5; its output: events/second.log)"]
     assert "hello" in (tmp_path / "events" / "first.log").read_text()
     assert os.path.exists(tmp_path / "events" / "second.log") and not (tmp_path / "events" / "never.log").exists()
+
+
+def _cluster_config(tmp_path: Path, **extra) -> Path:
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    (tmp_path / "bin" / "switch").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "switch").chmod(0o755)
+    data = {
+        "trace": {"location": "traces", "traces": ["a.json"]},
+        "registry": ["reg.example:5000"],
+        "client_info": {"token": "a-token-of-the-nodes-1234"},
+        "slurm": {"partition": "defq"},
+        "events": [
+            {"name": "ro", "at": "30s", "run": ["bin/switch", "on"], "until": ["bin/switch", "off"]},
+            {"name": "gc", "after": 100, "run": ["docker-registry", "garbage-collect", "/etc/r.yml"], "until": "1m"},
+        ],
+        **extra,
+    }
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_slurm_and_deploy_jobs_carry_the_events_with_their_programs(tmp_path):
+    from drtp.cluster.deploy import Deployment, Layout
+    from drtp.cluster.runconfig import missing_entry_files
+    from drtp.cluster.submission import raw_config
+    from drtp.config import load_config
+
+    path = _cluster_config(tmp_path)
+    # a Slurm job reads the experiment's copy of the config: a program beside the config is made absolute
+    ro, gc = raw_config(path)["events"]
+    switch = str(tmp_path.resolve() / "bin" / "switch")
+    assert ro == {"name": "ro", "at": "30s", "run": [switch, "on"], "until": [switch, "off"]}
+    assert gc["run"][0] == "docker-registry" and gc["until"] == "1m" and gc["after"] == 100  # on PATH: as is
+    assert missing_entry_files(yaml.safe_load(path.read_text()), tmp_path) == []
+    (tmp_path / "bin" / "switch").unlink()
+    raw = yaml.safe_load(path.read_text())
+    assert missing_entry_files(raw, tmp_path) == ["events[ro].run: bin/switch", "events[ro].until: bin/switch"]
+    # a deploy copies the program to the remote host and names the copy
+    path = _cluster_config(tmp_path, deploy={"host": "login.example", "mode": "ssh"})
+    dep = Deployment(path, load_config(path), None)
+    exp = "/home/u/drtp-deploy/exp/deploy-exp"
+    data = dep.remote_config(Layout("/home/u/drtp-deploy", "/home/u/drtp-deploy/venv", exp), ["10.0.0.1:9000"])
+    ro, gc = data["events"]
+    assert ro["run"] == [f"{exp}/events/0/run/switch", "on"] and ro["until"] == [f"{exp}/events/0/until/switch", "off"]
+    assert gc["run"][0] == "docker-registry"
+    assert sorted(dep.entry_files) == [
+        (tmp_path / "bin" / "switch", ro["run"][0]),
+        (tmp_path / "bin" / "switch", ro["until"][0]),
+    ]
