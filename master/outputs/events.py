@@ -74,6 +74,11 @@ def config_secrets(cfg: Config) -> list[str]:
     return found
 
 
+def drtp_secrets(cfg: Config) -> list[str]:
+    """drtp's secrets on this machine: the config's, and those of the variables drtp reads them from."""
+    return config_secrets(cfg) + [os.environ[v] for v in SECRET_VARS if os.environ.get(v)]
+
+
 def event_environment(secrets: list[str], environ: dict[str, str] | None = None) -> dict[str, str]:
     """The master's environment without drtp's secrets: the variables drtp reads them from, the config keys
     set from the environment, and any variable holding one of ``secrets``."""
@@ -117,9 +122,7 @@ def check_event_commands(cfg: Config, origin: str | None = None, secrets: list[s
     """Each event's programs exist and are executable, and no argument holds one of drtp's secrets: a one-line
     ConfigError naming the event (``origin``: the option that gave the events, else the config's key), before
     anything is sent."""
-    secrets = (
-        config_secrets(cfg) + [os.environ[v] for v in SECRET_VARS if os.environ.get(v)] if secrets is None else secrets
-    )
+    secrets = drtp_secrets(cfg) if secrets is None else secrets
     for i, entry in enumerate(cfg.events):
         for key, argv in _commands(entry):
             where = _where(cfg, origin, i, f".{key}")
@@ -170,7 +173,7 @@ class EventsOutput(RunOutput):
         self.stopping = threading.Event()
         self.answered = 0  # trace requests of this run answered (or lost with their node)
         self.waiting = sorted((e for e in events if e.entry.after is not None), key=lambda e: e.entry.after)
-        self.env = event_environment(self._secrets())
+        self.env = event_environment(drtp_secrets(run.cfg))
         self.warnings: list[str] = []
 
     @classmethod
@@ -187,11 +190,6 @@ class EventsOutput(RunOutput):
         out.dir.mkdir(exist_ok=True)
         out._write()
         return out
-
-    def _secrets(self) -> list[str]:
-        found = config_secrets(self.run.cfg)
-        found += [os.environ[v] for v in SECRET_VARS if os.environ.get(v)]
-        return found
 
     # -- what other outputs read ---------------------------------------------------------------------------
 
