@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from drtp.master.run.warmup import run_warmup
-from drtp.registry.local import LocalRegistry
+from drtp.registry.local import LocalRegistry, registry_binary
 from drtp.replay.event_log import read_events
 from drtp.trace.generate import GenerateOptions, generate
 from drtp.trace.reader import write_ibm
@@ -39,7 +39,7 @@ SWITCH = textwrap.dedent(
     # readonly setting of its config, start it again on the same port, record the new pid.
     import os, re, signal, sys, time
     from pathlib import Path
-    from drtp.registry.local import LocalRegistry
+    from drtp.registry.local import LocalRegistry, registry_binary
 
     workdir, port, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     delay = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
@@ -115,13 +115,16 @@ def rows_of(run_dir: Path) -> pd.DataFrame:
 def test_events_switch_the_registry_read_only_and_back_and_the_window_holds_the_refused_writes(tmp_path, warmed, nodes):
     regdir, port, _, workdir = warmed
     switch = [sys.executable, str(workdir / "switch.py"), str(regdir), str(port)]
+    collect = [registry_binary(), "garbage-collect", str(regdir / "config.yml")]
     setup(tmp_path, warmed, nodes, [
         {"name": "readonly", "at": "0.5s", "run": [*switch, "readonly"], "until": [*switch, "writable", "1.5"]},
+        {"name": "gc", "at": "1s", "run": collect},  # the collector, run while the registry serves
     ])  # fmt: skip
     run_dir = tmp_path / "run"
     proc = drtp_run(tmp_path, "--out", str(run_dir))
     assert proc.returncode in (0, 1), proc.stderr
-    (event,) = read_events(run_dir / "events.csv")
+    event, gc = read_events(run_dir / "events.csv")
+    assert gc.name == "gc" and gc.exit_code == 0 and "blobs marked" in (run_dir / "events" / "gc.log").read_text()
     assert event.name == "readonly" and event.planned_s == 0.5 and event.exit_code == 0
     assert event.started_s is not None and event.ended_s is not None and event.started_s < event.ended_s
     log = (run_dir / "events" / "readonly.log").read_text()
@@ -138,10 +141,11 @@ def test_events_switch_the_registry_read_only_and_back_and_the_window_holds_the_
 
 
 def test_a_failing_event_is_one_warning_and_the_run_completes(tmp_path, warmed, nodes):
-    fail = [sys.executable, "-c", "import sys; print('maintenance broke'); sys.exit(4)"]
-    setup(tmp_path, warmed, nodes, [{"name": "broken", "at": "0.5s", "run": fail}])
+    # given on the command line: it replaces the config's event (which would stop the run)
+    setup(tmp_path, warmed, nodes, [{"name": "other", "at": "0.5s", "run": ["false"], "required": True}])
+    fail = f"{sys.executable} -c \"import sys; print('maintenance broke'); sys.exit(4)\""
     run_dir = tmp_path / "run"
-    proc = drtp_run(tmp_path, "--out", str(run_dir))
+    proc = drtp_run(tmp_path, "--out", str(run_dir), "--event", f"broken@0.5s:{fail}")
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "event broken" in line]
     assert warnings == ["drtp: warning: event broken failed (exit 4; its output: events/broken.log); the run goes on"]
