@@ -37,6 +37,7 @@ from drtp.cluster.runconfig import (
     check_run_config,
     each_registry_of,
     map_entry_paths,
+    map_event_paths,
     replay_mode,
     run_config_data,
 )
@@ -135,7 +136,8 @@ class Deployment:
         self.out = out
         self.raw = read_yaml_mapping(config_path)
         self.secrets = self._secret_env()
-        self.entry_files: list[tuple[Path, str]] = []  # files of registries: entries, (local, remote)
+        # files of registries: entries and the events' programs beside the config, (local, remote)
+        self.entry_files: list[tuple[Path, str]] = []
         self.mode = RUN
 
     def _secret_env(self) -> dict[str, str]:
@@ -193,6 +195,15 @@ class Deployment:
             return path
 
         map_entry_paths(data, remote)
+
+        def remote_event(value: str, key: str, i: int) -> str:
+            # an event's program (a script beside the config), in a folder of the event's own
+            local = self.cfg.path(value)
+            path = f"{lay.exp}/events/{i}/{key}/{local.name}"
+            self.entry_files.append((local, path))
+            return path
+
+        map_event_paths(data, remote_event)
         return data
 
     def copy(self, r: Remote, lay: Layout, config_text: str) -> None:

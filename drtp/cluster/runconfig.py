@@ -32,6 +32,8 @@ EXPERIMENT, RUN = "experiment", "run"
 ENTRY_FILE_KEYS = ("ca_file", "password_file")
 # keys of a registries: entry that are a command (an argv list): its program may be a file beside the config
 ENTRY_COMMAND_KEYS = ("password_command", "create_repository", "delete_repository")
+# keys of an events: entry that are a command (an argv list; ``until`` may be a duration instead)
+EVENT_COMMAND_KEYS = ("run", "until")
 # keys of a registries: entry that obtain its secret by running something
 SECRET_SOURCE_KEYS = ("credential_helper", "password_command")
 STAND_IN = "obtained-where-the-master-runs"
@@ -111,6 +113,15 @@ def missing_entry_files(data: dict, base: Path) -> list[str]:
         return value
 
     map_entry_paths(json.loads(json.dumps(data)), probe)
+
+    def probe_event(value: str, key: str, i: int) -> str:
+        p = Path(os.path.expanduser(value))
+        if not (p if p.is_absolute() else base / p).is_file():
+            event = data["events"][i]
+            missing.append(f"events[{event.get('name', i) if isinstance(event, dict) else i}].{key}: {value}")
+        return value
+
+    map_event_paths(json.loads(json.dumps(data)), probe_event)
     return missing
 
 
@@ -181,8 +192,30 @@ def _map_paths(entry: dict, fn: Callable[[str, str, int], str], i: int, prefix: 
             entry[key] = [fn(prog, prefix + key, i), *argv[1:]]
 
 
+def _relative_program(argv: object) -> bool:
+    """Whether ``argv`` is a command whose program is a relative path with a ``/`` (a file beside the config)."""
+    if not (isinstance(argv, list) and argv and isinstance(argv[0], str)):
+        return False
+    prog = argv[0]
+    return "/" in prog and not prog.startswith(("/", "~")) and "${" not in prog
+
+
+def map_event_paths(data: dict, fn: Callable[[str, str, int], str]) -> None:
+    """Replace, in place, the program of each ``events:`` command (``run``, an ``until`` command) given as a
+    relative path with a ``/`` by ``fn(value, key, index of the event)``: the job runs it from another folder
+    (a Slurm job reads the experiment's copy of the config; a deploy host its own copy of the program)."""
+    for i, event in enumerate(data.get("events") or []):
+        if not isinstance(event, dict):
+            continue
+        for key in EVENT_COMMAND_KEYS:
+            argv = event.get(key)
+            if _relative_program(argv):
+                event[key] = [fn(argv[0], key, i), *argv[1:]]
+
+
 def absolute_entry_paths(data: dict, base: Path) -> None:
-    """Make the files of :func:`map_entry_paths` absolute (relative ones are relative to the config's folder)."""
+    """Make the files of :func:`map_entry_paths` and the events' programs of :func:`map_event_paths` absolute
+    (relative ones are relative to the config's folder)."""
     import os
 
     def absolute(value: str, _key: str, _i: int) -> str:
@@ -190,3 +223,4 @@ def absolute_entry_paths(data: dict, base: Path) -> None:
         return str(p if p.is_absolute() else base / p)
 
     map_entry_paths(data, absolute)
+    map_event_paths(data, absolute)

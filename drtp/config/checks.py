@@ -66,6 +66,7 @@ def _check_combinations(cfg: Config, source: str) -> None:
     _check_addresses(cfg, source)
     _check_secret_sources(cfg, source)
     _check_upstreams(cfg, source)
+    _check_events(cfg, source)
     s = cfg.slurm
     if s is not None and s.client_port + s.tasks_per_node - 1 > 65_535:
         raise ConfigError(
@@ -250,3 +251,64 @@ def _check_repository_names(entry: RegistryEntry, where: str) -> None:
             f"{where}.create_repository': an argv list with {{repository}} in an argument, e.g. "
             "[my-create-repo, '{repository}']"
         )
+
+
+EVENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a file name too: events/<name>.log
+
+
+def event_at_s(at: str | float) -> float:
+    """Seconds of an event's ``at`` (a duration from the run's first request); ValueError when it is none."""
+    from drtp.units import parse_duration
+
+    return parse_duration(at)
+
+
+def event_until_s(until: str | float) -> float:
+    """Seconds of an event's ``until`` duration (more than 0); ValueError when it is none."""
+    from drtp.units import parse_duration
+
+    seconds = parse_duration(until)
+    if seconds <= 0:
+        raise ValueError(f"must be more than 0, got {until!r}")
+    return seconds
+
+
+def _check_events(cfg: Config, source: str) -> None:
+    """Each event: a name of its own (a file name), exactly one of ``at``/``after``, a command, a valid ``until``.
+
+    Whether the commands exist and fit in the trace is checked where the run starts (drtp.master.outputs.events):
+    a Slurm or deploy job runs them on another machine, from another folder."""
+    seen: set[str] = set()
+    for i, event in enumerate(cfg.events):
+
+        def where(key: str = "", event_name: str = event.name, index: int = i) -> str:
+            return f"{source}: key 'events[{index}]{key}' (event {event_name[:64]!r})"
+
+        if not EVENT_NAME.fullmatch(event.name):
+            raise ConfigError(
+                f"{source}: key 'events[{i}].name': {event.name[:64]!r} is not a name of letters, digits, '.', '_' "
+                "and '-' (at most 64; it names the event's log file)"
+            )
+        if event.name in seen:
+            raise ConfigError(f"{where()}: two events named {event.name!r}: give each a name of its own")
+        seen.add(event.name)
+        if (event.at is None) == (event.after is None):
+            raise ConfigError(
+                f"{where()}: give exactly one of 'at' (a duration from the run's first request, e.g. 30s) "
+                "and 'after' (a count of answered trace requests)"
+            )
+        if event.at is not None:
+            try:
+                event_at_s(event.at)
+            except ValueError as e:
+                raise ConfigError(f"{where('.at')}: {e}") from None
+        if not event.run or not event.run[0]:
+            raise ConfigError(f"{where('.run')}: an empty command (an argv list, e.g. [docker-registry, serve, FILE])")
+        if isinstance(event.until, list):
+            if not event.until or not event.until[0]:
+                raise ConfigError(f"{where('.until')}: an empty command")
+        elif event.until is not None:
+            try:
+                event_until_s(event.until)
+            except ValueError as e:
+                raise ConfigError(f"{where('.until')}: {e}") from None

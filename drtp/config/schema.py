@@ -227,6 +227,22 @@ class LiveMetricsSection(_Section):
     linger: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 15.0
 
 
+class EventEntry(_Section):
+    """``events[]``: one maintenance command the master runs on the run's clock (drtp.master.outputs.events).
+
+    ``at`` (a duration from the run's first request) or ``after`` (a count of the run's answered trace
+    requests): exactly one of them (drtp.config.checks).  ``run`` is an argv list, never run through a shell;
+    ``until`` ends the event's window: a duration after its start, or a command run once ``run`` ended, whose
+    end is the event's end.  A failing event is a warning; ``required: true`` stops the run (exit 3)."""
+
+    name: str  # events/<name>.log, events.csv's and summary.json's name of it
+    run: list[str]  # argv; a program given as a relative path (with a /) is relative to the config's folder
+    at: str | float | None = None  # "30s", "2m", 90
+    after: Annotated[int, msgspec.Meta(ge=1, le=10**15)] | None = None  # answered trace requests
+    until: str | float | list[str] | None = None  # a duration after the start, or an argv list
+    required: bool = False  # a failure stops the run (exit 3, what was measured kept)
+
+
 class Config(_Section):
     trace: TraceSection | None = None
     client_info: ClientInfo = msgspec.field(default_factory=ClientInfo)
@@ -249,6 +265,8 @@ class Config(_Section):
     live_metrics: LiveMetricsSection | None = (
         None  # a Prometheus endpoint of the run (drtp.master.outputs.live_metrics)
     )
+    # maintenance commands run on the run's clock (drtp.master.outputs.events); --event replaces them
+    events: list[EventEntry] = []
 
     # where the file was loaded from (errors name it); relative paths are resolved against its folder
     base_dir: str = "."

@@ -56,7 +56,46 @@ REPEAT_HELP = (
     "each into repositories of its own (prefix rep<k>-) warmed up for it unless repeat_state: reuse; the exit "
     "code is the worst of the runs'; default: the config's repeat (1)"
 )
+EVENT_HELP = (
+    "run COMMAND during the run, at AT (a duration from the run's first request, e.g. 30s) or after=N (once N "
+    "trace requests were answered): '[NAME@]AT:COMMAND', COMMAND split as a shell would but never run by one "
+    "(NAME: default the program's file name); its output goes to events/NAME.log, its times to events.csv; "
+    "repeat for more events; given, these replace the config's events: (where until: and required: are set)"
+)
 TOKEN_FILE_HELP = "file holding the shared secret of the client nodes (overrides client_info.token and $DRTP_TOKEN)"
+
+
+def event_option(text: str) -> dict:
+    """One ``--event '[NAME@]AT:COMMAND'`` as the ``events:`` entry it stands for (the config's checks then check
+    it as they check the file's); a malformed one is argparse's one-line refusal."""
+    import os
+    import shlex
+
+    head, colon, command = text.partition(":")
+    name, at_sign, at = head.rpartition("@")
+    at = at.strip()
+    if not colon or not at:
+        raise argparse.ArgumentTypeError(f"{text[:200]!r}: expected [NAME@]AT:COMMAND, e.g. 30s:my-script arg")
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text[:200]!r}: COMMAND: {e}") from None
+    if not argv:
+        raise argparse.ArgumentTypeError(f"{text[:200]!r}: no COMMAND after AT:")
+    entry: dict = {"name": name.strip() if at_sign else os.path.basename(argv[0]), "run": argv}
+    if at.startswith("after="):
+        try:
+            entry["after"] = int(at.removeprefix("after="))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:200]!r}: after=N needs a whole number of requests") from None
+    else:
+        entry["at"] = at
+    return entry
+
+
+def add_event_option(p: argparse.ArgumentParser) -> None:
+    """``--event`` of run, experiment and ramp (repeatable: one per event)."""
+    p.add_argument("--event", type=event_option, action="append", metavar="[NAME@]AT:COMMAND", help=EVENT_HELP)
 
 
 def add_rate_options(p: argparse.ArgumentParser) -> None:
@@ -133,6 +172,7 @@ def add_replay_options(p: argparse.ArgumentParser, each: str = "") -> None:
     add_token_file_option(p)
     add_stats_interval_option(p)
     add_live_metrics_options(p)
+    add_event_option(p)
     add_progress_options(p)
 
 

@@ -19,6 +19,7 @@ from drtp.cli_options import (
 from drtp.errors import DrtpError
 from drtp.master.commands.options import (
     SLO_HELP,
+    add_event_option,
     add_live_metrics_options,
     add_max_replayer_limited_option,
     add_stats_interval_option,
@@ -51,6 +52,10 @@ def cmd_ramp(args: argparse.Namespace) -> int:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else cfg.path(cfg.results) / f"ramp-{stamp}"
     plan = RampPlan(args.start, args.step, args.to, args.step_duration)
+    if cfg.events:  # each step runs them on its own clock: each must fit the first step, the one of fewest requests
+        from drtp.master.outputs.events import check_event_times
+
+        check_event_times(cfg, args.step_duration, plan.requests(args.start), settings.events_origin)
     slo_text = ",".join(o.text for o in settings.objectives)
     with exporting(start_live_metrics(settings)) as live:
         ramp = run_ramp(cfg, out, plan, settings, live=live)
@@ -111,5 +116,6 @@ def register(sub) -> None:
     add_token_file_option(p)
     add_stats_interval_option(p)
     add_live_metrics_options(p)
+    add_event_option(p)  # each step runs the events on its own clock
     add_progress_options(p)
     p.set_defaults(func=cmd_ramp)

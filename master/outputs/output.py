@@ -60,10 +60,17 @@ class RunContext:
     results: RunResults | None = None
     start_epoch: float = 0.0  # the run's common start, wall-clock seconds; set before the outputs start
     opened: list[RunOutput] = field(default_factory=list)  # the outputs opened so far, in the list's order
+    # ask the run to stop (from any thread): it cancels on the nodes, keeps the rows that came, writes
+    # summary.json with ``reason`` and exits 3 (a required event that failed); the first reason wins
+    stop_run: Callable[[str], None] = field(default_factory=lambda: _ignore_stop)
 
     def output(self, kind: type[OutputT]) -> OutputT | None:
         """The opened output of this class, if the run has one (an output that feeds another finds it here)."""
         return next((o for o in self.opened if isinstance(o, kind)), None)
+
+
+def _ignore_stop(reason: str) -> None:
+    """A context made outside a run (a test's, a tool's) has no run to stop."""
 
 
 class RunOutput:

@@ -13,6 +13,9 @@ A new output is a module with a :class:`~drtp.master.outputs.output.RunOutput` s
 * the event windows after the events output and stats_history.csv: at the finish they read events.csv
   and the history's last row, both written by then;
 * live metrics after the replayer's health, whose master CPU readings it shows;
+* the events before every output that reads them (the windows of summary.json are cut from events.csv at
+  finish, once the events stopped: :class:`~drtp.master.outputs.events.EventsOutput` ``records()``; the stats
+  history's ``event`` column asks ``active_at(t)``);
 * the original trace player's results file last: it is made from requests.csv once every row is in,
   before summary.json, which says if it failed.
 """
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from drtp.errors import RunError
+from drtp.master.outputs.events import EventsOutput
 from drtp.master.outputs.live_metrics import LiveMetricsOutput
 from drtp.master.outputs.original_output import OriginalOutput
 from drtp.master.outputs.output import RunContext, RunOutput, overrides
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
 
 # every output a run may have, in the order the run feeds them (requests.csv is the run's own: always there)
 OUTPUTS: list[type[RunOutput]] = [
+    EventsOutput,
     RegistryMetricsOutput,
     HistoryOutput,
     WindowsOutput,

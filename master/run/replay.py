@@ -41,6 +41,7 @@ from drtp.config import Config, redacted
 from drtp.config.checks import check_access_logs
 from drtp.config.upstreams import upstreams, write_routes
 from drtp.errors import DrtpError, RunError
+from drtp.master.outputs.events import check_event_times
 from drtp.master.outputs.output import RunContext
 from drtp.master.outputs.results import RunResults, format_table
 from drtp.master.outputs.results_dir import remove_if_empty, write_failed
@@ -83,6 +84,11 @@ class Stop(enum.Enum):
 
     INTERRUPTED = "interrupted"
     BROKEN = "internal error"  # a bug in drtp (its error is in Replay.broken)
+    ASKED = "asked to stop"  # an output asked (RunContext.stop_run: a required event failed); why in Replay.asked
+
+
+class StopAsked(Exception):
+    """Raised on the dispatch thread when an output asked the run to stop (its reason in ``Replay.asked``)."""
 
 
 def node_addresses(cfg: Config) -> list[str]:
@@ -167,6 +173,7 @@ class Replay(Dispatch):
         self.results: RunResults | None = None
         self.outputs: RunOutputs | None = None  # requests.csv's results and every other output (run_outputs)
         self.bar = None
+        self.asked: str | None = None  # why an output asked the run to stop (RunContext.stop_run), the first reason
         self.unreported = 0  # results not yet counted on the progress bar
         # the bugs the run met, by where (its outputs' closing steps each guarded): none may show a secret
         self.broken = InternalErrors(out_dir, self._secrets)
@@ -191,6 +198,25 @@ class Replay(Dispatch):
             return self.source()
         return with_names(self._reader().batches(), self.names)
 
+    def _trace_extent(self) -> tuple[int, float | None]:
+        """The trace's requests, and how long it lasts on the run's clock (None in stress mode: not known)."""
+        total = 0
+        first = last = None
+        timed_span = self.timed and self.rate is None
+        stamped = self.planner.completion_stamped
+        for batch in self._batches():
+            total += len(batch)
+            if timed_span:
+                for rec in batch:
+                    t = rec.time - rec.duration if stamped else rec.time
+                    first = t if first is None or t < first else first
+                    last = t if last is None or t > last else last
+        if self.rate is not None:
+            return total, total / self.rate
+        if timed_span:
+            return total, (last - first) / self.ci.speedup if first is not None else 0.0
+        return total, None
+
     @property
     def mode(self) -> str:
         return "rate" if self.rate is not None else "as-is" if self.timed else "stress"
@@ -202,10 +228,12 @@ class Replay(Dispatch):
         made = prepare_output_dir(self.out_dir)
         try:
             # the whole trace is read (and checked) first: a bad record is refused before the registry sees anything
-            total = sum(len(b) for b in self._batches())
-            # a registry log's timestamps are completions: the planner's trace spans subtract the duration
             fmt = self.cfg.require("trace").format
+            # a registry log's timestamps are completions: the planner's trace spans subtract the duration
             self.planner.completion_stamped = completion_stamped(self.cfg.trace_paths(), fmt)
+            total, span_s = self._trace_extent()
+            # an event past the trace is refused before anything is sent
+            check_event_times(self.cfg, span_s, total, self.settings.events_origin)
             log.info("trace checked: %d requests; preflight of %s", total, ", ".join(self.registries))
             if self.preflight:
                 check_access_logs(self.cfg)  # an upstream's log the run will read (exit 2 before anything is sent)
@@ -265,6 +293,8 @@ class Replay(Dispatch):
         whole = (
             set() if stop is not None else {n for n, link in self.links.items() if link.finished and n not in self.dead}
         )
+        if stop is None and self._asked_after_end():  # a required event that failed as the run ended
+            stop = Stop.ASKED
         broken.step("results", self._settle, whole)
         skipped = sum(self.planner.skipped.values())  # upstream_writes: skip: never sent, by design
         not_sent = total - self.results.all.requests - skipped
@@ -334,7 +364,7 @@ class Replay(Dispatch):
             (self.out_dir / "config.json").write_text(json.dumps(redacted(self.cfg), indent=2))
             context = RunContext(
                 self.cfg, self.out_dir, timed, self.resume, self.quiet, self.stats_interval_s, self._run_clock,
-                self._registry_of, live=self.live,
+                self._registry_of, live=self.live, stop_run=self._stop_run,
             )  # fmt: skip
             on_time_s = self.ci.on_time_ms / 1000
             self.outputs = RunOutputs(context, lambda: RunResults(self.out_dir, timed, on_time_s, self.resume))
@@ -359,6 +389,19 @@ class Replay(Dispatch):
         renewed = [s.secret.password or "" for s in self.sources if s.secret is not None]
         return [self.token, *(a.password or "" for a in self.auths), *renewed]
 
+    def _stop_run(self, reason: str) -> None:
+        """An output asks the run to stop (from any thread): the dispatch thread, woken through the nodes' event
+        queue, cancels the run on the nodes, keeps what came and ends it as incomplete (exit 3)."""
+        self.events.put(("stop", "", reason))
+
+    def _asked_after_end(self) -> bool:
+        """Whether an output asked the run to stop once the dispatch thread no longer looked (its reason kept)."""
+        for kind, _node, payload in list(self.events.queue):
+            if kind == "stop":
+                self.asked = self.asked or payload
+                return True
+        return False
+
     def _run_clock(self) -> float:
         """Seconds since the run's common start (the origin of the rows' start_s)."""
         return time.time() - self.start_epoch
@@ -370,15 +413,17 @@ class Replay(Dispatch):
             self._finish()
             self.outputs.tick(None)
             return None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, StopAsked) as stopped:
             self._cancel()
             try:
                 self._drain(timeout=0)
+            except StopAsked:
+                pass
             except DrtpError as e:
                 return e
             except Exception as e:  # noqa: BLE001 - a bug while keeping what came: named, the rest still kept
                 self.broken.add("replay", e)
-            return Stop.INTERRUPTED
+            return Stop.ASKED if isinstance(stopped, StopAsked) else Stop.INTERRUPTED
         except DrtpError as e:
             # a failed write: measuring on without keeping the measurements would load the registry for nothing
             self._cancel()
@@ -397,6 +442,12 @@ class Replay(Dispatch):
     def _incomplete_reason(self, stop: Stop | DrtpError | None, not_sent: int) -> str | None:
         if stop is Stop.INTERRUPTED:
             return "interrupted" + (f"; {self.broken.describe()}" if self.broken else "")
+        if stop is Stop.ASKED:
+            also = f"; {self.broken.describe()}" if self.broken else ""
+            return (
+                f"{self.asked}: the run stopped there (cancelled on the client nodes); requests.csv holds the rows "
+                f"that arrived before it{also}"
+            )
         if isinstance(stop, DrtpError):
             also = f"; {self.broken.describe()}" if self.broken else ""
             return f"{stop}; the run was cancelled on the client nodes and requests.csv lacks the rows after it{also}"
@@ -436,8 +487,13 @@ class Replay(Dispatch):
                     self._frame(node, frame)
             elif kind == "dead":
                 self._node_dead(node, payload)
-            elif kind == "closed" and self.per_node[node] > 0:
-                # the node sends its stream's end only after its last result: the rest is lost
+            elif kind == "stop":
+                if self.asked is None:
+                    self.asked = payload
+                raise StopAsked(payload)
+            elif kind == "closed" and self.per_node[node] > 0 and self.asked is None:
+                # the node sends its stream's end only after its last result: the rest is lost (unless the run was
+                # asked to stop and cancelled them: those were dropped on purpose, never sent or never answered)
                 self._node_dead(node, f"result stream ended with {self.per_node[node]} requests outstanding")
             n += 1
             try:

@@ -48,7 +48,9 @@ OPTION_KEYS: tuple[tuple[str, str, str], ...] = (
     ("metrics_port", "live_metrics.port", "--metrics-port"),
     ("metrics_host", "live_metrics.host", "--metrics-host"),
     ("metrics_linger", "live_metrics.linger", "--metrics-linger"),
+    ("event", "events", "--event"),  # each --event already parsed into an events entry (options.event_option)
 )
+EVENT_OPTION = OPTION_KEYS[-1][2]  # how errors name events given on the command line (they replace the config's)
 NEEDS_PORT = "needs --metrics-port PORT (or the config key live_metrics.port)"
 
 
@@ -80,6 +82,7 @@ class RunSettings:
     resume: bool = False  # continue the interrupted run (or series) in out_dir
     quiet: bool = False  # no console lines of the run's or the series' own (progress is drtp.progress's)
     tags: dict[str, Any] = field(default_factory=dict)  # summary.json fields of the series the run is part of
+    events_origin: str | None = None  # "--event" when the command line gave the events (what errors name)
 
 
 def option_overrides(args: argparse.Namespace) -> list[Override]:
@@ -115,6 +118,10 @@ def settings_from_args(args: argparse.Namespace, quiet: bool = False) -> tuple[C
         cfg = config_from_args(loading)
     except ConfigError as e:
         raise _option_error(e, args) from None
+    if cfg.events:  # the events' programs, before anything is sent (their times are checked against the trace's)
+        from drtp.master.outputs.events import check_event_commands
+
+        check_event_commands(cfg, EVENT_OPTION if getattr(args, "event", None) else None)
     return cfg, RunSettings(
         out_dir=Path(args.out) if getattr(args, "out", None) else None,
         budget=parse_max_failed(cfg.client_info.max_failed),  # valid: the schema checked it
@@ -124,6 +131,7 @@ def settings_from_args(args: argparse.Namespace, quiet: bool = False) -> tuple[C
         live=_live_options(cfg, args),
         resume=bool(getattr(args, "resume", False)),
         quiet=quiet,
+        events_origin=EVENT_OPTION if getattr(args, "event", None) else None,
     )
 
 
