@@ -140,12 +140,12 @@ def check_one(calls: RegistryCalls, kind: str, repo: str, digest: str) -> tuple[
     r = calls.read(kind, repo, digest, sink)
     length = r.header("content-length") if r.status else None
     announced = int(length) if length and length.isdigit() else None
-    c = Checked(kind, repo, digest, "ok", r.status, r.nbytes, announced)
+    c = Checked(kind, repo, digest, "ok", r.status, size[0] if r.status in (0, 200) else r.bytes, announced)
     if r.status == 200:
-        if announced is not None and r.nbytes < announced:
-            c.state, c.error = "short", f"{r.nbytes} of {announced} bytes"
+        if announced is not None and size[0] < announced:
+            c.state, c.error = "short", f"{size[0]} of {announced} bytes"
         elif h.hexdigest() != expected:
-            c.state, c.error = "corrupt", f"the {r.nbytes} bytes served hash to {algorithm}:{h.hexdigest()}"
+            c.state, c.error = "corrupt", f"the {size[0]} bytes served hash to {algorithm}:{h.hexdigest()}"
     elif r.status == 404:
         c.state, c.error = "missing", "HTTP 404"
     elif r.outcome == "truncated":
