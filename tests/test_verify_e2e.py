@@ -20,9 +20,10 @@ import yaml
 
 from drtp.config import load_config
 from drtp.master.run.warmup import load_map, run_warmup
+from drtp.master.series.experiment import run_experiment
 from drtp.registry.local import LocalRegistry, registry_binary
 from tests.conftest import ibm_record, write_json
-from tests.replay_support import make_trace, write_config
+from tests.replay_support import TOKEN, make_trace, write_config
 
 pytestmark = pytest.mark.registry
 
@@ -209,3 +210,22 @@ def test_a_collection_while_the_trace_pushes_loses_the_layer(reg, nodes, tmp_pat
     else:
         assert code == 0, text
         assert not lost(doc), text
+
+
+def test_an_experiment_with_verify_checks_each_registry_after_its_run(reg, nodes, tmp_path):
+    trace = make_trace(tmp_path / "trace.json", requests=120, seed=51)
+    cfg = {
+        "trace": {"location": str(tmp_path), "traces": [trace.name]},
+        "client_info": {"client_list": [n.address for n in nodes], "threads": 4, "token": TOKEN, "batch": 50},
+        "warmup": {"output": "warmup.jsonl", "threads": 4},
+        "results": "results",
+        "registries": [{"id": "one", "url": reg.url, "insecure": True}],
+        "verify": True,
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    status = run_experiment(load_config(path), tmp_path / "exp", quiet=True)
+    assert status["one"]["ok"] and status["one"]["verify"] == {"exit_code": 0, "file": "verify.json"}, status
+    doc = json.loads((tmp_path / "exp" / "one" / "verify.json").read_text())
+    counts = doc["registries"]["one"]["counts"]
+    assert counts["ok"] > 0 and sum(counts.values()) == counts["ok"], counts

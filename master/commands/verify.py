@@ -173,7 +173,9 @@ def named_by(body: bytes) -> list[tuple[str, str]]:
     return out
 
 
-def verify_registry(target: Pushed, deleted: set[tuple[str, str, str]], threads: int) -> RegistryVerify:
+def verify_registry(
+    target: Pushed, deleted: set[tuple[str, str, str]], threads: int, quiet: bool = False
+) -> RegistryVerify:
     """Check one registry's objects: manifests first (what they name is referenced), then blobs.
 
     Raises RunError when the registry cannot be reached at all."""
@@ -192,7 +194,7 @@ def verify_registry(target: Pushed, deleted: set[tuple[str, str, str]], threads:
     kinds = [[k for k in sorted(wanted) if k[0] == kind] for kind in ("manifest", "blob")]
     with (
         ThreadPoolExecutor(threads) as pool,
-        progress(total=len(wanted) + len(current), desc=f"verify {target.name}", unit="obj") as bar,
+        progress(total=len(wanted) + len(current), desc=f"verify {target.name}", unit="obj", quiet=quiet) as bar,
     ):
 
         def tag_of(key: tuple[str, str]) -> tuple[tuple[str, str], str | None, bool]:
@@ -231,10 +233,16 @@ def verify_registry(target: Pushed, deleted: set[tuple[str, str, str]], threads:
 
 
 def run_verify(
-    cfg: Config, runs: list[Path], registry: str | None, threads: int = 8, output: Path | None = None
+    cfg: Config,
+    runs: list[Path],
+    registry: str | None,
+    threads: int = 8,
+    output: Path | None = None,
+    quiet: bool = False,
 ) -> int:
-    """Verify each registry of the config (or ``registry``); write verify.json, print a line per class; the exit
-    code: 0 nothing referenced lost, 1 a referenced object missing, short or corrupt (3: unreachable, raised)."""
+    """Verify each registry of the config (or ``registry``); write verify.json, print a line per class (unless
+    ``quiet``); the exit code: 0 nothing referenced lost, 1 a referenced object missing, short or corrupt
+    (3: unreachable, raised as RunError)."""
     given, runs = runs, []
     for run_dir in given:  # bad input before any registry is asked anything
         if not run_dir.is_dir():
@@ -244,7 +252,7 @@ def run_verify(
     pushed, read = records(cfg, registry, runs)
     deleted = deleted_by_runs(read)
     path = output or default_output(cfg, pushed, runs)
-    results = [verify_registry(target, deleted, threads) for target in pushed.values()]
+    results = [verify_registry(target, deleted, threads, quiet) for target in pushed.values()]
     code = ExitCode.TOO_MANY_FAILED if any(r.losses() for r in results) else ExitCode.OK
     doc = {
         "config": cfg.source,
@@ -256,9 +264,10 @@ def run_verify(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
     for r in results:
-        for line in report(r):
+        for line in report(r) if not quiet else []:
             print(line, flush=True)
-    print(f"drtp verify: {path}")
+    if not quiet:
+        print(f"drtp verify: {path}")
     return int(code)
 
 
