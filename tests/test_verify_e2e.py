@@ -23,6 +23,7 @@ from drtp.master.run.warmup import load_map, run_warmup
 from drtp.master.series.experiment import run_experiment
 from drtp.registry.local import LocalRegistry, registry_binary
 from tests.conftest import ibm_record, write_json
+from tests.faultproxy import FaultProxy
 from tests.replay_support import TOKEN, make_trace, write_config
 
 pytestmark = pytest.mark.registry
@@ -68,10 +69,12 @@ def collect(reg: LocalRegistry, *flags: str) -> str:
     return p.stdout + p.stderr
 
 
-def warmed(reg: LocalRegistry, d: Path, seed: int, shape: str = "images") -> Path:
-    """A generated trace (repositories of its own, by ``seed``) warmed into ``reg``; its config's path."""
+def warmed(reg: LocalRegistry | FaultProxy, d: Path, seed: int, shape: str = "images") -> Path:
+    """A generated trace (repositories of its own, by ``seed``) warmed into ``reg`` (or through a fault proxy
+    in front of it); its config's path."""
     trace = make_trace(d / "trace.json", requests=150, seed=seed)
-    cfg = write_config(d, trace, [reg.host], ["127.0.0.1:1"])
+    host = reg.address if isinstance(reg, FaultProxy) else reg.host
+    cfg = write_config(d, trace, [host], ["127.0.0.1:1"])
     data = yaml.safe_load(Path(cfg.source).read_text())
     data["warmup"]["shape"] = shape
     Path(cfg.source).write_text(yaml.safe_dump(data))
@@ -107,6 +110,34 @@ def test_a_flipped_byte_is_corrupt(reg, tmp_path):
     assert ("corrupt", "blob", blob["repository"], blob["digest"], True) in lost(doc)
     assert {state for state, *_ in lost(doc)} == {"corrupt"}
     assert f"corrupt blob {blob['repository']}@{blob['digest']} (referenced)" in out
+
+
+class Armed:
+    """The fault proxy's plan: no fault until a test names the (method, path) that gets one."""
+
+    def __init__(self) -> None:
+        self.faults: dict[tuple[str, str], str] = {}
+
+    def __call__(self, index: int, method: str, path: str) -> str | None:
+        return self.faults.get((method, path))
+
+
+def test_a_cut_answer_is_short_and_a_refusal_unreadable(reg, tmp_path):
+    plan = Armed()
+    with FaultProxy(reg.host, plan) as proxy:
+        config = warmed(proxy, tmp_path, seed=61)
+        blobs = [e for e in load_map(config.parent / "warmup-map.jsonl") if e["kind"] == "blob"]
+        cut, refused = blobs[0], next(e for e in blobs if e["digest"] != blobs[0]["digest"])
+        for e, kind in ((cut, "reset"), (refused, "503")):
+            plan.faults[("GET", f"/v2/{e['repository']}/blobs/{e['digest']}")] = kind
+        code, doc, out = verify(config)
+        assert not proxy.errors
+    assert code == 1, out  # a referenced blob came short
+    got = {(state, repo, digest) for state, kind, repo, digest, _ in lost(doc)}
+    assert got == {
+        ("short", cut["repository"], cut["digest"]),
+        ("unreadable", refused["repository"], refused["digest"]),
+    }
 
 
 @pytest.mark.parametrize(("shape", "missing"), [("images", False), ("loose", True)])
