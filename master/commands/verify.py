@@ -38,6 +38,7 @@ CLASSES = ("ok", "missing", "short", "corrupt", "unreadable")
 LOSSES = ("missing", "short", "corrupt")  # of a referenced object: exit 1
 MANIFEST_KEPT = 4 << 20  # a manifest body is kept (to read what it names) up to this many bytes
 SHOWN = 10  # objects named on the console per class and registry
+BATCH = 1000  # objects handed to the thread pool at once
 
 
 @dataclass
@@ -215,7 +216,8 @@ def verify_registry(
                 referenced.add((kind, repo, digest))
         failed = 0
         for keys in kinds:
-            for c, body in pool.map(lambda k: check_one(calls, *k), keys):
+            batches = (keys[i : i + BATCH] for i in range(0, len(keys), BATCH))  # a bounded queue of futures
+            for c, body in (one for batch in batches for one in pool.map(lambda k: check_one(calls, *k), batch)):
                 key = (c.kind, c.repository, c.digest)
                 c.tags = wanted[key]
                 if body and key in referenced:
