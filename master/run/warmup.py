@@ -1,27 +1,34 @@
 """``drtp warmup``: make every object the trace reads exist in the registry before the run.
 
-One streaming pass over the trace finds the objects read before (or without) being pushed by the trace itself
-— blobs read with a non-error status, and manifests read with a non-error status — with the largest size the
-trace saw for each. Objects the trace first pushes are left to the run; reads the trace saw fail (e.g. a pull
-of a tag never pushed: 404) are not warmed, so the run sees the same 404. A blob the trace mounts into a
-repository is, there, an object the trace creates (the run mounts it); the mount reads its source repository,
-which is warmed when the trace has not pushed the blob there first.
+One streaming pass over the trace finds the objects read before (or without)
+being pushed by the trace itself — blobs read with a non-error status, and
+manifests read with a non-error status — with the largest size the trace saw
+for each.  Objects the trace first pushes are left to the run; reads the trace
+saw fail (e.g. a pull of a tag never pushed: 404) are not warmed, so the run
+sees the same 404.  A blob the trace mounts into a repository is, there, an
+object the trace creates (the run mounts it); the mount reads its source
+repository, which is warmed when the trace has not pushed the blob there first.
 
-Then, with ``warmup.threads`` threads and drtp.registry.calls, in three phases: each blob is pushed once
-(random or zero bytes of its size, per ``warmup.random``) and cross-repo mounted into the other repositories
-that read it; the minimal config blob is pushed once into each repository that gets manifests, or whose
-manifest PUTs in the run will name it (an image of fewer than two blobs: drtp.master.run.plan), one job per
-repository; then each manifest is pushed as a real schema-2 manifest over layers of its repository and that
-config, padded to exactly the trace's size; with ``warmup.shape: images`` (the default) the blobs those
-manifests leave out go into images of their own, tagged ``drtp-image-…``, so every warmed blob is a layer of a
-tagged manifest of its repository (:func:`image_shapes`; ``loose``: the old shape, most blobs referenced by no
-manifest). A blob is never written into a repository by two threads at once (drtp.registry.keyed_lock says
-why): a manifest PUT that checked a blob while another push rewrote it would be refused as naming an unknown
-blob. Every object done is appended at once to the warmup map (``warmup.output``, JSON lines: registry,
-repository, kind, reference, digest, size), so an interrupted warmup resumes where it stopped and a finished
-one does nothing the second time. Each warmup checks the config blob is in those repositories (a HEAD each)
-and pushes it where it is missing; the map has one line of kind ``config`` per repository it is in (for ``drtp
-clean``; the run's planner learns only blobs).
+Then, with ``warmup.threads`` threads and drtp.registry.calls, in three phases: each blob
+is pushed once (random or zero bytes of its size, per ``warmup.random``) and cross-repo
+mounted into the other repositories that read it; the minimal config blob is pushed once
+into each repository that gets manifests, or whose manifest PUTs in the run will name it
+(an image of fewer than two blobs: drtp.master.run.plan), one job per repository; then each manifest is
+pushed as a real schema-2 manifest over layers of its repository and that config, padded
+to exactly the trace's size.  A blob is never written into a repository by two threads at
+once (drtp.registry.keyed_lock says why): a manifest PUT that checked a blob while another
+push rewrote it would be refused as naming an unknown blob.  Every object done
+is appended at once to the warmup map (``warmup.output``, JSON lines:
+registry, repository, kind, reference, digest, size), so an interrupted warmup resumes where it stopped
+and a finished one does nothing the second time.  Each warmup checks the config blob is in those
+repositories (a HEAD each) and pushes it where it is missing; the map has one line of kind
+``config`` per repository it is in (for ``drtp clean``; the run's planner learns only blobs).
+
+With ``warmup.shape: images`` (the default) the trace's manifests of a repository take its blobs
+:data:`MANIFEST_LAYERS` at a time and the blobs left over go into images of their own, tagged
+``drtp-image-…`` (:func:`image_shapes`): every warmed blob is a layer of a tagged manifest of its
+repository, so a garbage collector keeps what the trace reads.  ``loose`` is the older shape: each
+manifest over its repository's first blobs, most blobs referenced by no manifest.
 """
 
 from __future__ import annotations
@@ -143,14 +150,14 @@ def image_shapes(
 ) -> list[tuple[str, str, str, int, list[tuple[str, int]]]]:
     """The manifests to warm, (registry, repository, tag, size, layers), over the blobs warmed so far (``done``).
 
-    ``images``: each repository's blobs, in digest order, are cut into groups of :data:`MANIFEST_LAYERS`; the
-    trace's manifests take one group each (in tag order; when they outnumber the groups, the groups again from
-    the first), and the groups left over become images of their own, :data:`IMAGE_LAYERS` layers each, tagged
-    ``drtp-image-<hash of their layers>`` (the same layers get the same tag, so a resumed warmup finds them).
-    Every blob is then a layer of a tagged manifest of its repository, as in a registry of real images: a
-    garbage collector keeps what the trace will read.  ``loose``: the trace's manifests only, each over the
-    repository's first :data:`MANIFEST_LAYERS` blobs; the others are referenced by no manifest (a collector
-    deletes them)."""
+    ``images``: each repository's blobs, in the order of their trace references, are cut into groups of
+    :data:`MANIFEST_LAYERS`; the trace's manifests take one group each (in tag order; when they outnumber the
+    groups, the groups again from the first), and the groups left over become images of their own,
+    :data:`IMAGE_LAYERS` layers each, tagged ``drtp-image-<hash of their layers>`` (the same layers get the same
+    tag, so a resumed warmup finds them). Every blob is then a layer of a tagged manifest of its repository, as in a
+    registry of real images: a garbage collector keeps what the trace will read. ``loose``: the trace's manifests
+    only, each over the repository's first :data:`MANIFEST_LAYERS` blobs; the others are referenced by no manifest
+    (a collector deletes them)."""
     blobs: dict[tuple[str, str], dict[str, int]] = {}  # (registry, repository) -> digest -> size
     for (reg, repo, kind, _ref), e in sorted(done.items()):
         if kind == "blob":
@@ -161,7 +168,7 @@ def image_shapes(
     out = []
     for key in sorted(blobs.keys() | tags.keys()):
         reg, repo = key
-        layers = sorted(blobs.get(key, {}).items())
+        layers = list(blobs.get(key, {}).items())  # in the order of their trace references, as before
         wanted = sorted(tags.get(key, []))
         if shape == "loose":
             out += [(reg, repo, tag, size, layers[:MANIFEST_LAYERS]) for tag, size in wanted]
