@@ -111,6 +111,11 @@ COMMANDS: tuple[Command, ...] = (
         "drtp.master.commands.clean",
         "delete from the registries what warmup, runs and the preflight pushed (dry run without --yes)",
     ),
+    Command(
+        "verify",
+        "drtp.master.commands.verify_cmd",
+        "read back every object drtp's records say a registry holds and check its digest (losses: exit 1)",
+    ),
     Command("client", "drtp.client.cli", "run a client node (executes replay requests sent by the master)"),
     Command("slurm", "drtp.cluster.cli", "run an experiment as Slurm jobs (submit, status, wait, cancel)"),
     Command(
@@ -145,7 +150,7 @@ class CommandGroup(NamedTuple):
 COMMAND_GROUPS: tuple[CommandGroup, ...] = (
     CommandGroup(
         "replay against a registry",
-        ("demo", "config", "warmup", "run", "experiment", "ramp", "client", "clean"),
+        ("demo", "config", "warmup", "run", "experiment", "ramp", "client", "clean", "verify"),
         "drtp warmup -c config.yaml && drtp run -c config.yaml --set client_info.threads=32",
     ),
     CommandGroup(

@@ -8,6 +8,7 @@ import pytest
 import requests
 
 from drtp.master.run.warmup import CONFIG_KIND, load_map, run_warmup
+from drtp.master.run.warmup import IMAGE_TAG_PREFIX as IMAGE_TAG
 from drtp.registry.local import LocalRegistry
 from drtp.registry.manifest import ACCEPT, SCHEMA2
 from drtp.trace.reader import TraceReader
@@ -33,7 +34,9 @@ def test_warmup_pushes_what_is_read_and_resumes(tmp_path):
         assert len({(e["registry"], e["repository"]) for e in configs}) == len(configs)
 
         # every manifest the trace reads with success before any push of it is a real schema-2 manifest
-        warmed = {(e["repository"], e["reference"]): e for e in entries if e["kind"] == "manifest"}
+        manifests = [e for e in entries if e["kind"] == "manifest"]
+        warmed = {(e["repository"], e["reference"]): e for e in manifests if not e["reference"].startswith(IMAGE_TAG)}
+        assert warmed, "no manifest of the trace was warmed"
         never_pushed_404 = {(r.repository, r.reference) for r in records if r.kind == "manifest" and r.status == 404}
         assert not never_pushed_404 & set(warmed), "a tag the trace never had was warmed"
         for (repo, tag), e in list(warmed.items())[:10]:
@@ -46,6 +49,13 @@ def test_warmup_pushes_what_is_read_and_resumes(tmp_path):
             for layer in doc["layers"]:  # it references blobs present in its repository
                 head = requests.head(f"{reg.url}/v2/{repo}/blobs/{layer['digest']}", timeout=5)
                 assert head.status_code == 200 and int(head.headers["Content-Length"]) == layer["size"]
+        # warmup.shape images: every blob is a layer of a tagged manifest of its repository
+        named = set()
+        for e in manifests:
+            url = f"{reg.url}/v2/{e['repository']}/manifests/{e['reference']}"
+            doc = requests.get(url, headers={"Accept": ACCEPT}, timeout=5)
+            named |= {(e["repository"], layer["digest"]) for layer in doc.json()["layers"]}
+        assert {(e["repository"], e["digest"]) for e in entries if e["kind"] == "blob"} <= named
         # blobs are there with the trace's size
         for e in [e for e in entries if e["kind"] == "blob"][:10]:
             head = requests.head(f"{reg.url}/v2/{e['repository']}/blobs/{e['digest']}", timeout=5)

@@ -101,6 +101,9 @@ class Warmup(_Section):
     output: str = "warmup-map.json"
     threads: Threads = 8
     random: bool = True
+    # images: every pushed blob is a layer of at least one tagged manifest of its repository (a garbage
+    # collector keeps them); loose: the trace's manifests name at most 3 blobs each, the rest no manifest
+    shape: Literal["images", "loose"] = "images"
 
 
 class UpstreamEntry(_Section):
@@ -262,6 +265,8 @@ class Config(_Section):
     # fresh: each repetition replays into repositories of its own (prefix rep<k>-), warmed up for it;
     # reuse: every repetition replays into the same repositories, as left by the one before
     repeat_state: Literal["fresh", "reuse"] = "fresh"
+    # drtp experiment: after each registry's run, check what drtp's records say it holds (drtp verify)
+    verify: bool = False
     live_metrics: LiveMetricsSection | None = (
         None  # a Prometheus endpoint of the run (drtp.master.outputs.live_metrics)
     )

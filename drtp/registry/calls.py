@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from drtp.registry.manifest import ACCEPT, SCHEMA2
@@ -231,6 +231,20 @@ class RegistryCalls:
         if r.status != 200 or length is None or not length.isdigit():
             raise RegistryError(f"HEAD {url}", r, "no size")
         return int(length)
+
+    def read(self, kind: str, repo: str, digest: str, sink: Callable[[bytes], None]) -> Response:
+        """``GET`` a blob or manifest by digest, its body given to ``sink`` piece by piece as it arrives (a 200's
+        only; never held whole), redirects to the registry's storage followed.
+
+        Never raises for the registry's answer: the caller judges the :class:`Response` — its status (0 when no
+        complete answer came, e.g. ``outcome`` "truncated": the body ended before its ``Content-Length``), its
+        headers and ``nbytes``, the body bytes read."""
+        url = self._url(repo, kind, digest)
+        headers = {"Accept": ACCEPT} if kind == "manifest" else None
+        try:
+            return self.session.request("GET", url, headers=headers, stream=sink)
+        except RequestError as e:
+            return Response.failed(e)
 
     def pull_blob(self, repo: str, digest: str) -> bytes:
         """A blob's bytes, checked against ``digest`` (redirects to the registry's storage followed)."""

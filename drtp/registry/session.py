@@ -26,6 +26,7 @@ same flow on the asynchronous twin of the connection and shares the session's au
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from drtp.registry.auth import Authenticator
@@ -105,13 +106,15 @@ class Session:
         keep_body: bool = False,
         client: str | None = None,
         agent: str | None = None,
+        stream: Callable[[bytes], None] | None = None,
     ) -> Response:
         """One request (an absolute URL); redirects of reads followed, latency of every hop in the caller's clock.
 
         ``client``: the trace client it is sent for (its connections, when the session keeps them per
         client); ``agent``: its User-Agent, if not the session's.  What is sent, and how often, is the
         request flow's (drtp/registry/flow.py); this carries its sends out on the thread's connection to
-        each server, or on one the trace client's pool lends for each send (its retries included)."""
+        each server, or on one the trace client's pool lends for each send (its retries included).
+        ``stream``: a 200 answer's body goes to it piece by piece as it arrives, never kept whole."""
         u = urlsplit(url)
         server = (u.scheme, u.netloc)
         target = u.path + ("?" + u.query if u.query else "")
@@ -125,7 +128,7 @@ class Session:
             else:  # anonymous: sent as it is; the flow only for an answer that leaves something to decide
                 conn = self.connection(*server) if pools is None else pools.take(client, server)
                 try:
-                    first = conn.request(method, target, body, headers, keep_body, agent=agent)
+                    first = conn.request(method, target, body, headers, keep_body, stream, agent=agent)
                 except RequestError as e:
                     first = e
                 else:
@@ -146,7 +149,9 @@ class Session:
                             conn = pools.take(client, step.server)
                         sent = step
                     try:
-                        answer = conn.request(step.method, step.target, body, step.headers, keep_body, agent=agent)
+                        answer = conn.request(
+                            step.method, step.target, body, step.headers, keep_body, stream, agent=agent
+                        )
                     except RequestError as e:
                         answer = e
                     step = flow.send(answer)

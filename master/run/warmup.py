@@ -26,10 +26,17 @@ repositories (a HEAD each) and pushes it where it is missing; the map has one li
 
 A registry with an ``upstream:`` (a pull-through cache, which refuses pushes) is warmed through its upstream,
 with drtp's own User-Agent for direct requests: its map lines name the upstream, where ``drtp clean`` deletes.
+
+With ``warmup.shape: images`` (the default) the trace's manifests of a repository take its blobs
+:data:`MANIFEST_LAYERS` at a time and the blobs left over go into images of their own, tagged
+``drtp-image-…`` (:func:`image_shapes`): every warmed blob is a layer of a tagged manifest of its
+repository, so a garbage collector keeps what the trace reads.  ``loose`` is the older shape: each
+manifest over its repository's first blobs, most blobs referenced by no manifest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -66,7 +73,9 @@ from drtp.trace.records import Mount
 # manifest and no object of the trace (the run's planner learns only kind "blob"); drtp clean deletes it
 CONFIG_KIND = "config"
 DEFAULT_BLOB_SIZE = 1024  # a blob only ever HEADed: the trace has no size for it
-MANIFEST_LAYERS = 3
+MANIFEST_LAYERS = 3  # layers of a warmed manifest of the trace (its size is the trace's)
+IMAGE_TAG_PREFIX = "drtp-image-"  # the tag of such an image: the prefix, then a hash of its layers
+IMAGE_LAYERS = 10  # layers of an image warmup adds for blobs the trace's manifests leave out (warmup.shape: images)
 
 
 @dataclass
@@ -140,6 +149,45 @@ def _want_blob(plan: WarmupPlan, reg: str, ref: str, size: int, repo: str) -> No
         entry[0] = max(entry[0], size)
         if repo not in entry[1]:
             entry[1].append(repo)
+
+
+def image_shapes(
+    done: dict[tuple[str, str, str, str], dict], manifests: dict[tuple[str, str, str], int], shape: str
+) -> list[tuple[str, str, str, int, list[tuple[str, int]]]]:
+    """The manifests to warm, (registry, repository, tag, size, layers), over the blobs warmed so far (``done``).
+
+    ``images``: each repository's blobs, in the order of their trace references, are cut into groups of
+    :data:`MANIFEST_LAYERS`; the trace's manifests take one group each (in tag order; when they outnumber the
+    groups, the groups again from the first), and the groups left over become images of their own,
+    :data:`IMAGE_LAYERS` layers each, tagged ``drtp-image-<hash of their layers>`` (the same layers get the same
+    tag, so a resumed warmup finds them). Every blob is then a layer of a tagged manifest of its repository, as in a
+    registry of real images: a garbage collector keeps what the trace will read. ``loose``: the trace's manifests
+    only, each over the repository's first :data:`MANIFEST_LAYERS` blobs; the others are referenced by no manifest
+    (a collector deletes them)."""
+    blobs: dict[tuple[str, str], dict[str, int]] = {}  # (registry, repository) -> digest -> size
+    for (reg, repo, kind, _ref), e in sorted(done.items()):
+        if kind == "blob":
+            blobs.setdefault((reg, repo), {}).setdefault(e["digest"], e["size"])
+    tags: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for (reg, repo, tag), size in manifests.items():
+        tags.setdefault((reg, repo), []).append((tag, size))
+    out = []
+    for key in sorted(blobs.keys() | tags.keys()):
+        reg, repo = key
+        layers = list(blobs.get(key, {}).items())  # in the order of their trace references, as before
+        wanted = sorted(tags.get(key, []))
+        if shape == "loose":
+            out += [(reg, repo, tag, size, layers[:MANIFEST_LAYERS]) for tag, size in wanted]
+            continue
+        groups = [layers[i : i + MANIFEST_LAYERS] for i in range(0, len(layers), MANIFEST_LAYERS)]
+        for i, (tag, size) in enumerate(wanted):
+            out.append((reg, repo, tag, size, groups[i % len(groups)] if groups else []))
+        rest = [layer for group in groups[len(wanted) :] for layer in group]
+        for i in range(0, len(rest), IMAGE_LAYERS):
+            image = rest[i : i + IMAGE_LAYERS]
+            tag = IMAGE_TAG_PREFIX + hashlib.sha256(" ".join(d for d, _ in image).encode()).hexdigest()[:16]
+            out.append((reg, repo, tag, 0, image))
+    return out
 
 
 def load_map(path: Path) -> Iterator[dict]:
@@ -333,17 +381,13 @@ class Warmup:
         ):
             bar.set_failed(self.stats.failed)
             self._pool_run(self._blob, blob_jobs, out, bar, weights=[len(j[3]) for j in blob_jobs])
-            layers_of: dict[tuple[str, str], list[tuple[str, int]]] = {}
-            for (reg, repo, kind, _ref), e in sorted(self.done.items()):
-                if kind == "blob" and len(layers_of.setdefault((reg, repo), [])) < MANIFEST_LAYERS:
-                    layers_of[(reg, repo)].append((e["digest"], e["size"]))
             manifest_jobs = []
-            for (reg, repo, tag), size in plan.manifests.items():
+            for reg, repo, tag, size, layers in image_shapes(self.done, plan.manifests, self.cfg.warmup.shape):
                 if (reg, repo, "manifest", tag) in self.done:
                     self.stats.already += 1
                     bar.update(0)
                 else:
-                    manifest_jobs.append((reg, repo, tag, size, layers_of.get((reg, repo), [])))
+                    manifest_jobs.append((reg, repo, tag, size, layers))
             # the config blob first, once per repository: manifests of one repository PUT at once while
             # one of them pushed the config would find its link being rewritten.  Also where the run's
             # manifest PUTs name it: its nodes then find it, and none pushes it while another PUTs there
@@ -353,7 +397,9 @@ class Warmup:
             for job in missing:
                 self._failed(job, f"the config blob {CONFIG_DIGEST} could not be pushed to the repository", bar, 1)
             ready = [job for job in manifest_jobs if (job[0], job[1]) in self.configs]
-            self._pool_run(self._manifest, ready, out, bar, weights=[1] * len(ready))
+            # an image warmup adds is not an object of the trace: not in the bar's total
+            weights = [int((job[0], job[1], job[2]) in plan.manifests) for job in ready]
+            self._pool_run(self._manifest, ready, out, bar, weights=weights)
         self.elapsed = time.perf_counter() - t0
         self.plan = plan
         return self.stats

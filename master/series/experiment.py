@@ -149,7 +149,9 @@ def run_experiment(
     check_experiment(cfg)
     check_access_logs(cfg)  # here, on the master, before any warmup: not where a job is only submitted
     out = settings.out_dir or default_experiment_dir(cfg)
-    return run_series(experiment_parts(cfg, out), out, settings, repeat=cfg.repeat, what="experiment", live=live)
+    parts = experiment_parts(cfg, out)
+    verify_with = cfg if cfg.verify else None
+    return run_series(parts, out, settings, repeat=cfg.repeat, what="experiment", live=live, verify_with=verify_with)
 
 
 def run_series(
@@ -159,13 +161,15 @@ def run_series(
     repeat: int = 1,
     what: str = "experiment",
     live: LiveMetrics | None = None,
+    verify_with: Config | None = None,
 ) -> dict:
     """Run ``parts`` in order (an experiment's registries, a run's repetitions, or both), unattended: a part that
     fails is recorded and the next one runs; experiment.json records each; returns its content.
 
     ``settings``: the series' (each part's run gets them with its own folder and tags; ``resume`` skips the parts
     done before); ``what`` names the command in its lines (``drtp experiment``, ``drtp run``); ``live``: one
-    exporter of live metrics for every part's run.
+    exporter of live metrics for every part's run; ``verify_with``: the config whose records ``drtp verify``
+    reads after each registry's run (``verify: true``; :func:`verify_part`).
     """
     quiet, resume = settings.quiet, settings.resume
     prog = f"drtp {what}"
@@ -226,6 +230,10 @@ def run_series(
             }
             if part.repetition is not None:
                 status[part.key]["repetition"] = part.repetition
+            if verify_with is not None and part.registry_id is not None:
+                checked = verify_part(verify_with, part, quiet)
+                status[part.key]["verify"] = checked
+                status[part.key]["exit_code"] = max(status[part.key]["exit_code"], checked["exit_code"])
             if verdict.message and not quiet:
                 what_line = f"{name} {part.key}: {verdict.message}"
                 line = refusal(prog, what_line) if verdict.code else f"{prog}: warning: {what_line}"
@@ -260,6 +268,20 @@ def run_series(
     if not quiet:
         _closing_lines(status, parts, out, name, repeat)
     return status
+
+
+def verify_part(cfg: Config, part: Part, quiet: bool) -> dict:
+    """``drtp verify`` of the part's registry after its run (``verify: true``): the records of ``cfg`` and the
+    run's own requests.csv; verify.json goes into the run's folder, beside summary.json.  What experiment.json
+    records: its exit code (1: a referenced object is lost; 3: the registry could not be reached), and the
+    error when there is one.  The run's entry takes the higher of its own exit code and this one."""
+    from drtp.master.commands.verify import run_verify
+
+    try:
+        code = run_verify(cfg, [part.run_dir], part.registry_id, output=part.run_dir / "verify.json", quiet=quiet)
+    except DrtpError as e:
+        return {"exit_code": int(e.exit_code), "error": str(e)}
+    return {"exit_code": code, "file": "verify.json"}
 
 
 def _closing_lines(status: dict, parts: list[Part], out: Path, name: str, repeat: int) -> None:
