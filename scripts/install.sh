@@ -9,7 +9,7 @@ export DEBIAN_FRONTEND=noninteractive
 # the registry under test, real clients for captures (skopeo, containerd + ctr), wrk for benchmarks, and a real
 # Slurm + sshd for the cluster tests (started on loopback by the tests themselves), and Prometheus for the test that
 # scrapes a run's live metrics (the package's service is not needed: the test starts its own on loopback)
-APT_PACKAGES="docker-registry skopeo containerd wrk slurmctld slurmd slurm-client munge openssh-server openssh-sftp-server prometheus"
+APT_PACKAGES="docker-registry skopeo containerd wrk nginx slurmctld slurmd slurm-client munge openssh-server openssh-sftp-server prometheus"
 missing=""
 for pkg in $APT_PACKAGES; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"

@@ -24,7 +24,7 @@ from drtp.outputs import other_columns
 from drtp.replay.frames import ResultFrame, csv_text
 from drtp.replay.messages import ReplayRequest, ReplayResult
 from drtp.replay.outcome import LOST
-from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_of
+from drtp.replay.result_row import COLUMNS, COLUMNS_BEFORE_CACHE, ResultRow, cells, parse_cells, rows_of
 from drtp.replay.slo import judged_latency
 from drtp.replay.summary import PERCENTILES, LogHistogram, ResultsModel, bucket, replayer_limited_line
 
@@ -103,7 +103,7 @@ class RunResults(RunOutput):
                 if not row.auxiliary:
                     self._completed(row)
                 self.model.add(row)
-                kept.append(values)
+                kept.append(cells(row) if len(values) != len(COLUMNS) else values)  # a file without ``cache``
         self._write(csv_text(kept))
         self.resumed = len(kept)
 
@@ -257,10 +257,11 @@ class RunResults(RunOutput):
 
 
 def _check_columns(path: Path) -> None:
-    """Resume only a file with this version's columns: rows of another layout would be misread."""
+    """Resume only a file with this version's columns (or the same without ``cache``, read with it empty): rows
+    of another layout would be misread."""
     with open(path, newline="") as f:
         header = next(csv.reader(f), None)
-    if header is not None and tuple(header) != COLUMNS:
+    if header is not None and tuple(header) not in (COLUMNS, COLUMNS_BEFORE_CACHE):
         raise other_columns(path, header, COLUMNS)
 
 

@@ -11,6 +11,8 @@ A new output is a module with a :class:`~drtp.master.outputs.output.RunOutput` s
 * stats_history.csv before the replayer's health: the history's last grouping counts the gauges it drops
   as late before the ``replayer`` block is made, and the health parts feed its gauge columns;
 * live metrics after the replayer's health, whose master CPU readings it shows;
+* what reached a cache's upstream before the original trace player's results file: it rewrites requests.csv
+  with the ``cache`` column filled, and every later reader sees the classes;
 * the original trace player's results file last: it is made from requests.csv once every row is in,
   before summary.json, which says if it failed.
 """
@@ -28,6 +30,7 @@ from drtp.master.outputs.registry_metrics import RegistryMetricsOutput
 from drtp.master.outputs.replayer_health import ReplayerHealthOutput
 from drtp.master.outputs.results import RunResults
 from drtp.master.outputs.stats_history import HistoryOutput
+from drtp.master.outputs.upstream import UpstreamOutput
 from drtp.replay.frames import ResultFrame
 from drtp.replay.messages import ReplayRequest
 from drtp.replay.result_row import ResultRow
@@ -41,6 +44,7 @@ OUTPUTS: list[type[RunOutput]] = [
     HistoryOutput,
     ReplayerHealthOutput,
     LiveMetricsOutput,
+    UpstreamOutput,
     OriginalOutput,
 ]
 
