@@ -337,4 +337,22 @@ def format_table(summary: dict) -> str:
     limited = replayer_limited_line(summary)
     if limited:
         lines.append(limited)
+    lines += cache_lines(summary)
     return "\n".join(lines)
+
+
+def cache_lines(summary: dict) -> list[str]:
+    """One line per registry behind which a cache's upstream was counted (summary.json ``upstream``): the trace
+    requests per cache class with their latency, and the upstream GETs per absent blob."""
+    out = []
+    for registry, block in (summary.get("upstream") or {}).items():
+        if not isinstance(block, dict) or "latency_by_class" not in block:
+            continue
+        parts = [
+            f"{c} {s['requests']:,} (p50 {_ms(s['latency_s'], 'p50')} ms, p99 {_ms(s['latency_s'], 'p99')} ms)"
+            for c, s in block["latency_by_class"].items()
+        ]
+        per = (block.get("upstream_gets_per_object") or {}).get("blob", {}).get("per_absence")
+        tail = f"; upstream GETs per absent blob {per:.2g}" if per is not None else ""
+        out.append(f"cache {registry}: " + ", ".join(parts) + tail)
+    return out
