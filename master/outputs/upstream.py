@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drtp.config import Config
+from drtp.errors import ConfigError
 from drtp.master.outputs.output import RunContext, RunOutput
+from drtp.registry.repo_names import RepositoryMap
 from drtp.registry.transport import DIRECT_USER_AGENT
 from drtp.replay.messages import registry_base
 from drtp.replay.result_row import ResultRow, cells, parse_cells
@@ -157,14 +159,15 @@ def settle(path: Path) -> None:
 # -- which request hit --------------------------------------------------------------------------------
 
 
-def object_keys(row: ResultRow) -> tuple:
+def object_keys(row: ResultRow, repository: str | None = None) -> tuple:
     """The keys under which an upstream fetch is the fetch of this row's object: a blob by digest, a manifest by
-    repository and tag, or by its digest."""
+    repository (``repository``: the registry's name of the row's trace repository) and tag, or by its digest."""
     if row.kind == "blob":
         return (("blob", row.digest or row.reference),)
-    keys = [("manifest", row.repository, row.reference)]
+    repo = repository or row.repository
+    keys = [("manifest", repo, row.reference)]
     if row.digest and row.digest != row.reference:
-        keys.append(("manifest", row.repository, row.digest))
+        keys.append(("manifest", repo, row.digest))
     return tuple(keys)
 
 
@@ -180,14 +183,17 @@ def fetches_by_object(requests: Iterable[UpstreamRequest]) -> dict[tuple, list[U
     return out
 
 
-def verdict(row: ResultRow, start_epoch: float, fetches: dict[tuple, list[UpstreamRequest]]) -> str:
+def verdict(
+    row: ResultRow, start_epoch: float, fetches: dict[tuple, list[UpstreamRequest]], repository: str | None = None
+) -> str:
     """The cache's verdict where it gave one, else ``miss`` when an upstream fetch (GET) of the row's object ran
-    during it, else ``hit``."""
+    during it, else ``hit`` (``repository``: the registry's name of the row's trace repository)."""
     if row.cache:
         return row.cache
     begin = start_epoch + (row.start_s or 0.0)
     end = begin + (row.latency_s or 0.0)
-    during = any(f.start < end and f.end > begin for key in object_keys(row) for f in fetches.get(key, ()))
+    keys = object_keys(row, repository)
+    during = any(f.start < end and f.end > begin for key in keys for f in fetches.get(key, ()))
     return MISS if during else HIT
 
 
@@ -334,6 +340,10 @@ class UpstreamOutput(RunOutput):
                 logs[w.id] = f"could not read {w.log}: {e.strerror or e}"
         fetches = {i: fetches_by_object(v) for i, v in logs.items() if not isinstance(v, str)}
         mine: dict[str, list[ResultRow]] = {w.id: [] for w in self.watched}
+        try:
+            names = RepositoryMap.for_config(run.cfg).map
+        except ConfigError:  # several registries, each with names of its own: the run itself refuses that
+            names = str
         lines = this_run(results.path, results.run_offset)
         for row in lines:
             if not isinstance(row, ResultRow) or row.auxiliary or row.start_s is None:
@@ -342,7 +352,7 @@ class UpstreamOutput(RunOutput):
             if w is None:
                 continue
             if w.id in fetches:
-                row.cache = verdict(row, run.start_epoch, fetches[w.id])
+                row.cache = verdict(row, run.start_epoch, fetches[w.id], names(row.repository))
             mine[w.id].append(row)
         for rows in mine.values():
             mark_waits(rows)
