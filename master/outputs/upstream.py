@@ -8,8 +8,8 @@ drtp's own direct requests (their User-Agent carries ``drtp-direct``), and
 
 * classes each trace request through the cache in requests.csv's ``cache`` column: the cache's own verdict
   where its answer carried one (``X-Cache-Status``, ``X-Cache``), else ``miss`` when the upstream logged a
-  fetch (GET) of the request's object while it ran, else ``hit``; a hit that started while another client's miss of
-  its object was under way waited on that fetch (nginx's ``proxy_cache_lock``): ``wait``.  The rows
+  fetch (GET) of the request's object while it ran, else ``hit``; a hit whose time overlapped another client's miss
+  of its object waited on that fetch (nginx's ``proxy_cache_lock``): ``wait``.  The rows
   reached requests.csv as they came; the file is rewritten once, atomically, with the column filled;
 * adds summary.json ``upstream[<registry id>]``: the upstream's ``requests`` and ``bytes`` by kind and method
   (``/v2/`` pings apart), ``amplification`` (upstream requests and bytes per client request, by kind),
@@ -198,15 +198,18 @@ def verdict(
 
 
 def mark_waits(rows: list[ResultRow]) -> None:
-    """A hit that started while another client's miss of the same object was under way waited on that fetch
-    (nginx's ``proxy_cache_lock``: the fetch is the miss's answer, streamed as it arrives): ``wait``."""
+    """A hit whose time overlapped another client's miss of the same object waited on that fetch (nginx's
+    ``proxy_cache_lock``: the fetch is the miss's answer, streamed as it arrives; which of the clients that asked
+    at the same instant fetches is the cache's choice, not the order they were sent in): ``wait``.  An object
+    in the cache is no miss, so a hit beside a miss is one that waited for it."""
     misses: dict[tuple, list[tuple[float, float]]] = {}
     for r in rows:
         if r.cache == MISS and r.start_s is not None:
             misses.setdefault(object_keys(r)[0], []).append((r.start_s, r.start_s + (r.latency_s or 0.0)))
     for r in rows:
         if r.cache == HIT and r.start_s is not None:
-            if any(s <= r.start_s < e for s, e in misses.get(object_keys(r)[0], ())):
+            end = r.start_s + (r.latency_s or 0.0)
+            if any(s < end and r.start_s < e for s, e in misses.get(object_keys(r)[0], ())):
                 r.cache = WAIT
 
 
