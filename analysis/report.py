@@ -92,6 +92,22 @@ def image_html(caption: str, path: Path) -> str:
     )
 
 
+def cache_latency_table(summaries: dict[str, dict]) -> pd.DataFrame:
+    """Per run and registry behind a cache, the trace requests per cache class (hit, wait, miss: summary.json
+    ``upstream[<id>].latency_by_class``) with their latency in ms; empty when no run has classes."""
+    rows = []
+    for run, summary in summaries.items():
+        for registry, block in ((summary or {}).get("upstream") or {}).items():
+            for cls, s in ((block or {}).get("latency_by_class") or {}).items():
+                lat = s.get("latency_s") or {}
+                row = {"run": run, "registry": registry, "class": cls, "requests": s["requests"], "failed": s["failed"]}
+                row.update(
+                    {f"{q} ms": None if lat.get(q) is None else lat[q] * 1000 for q in ("p50", "p90", "p99", "max")}
+                )
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def write_report(
     path: Path, title: str, sections: list[Section], intro: str = "", banners: list[str] | None = None
 ) -> Path:

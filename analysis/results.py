@@ -34,7 +34,7 @@ from drtp.units import to_ms
 REQUIRED = ("method", "kind", "start_s", "latency_s", "status")
 TIMES = ("intended_s", "start_s", "latency_s", "response_s", "retry_after_s")
 COUNTS = ("size", "bytes", "status", "expected_status", "attempts", "challenges")
-TEXTS = ("client", "node", "trace_id", "repository", "reference", "digest", "error")
+TEXTS = ("client", "node", "trace_id", "repository", "reference", "digest", "error", "cache")
 TRACE_ROW = "ibm-trace-data"  # the run name under which the trace's own recorded latencies are shown
 MAX_RUN_S = 366 * 86_400.0  # times in a run are seconds from its start: a year bounds any replay
 MAX_COUNT = 2**62  # sizes, byte counts and statuses go into int64 columns

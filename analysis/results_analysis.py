@@ -9,7 +9,7 @@ import pandas as pd
 
 from drtp.analysis.event_bands import run_bands
 from drtp.analysis.registry_side import registry_side_table
-from drtp.analysis.report import Section, with_charts, write_report
+from drtp.analysis.report import Section, cache_latency_table, with_charts, write_report
 from drtp.analysis.results import (
     TRACE_ROW,
     analyze_run,
@@ -230,6 +230,14 @@ def analyze_results(
         )
         section = Section("Client and registry", text=[text], tables=[("", both_sides)])
         sections.append(with_charts(section, charts, CAPTIONS, "registry_side"))
+    by_class = cache_latency_table(summaries)
+    if not by_class.empty:  # only runs through a cache whose upstream's log was read have classes
+        text = (
+            "Trace requests through a cache by class (requests.csv's cache column): hit (served from the cache), "
+            "wait (served from the cache after waiting on another client's upstream fetch, e.g. nginx's lock), "
+            "miss (fetched from the upstream). Latency in milliseconds."
+        )
+        sections.append(Section("Latency by cache class", text=[text], tables=[("", by_class)]))
     write_report(
         out / "report.html",
         "Replay results",

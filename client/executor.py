@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import urlencode, urljoin
 
 from drtp.registry.content import STREAM_ABOVE, chunks, new_seed
+from drtp.registry.flow import cache_verdict
 from drtp.registry.keyed_lock import KeyedLock
 from drtp.registry.manifest import ACCEPT, CONFIG_BLOB, CONFIG_DIGEST, SCHEMA2, build_manifest, digest_of
 from drtp.registry.spec_session import spec_session
@@ -403,6 +404,7 @@ def result_of(
         aux=aux,
         retry_after=r.retry_after(),
         challenges=r.challenges,
+        cache=cache_verdict(r.headers),
     )
 
 

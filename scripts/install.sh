@@ -8,7 +8,8 @@ export DEBIAN_FRONTEND=noninteractive
 
 # the registry under test, real clients for captures (skopeo, containerd + ctr), wrk for benchmarks, and a real
 # Slurm + sshd for the cluster tests (started on loopback by the tests themselves), and Prometheus for the test that
-# scrapes a run's live metrics (the package's service is not needed: the test starts its own on loopback)
+# scrapes a run's live metrics, nginx for the caching-proxy tests (neither package's service is needed: the
+# tests start their own on loopback)
 APT_PACKAGES="docker-registry skopeo containerd wrk slurmctld slurmd slurm-client munge openssh-server openssh-sftp-server prometheus nginx"
 missing=""
 for pkg in $APT_PACKAGES; do

@@ -25,8 +25,9 @@ from drtp.registry.transport import (
 )
 from drtp.replay.outcome import PROTOCOL, RESET, TIMEOUT, TLS
 
-# the answer headers the event-loop engine reads (body size and delimitation, digest, redirect, auth
-# challenge, a throttling registry's Retry-After): decoding only these saves a str pair per header of every answer
+# the answer headers the event-loop engine reads (body size and delimitation, digest, redirect, auth challenge,
+# a throttling registry's Retry-After, a cache's verdict): decoding only these saves a str pair per header of every
+# answer
 KEPT_HEADERS = {
     name.encode(): name
     for name in (
@@ -36,6 +37,8 @@ KEPT_HEADERS = {
         "location",
         "www-authenticate",
         "retry-after",
+        "x-cache-status",  # a cache's verdict (drtp.registry.flow.cache_verdict)
+        "x-cache",
     )
 }
 

@@ -50,6 +50,22 @@ MAX_REDIRECTS = 3  # redirects followed; the answer to the last send is the requ
 
 Headers = dict[str, str] | None
 
+# A cache's own verdict on an answer: nginx ``add_header X-Cache-Status $upstream_cache_status`` (HIT, MISS,
+# EXPIRED, STALE, UPDATING, REVALIDATED, BYPASS) or Varnish's ``X-Cache`` (HIT, MISS; "HIT from host" in some
+# setups).  Served from the cache's store is a hit; fetched from the upstream for this answer is a miss.
+CACHE_HITS = frozenset(("HIT", "STALE", "UPDATING", "REVALIDATED"))
+CACHE_HEADERS = ("x-cache-status", "x-cache")  # names lower-case, as the transports keep them
+
+
+def cache_verdict(headers: dict[str, str]) -> str:
+    """``hit`` or ``miss`` as the cache said in its answer's header, ``""`` when the answer has none (no cache in
+    the path, or one that does not say): one dict lookup on the common path, an answer without a cache header."""
+    value = headers.get("x-cache-status") or headers.get("x-cache")
+    if not value:
+        return ""
+    word = value.split(None, 1)[0].rstrip(",").upper() if value.strip() else ""
+    return "hit" if word in CACHE_HITS else "miss"
+
 
 class Send:
     """One send of the request to ``server`` (scheme, netloc): the engine sends it on a connection of its own

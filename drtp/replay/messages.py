@@ -188,6 +188,9 @@ class ReplayResult(msgspec.Struct, gc=False, omit_defaults=True):
     aux: list[AuxResult] = []
     retry_after: float | None = None  # the answer's Retry-After, in seconds (None: the answer had none)
     challenges: int = 0  # 401 auth challenges answered by sending it again (each one more round trip)
+    # the cache's own verdict on the answer (``X-Cache-Status``, Varnish's ``X-Cache``): "hit", "miss", or ""
+    # when the answer carried none (drtp.registry.flow.cache_verdict)
+    cache: str = ""
 
 
 def registry_base(entry: str) -> str:

@@ -49,6 +49,9 @@ class ResultRow(msgspec.Struct, gc=False):
     retry_after_s: float | None = None
     # 401 auth challenges answered by sending it again: round trips the registry served beside ``attempts``
     challenges: int = 0
+    # a request through a cache: "hit", "miss" or "wait" (a hit that waited on another client's upstream fetch);
+    # empty when the registry has no upstream, or until the run's end classes the rows the cache gave no verdict
+    cache: str = ""
 
 
 COLUMNS: tuple[str, ...] = ResultRow.__struct_fields__
@@ -107,6 +110,7 @@ def trace_row(node: str, req: ReplayRequest, res: ReplayResult) -> ResultRow:
         False,  # auxiliary
         None if res.retry_after is None else round(res.retry_after, TIME_DIGITS),  # retry_after_s
         res.challenges,  # challenges
+        res.cache,  # cache
     )
 
 
@@ -217,8 +221,16 @@ def _parser(tp) -> Callable[[str], object]:
 _PARSERS = tuple(_parser(f.type) for f in msgspec.structs.fields(ResultRow))
 
 
+# the columns of a file written before requests went through caches (no ``cache`` column): read as rows with it empty
+COLUMNS_BEFORE_CACHE: tuple[str, ...] = COLUMNS[:-1]
+
+
 def parse_cells(values: list[str]) -> ResultRow:
-    """A row back from its CSV cells; ValueError when they are not a whole row (e.g. torn by an interruption)."""
-    if len(values) != len(COLUMNS):
+    """A row back from its CSV cells; ValueError when they are not a whole row (e.g. torn by an interruption).
+
+    A row of a file without the ``cache`` column (:data:`COLUMNS_BEFORE_CACHE`) is read with it empty."""
+    if len(values) == len(COLUMNS_BEFORE_CACHE):
+        values = [*values, ""]
+    elif len(values) != len(COLUMNS):
         raise ValueError(f"{len(values)} cells, not {len(COLUMNS)}")
     return ResultRow(*(parse(v) for parse, v in zip(_PARSERS, values, strict=True)))

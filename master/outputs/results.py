@@ -24,7 +24,7 @@ from drtp.outputs import other_columns
 from drtp.replay.frames import ResultFrame, csv_text
 from drtp.replay.messages import ReplayRequest, ReplayResult
 from drtp.replay.outcome import LOST
-from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells, rows_of
+from drtp.replay.result_row import COLUMNS, COLUMNS_BEFORE_CACHE, ResultRow, cells, parse_cells, rows_of
 from drtp.replay.slo import judged_latency
 from drtp.replay.summary import PERCENTILES, LogHistogram, ResultsModel, bucket, replayer_limited_line
 from drtp.replay.windows import event_line
@@ -104,7 +104,7 @@ class RunResults(RunOutput):
                 if not row.auxiliary:
                     self._completed(row)
                 self.model.add(row)
-                kept.append(values)
+                kept.append(cells(row) if len(values) != len(COLUMNS) else values)  # a file without ``cache``
         self._write(csv_text(kept))
         self.resumed = len(kept)
 
@@ -258,10 +258,11 @@ class RunResults(RunOutput):
 
 
 def _check_columns(path: Path) -> None:
-    """Resume only a file with this version's columns: rows of another layout would be misread."""
+    """Resume only a file with this version's columns (or the same without ``cache``, read with it empty): rows
+    of another layout would be misread."""
     with open(path, newline="") as f:
         header = next(csv.reader(f), None)
-    if header is not None and tuple(header) != COLUMNS:
+    if header is not None and tuple(header) not in (COLUMNS, COLUMNS_BEFORE_CACHE):
         raise other_columns(path, header, COLUMNS)
 
 
@@ -338,4 +339,22 @@ def format_table(summary: dict) -> str:
     if limited:
         lines.append(limited)
     lines += [event_line(entry) for entry in summary.get("events") or []]  # windows before, during, after each
+    lines += cache_lines(summary)
     return "\n".join(lines)
+
+
+def cache_lines(summary: dict) -> list[str]:
+    """One line per registry behind which a cache's upstream was counted (summary.json ``upstream``): the trace
+    requests per cache class with their latency, and the upstream GETs per absent blob."""
+    out = []
+    for registry, block in (summary.get("upstream") or {}).items():
+        if not isinstance(block, dict) or "latency_by_class" not in block:
+            continue
+        parts = [
+            f"{c} {s['requests']:,} (p50 {_ms(s['latency_s'], 'p50')} ms, p99 {_ms(s['latency_s'], 'p99')} ms)"
+            for c, s in block["latency_by_class"].items()
+        ]
+        per = (block.get("upstream_gets_per_object") or {}).get("blob", {}).get("per_absence")
+        tail = f"; upstream GETs per absent blob {per:.2g}" if per is not None else ""
+        out.append(f"cache {registry}: " + ", ".join(parts) + tail)
+    return out
