@@ -7,8 +7,8 @@ import csv
 import pytest
 
 from drtp.master.outputs.results import format_table
-from drtp.master.outputs.stats_history import RunEvents, StatsHistory
-from drtp.replay.event_log import EVENTS_CSV, EventRecord, write_events
+from drtp.master.outputs.stats_history import StatsHistory
+from drtp.replay.event_log import EventRecord
 from drtp.replay.result_row import ResultRow
 from drtp.replay.stats_file import STATS_COLUMNS
 from drtp.replay.summary import ResultsModel
@@ -175,15 +175,17 @@ def test_console_line() -> None:
 
 
 def test_stats_history_event_column(tmp_path) -> None:
-    """The history names the events events.csv holds when it writes each row, re-read as the file changes."""
-    events_path = tmp_path / EVENTS_CSV
+    """The history names the events as they stand when it writes each row (the events output's records change
+    as events start and end)."""
+    records = [EventRecord("gc", 1.0, 1.5, None, None)]  # running
     now = [0.0]
-    history = StatsHistory(tmp_path / "h.csv", 1.0, lambda: now[0], write_lag_s=0.0, events=RunEvents(events_path))
-    write_events(events_path, [EventRecord("gc", 1.0, 1.5, None, None)])  # running
+    history = StatsHistory(
+        tmp_path / "h.csv", 1.0, lambda: now[0], write_lag_s=0.0, events=lambda b, e: events_in(records, b, e)
+    )
     history.add(row(0.5))
     now[0] = 2.0
     history.tick()  # [0, 1) and [1, 2) written
-    write_events(events_path, [EventRecord("gc", 1.0, 1.5, 2.5, 0), EventRecord("ro", 2.0, 2.8, 3.2, 1)])
+    records[:] = [EventRecord("gc", 1.0, 1.5, 2.5, 0), EventRecord("ro", 2.0, 2.8, 3.2, 1)]
     now[0] = 4.0
     history.tick()
     history.close()

@@ -1,33 +1,47 @@
 """Event windows of a real replay: summary.json's events[], stats_history.csv's event column, the bands of the
 report and of ``drtp analyze results``, and ``drtp analyze compare --event``.
 
-The run is a short real replay against the real registry (tests/conftest.py's pieces); its events.csv is
-written with drtp.replay.event_log's ``write_events`` in the run directory before the run starts, for times
-inside the run, as the events output leaves it by the run's finish."""
+The run is a short real replay against the real registry (tests/conftest.py's pieces) with two real events of
+its config: ``gc`` (a command that takes 0.3 s) and ``ro`` (a command that fails at once, its window held open
+0.2 s by ``until``).  The windows expected are worked from the events.csv the run wrote."""
 
 from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from drtp.analysis.results import load_requests, rows
+from drtp.config import load_config
 from drtp.master.run.replay import run_replay
 from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry
-from drtp.replay.event_log import EVENTS_CSV, EventRecord, write_events
+from drtp.replay.event_log import EVENTS_CSV, read_events
 from drtp.replay.stats_file import STATS_FILE
 from drtp.replay.summary import ResultsModel
 from tests.replay_support import Node, make_trace, write_config
 
-EVENTS = [EventRecord("gc", 0.4, 0.4, 0.7, 0), EventRecord("ro", 1.1, 1.1, 1.3, 1)]
-# the windows worked by hand: the event's length before its start, during it, the same length after its end
-WINDOWS = {
-    "gc": {"before": (0.1, 0.4), "during": (0.4, 0.7), "after": (0.7, 1.0)},
-    "ro": {"before": (0.9, 1.1), "during": (1.1, 1.3), "after": (1.3, 1.5)},
-}
+EVENTS = [
+    {"name": "gc", "at": "0.4s", "run": [sys.executable, "-c", "import time; time.sleep(0.3)"]},
+    {"name": "ro", "at": "1.1s", "run": [sys.executable, "-c", "import sys; sys.exit(1)"], "until": "0.2s"},
+]
+
+
+def windows_of(run_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:
+    """Each event's windows worked from events.csv: its length before its start, during it, the same after."""
+    out = {}
+    for e in read_events(run_dir / EVENTS_CSV):
+        length = e.ended_s - e.started_s
+        out[e.name] = {
+            "before": (round(e.started_s - length, 6), e.started_s),
+            "during": (e.started_s, e.ended_s),
+            "after": (e.ended_s, round(e.ended_s + length, 6)),
+        }
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -38,11 +52,11 @@ def event_run(tmp_path_factory) -> Path:
     try:
         with LocalRegistry(workdir / "registry") as reg:
             run_warmup(write_config(workdir, trace, [reg.host], [node.address]), quiet=True)
-            cfg = write_config(workdir, trace, [reg.host], [node.address], wait=True, speedup=8.0)
+            write_config(workdir, trace, [reg.host], [node.address], wait=True, speedup=8.0)
+            path = workdir / "config.yaml"
+            path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "events": EVENTS}))
             run_dir = workdir / "results" / "run"
-            run_dir.mkdir(parents=True)
-            write_events(run_dir / EVENTS_CSV, EVENTS)
-            run_replay(cfg, run_dir, quiet=True)
+            run_replay(load_config(path), run_dir, quiet=True)
     finally:
         node.stop()
     return run_dir
@@ -54,7 +68,8 @@ def test_summary_events_are_the_windows_of_requests_csv(event_run: Path) -> None
     assert list(entries) == ["gc", "ro"]
     every = list(rows(load_requests(event_run / "requests.csv")))
     assert max(r.start_s or 0 for r in every) > 1.5, "the run is shorter than the events' windows"
-    for name, windows in WINDOWS.items():
+    assert [e.exit_code for e in read_events(event_run / EVENTS_CSV)] == [0, 1]
+    for name, windows in windows_of(event_run).items():
         entry = entries[name]
         assert (entry["started_s"], entry["ended_s"]) == (windows["during"][0], windows["during"][1])
         for window, (low, high) in windows.items():
@@ -76,8 +91,14 @@ def test_summary_events_are_the_windows_of_requests_csv(event_run: Path) -> None
     # stats_history.csv: the 1 s intervals the events ran in are named, the others empty
     with (event_run / STATS_FILE).open() as f:
         history = list(csv.DictReader(f))
-    assert [r["event"] for r in history[:2]] == ["gc", "ro"]
-    assert all(r["event"] == "" for r in history[2:])
+    events = read_events(event_run / EVENTS_CSV)
+    begin = 0.0
+    for r in history:  # each row's interval: from the row before's end to its own (elapsed_s)
+        end = float(r["elapsed_s"])
+        ran = [e.name for e in events if e.started_s < end and e.ended_s > begin]
+        assert r["event"] == ";".join(ran), r
+        begin = end
+    assert {r["event"] for r in history} >= {"gc", "ro"}
 
 
 def band_labels(fig) -> dict[str, tuple[float, float]]:
@@ -98,15 +119,19 @@ def test_analyze_results_draws_the_windows_as_bands(event_run: Path, tmp_path: P
     results, frames = analyze_runs([event_run])
     origin = results["run"]["curves"]["throughput"]["origin_s"]
     throughput = band_labels(fig_throughput(results, frames))
-    assert sorted(throughput) == sorted(f"{e} {w}" for e in WINDOWS for w in WINDOWS[e])
-    for event, windows in WINDOWS.items():
+    expected = windows_of(event_run)
+    assert sorted(throughput) == sorted(f"{e} {w}" for e in expected for w in expected[e])
+    for event, windows in expected.items():
         for window, (low, high) in windows.items():  # the throughput axis starts at the run's first request
             assert throughput[f"{event} {window}"] == pytest.approx((low - origin, high - origin))
     latency = band_labels(fig_event_latency(results, frames))
-    assert latency["gc during"] == pytest.approx(WINDOWS["gc"]["during"])  # this axis starts at the run's start
+    assert latency["gc during"] == pytest.approx(expected["gc"]["during"])  # this axis starts at the run's start
     said: list[str] = []
     analyze_results([event_run], tmp_path / "out", log=said.append)
-    assert [x for x in said if " event " in x][0].startswith("run: event gc (0.4–0.7 s): p99 ms before ")
+    gc = expected["gc"]["during"]
+    assert [x for x in said if " event " in x][0].startswith(
+        f"run: event gc ({gc[0]:.1f}–{gc[1]:.1f} s): p99 ms before "
+    )
     report = (tmp_path / "out" / "report.html").read_text()
     assert "Maintenance events" in report and "run / gc / during" in report
     assert (tmp_path / "out" / "event_latency.png").is_file()
@@ -126,7 +151,7 @@ def test_analyze_compare_event_is_during_against_before(event_run: Path, tmp_pat
         assert rows[("all", stat)]["candidate"] == gc["windows"]["during"]["latency_s"][stat] * 1000
     assert rows[("all", "throughput")]["candidate"] == gc["windows"]["during"]["throughput_rps"]
     # --window: every run cut to [FROM, TO): here gc's during window, on both sides
-    cut = compare_runs([str(event_run)], [str(event_run)], window=(0.4, 0.7))
+    cut = compare_runs([str(event_run)], [str(event_run)], window=windows_of(event_run)["gc"]["during"])
     p99 = next(r for r in cut.rows if (r.slice, r.stat) == ("all", "p99"))
     assert p99.baseline == p99.candidate == gc["windows"]["during"]["latency_s"]["p99"] * 1000
     capsys.readouterr()

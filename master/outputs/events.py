@@ -22,7 +22,7 @@ running gets :data:`STOP_GRACE_S` to end before it is terminated (a registry res
 for nothing).
 
 What other outputs read: :meth:`EventsOutput.records` (events.csv's records as they are now) and
-:meth:`EventsOutput.active_at` (which events were running at a time of the run's clock).
+:meth:`EventsOutput.running_in` (which events ran in an interval of the run's clock).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from drtp.replay.event_log import EVENTS_CSV, EventRecord, read_events, write_ev
 from drtp.replay.frames import ResultFrame
 from drtp.replay.messages import ReplayRequest
 from drtp.replay.result_row import ResultRow
+from drtp.replay.windows import events_in
 
 EVENTS_DIR = "events"  # events/<name>.log: each event's output
 STOP_GRACE_S = 60.0  # at the run's end, how long a running event command may still take before it is terminated
@@ -198,13 +199,10 @@ class EventsOutput(RunOutput):
         with self.lock:
             return [e.record for e in self.events]
 
-    def active_at(self, t: float) -> str:
-        """The names of the events running at ``t`` on the run's clock, joined by ``+`` ("" for none)."""
-        names = []
-        for r in self.records():
-            if r.started_s is not None and r.started_s <= t and (r.ended_s is None or t < r.ended_s):
-                names.append(r.name)
-        return "+".join(names)
+    def running_in(self, begin_s: float, end_s: float) -> str:
+        """The names of the events that ran in ``[begin_s, end_s)`` of the run's clock (stats_history.csv's
+        ``event`` cell; drtp.replay.windows ``events_in``), "" when none did."""
+        return events_in(self.records(), begin_s, end_s)
 
     # -- hooks ----------------------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ A new output is a module with a :class:`~drtp.master.outputs.output.RunOutput` s
 * live metrics after the replayer's health, whose master CPU readings it shows;
 * the events before every output that reads them (the windows of summary.json are cut from events.csv at
   finish, once the events stopped: :class:`~drtp.master.outputs.events.EventsOutput` ``records()``; the stats
-  history's ``event`` column asks ``active_at(t)``);
+  history's ``event`` column asks ``running_in(begin_s, end_s)``);
 * what reached a cache's upstream before the original trace player's results file: it rewrites requests.csv
   with the ``cache`` column filled, and every later reader sees the classes;
 * the original trace player's results file last: it is made from requests.csv once every row is in,
@@ -36,8 +36,8 @@ from drtp.master.outputs.registry_metrics import RegistryMetricsOutput
 from drtp.master.outputs.replayer_health import ReplayerHealthOutput
 from drtp.master.outputs.results import RunResults
 from drtp.master.outputs.stats_history import HistoryOutput
-from drtp.master.outputs.windows import WindowsOutput
 from drtp.master.outputs.upstream import UpstreamOutput
+from drtp.master.outputs.windows import WindowsOutput
 from drtp.replay.frames import ResultFrame
 from drtp.replay.messages import ReplayRequest
 from drtp.replay.result_row import ResultRow

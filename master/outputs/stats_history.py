@@ -25,11 +25,9 @@ since the run's start, the origin of requests.csv's ``start_s``):
   keeps every part, late or not;
 * ``event`` — the maintenance events that ran in the interval (drtp.replay.windows
   ``events_in``: started before its end, not ended by its beginning; ``;`` between
-  several), empty when none.  The history reads them from the run's ``events.csv``
-  as the events output rewrites it (:class:`RunEvents`: read again only when the
-  file changed), when it writes the row: an interval's row waits its write lag, so
-  an event that ended in it meanwhile is there too.  An event counts in a row once
-  events.csv holds its start.
+  several), empty when none.  The history asks the run's events output
+  (drtp.master.outputs.events ``running_in``) when it writes the row: an interval's
+  row waits its write lag, so an event that ended in it meanwhile is there too.
 
 A request lost with its node has no end: it counts as a failure in the interval
 in which the master learned of it.  Results reach the master a little after
@@ -68,14 +66,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from drtp.errors import DrtpError
+from drtp.master.outputs.events import EventsOutput
 from drtp.master.outputs.output import RunContext, RunOutput
 from drtp.outputs import os_reason, other_columns
-from drtp.replay.event_log import EVENTS_CSV, EventRecord, read_events
 from drtp.replay.frames import IntervalPart, IntervalStats, ResultFrame
 from drtp.replay.messages import ReplayRequest
 from drtp.replay.result_row import ResultRow
 from drtp.replay.stats_file import STATS_COLUMNS, STATS_COUNTS, STATS_FILE, STATS_GAUGES
-from drtp.replay.windows import events_in
 from drtp.units import MS_PER_S
 
 WRITE_LAG_S = 2.0  # how long after an interval's end its row waits for results still on their way
@@ -283,8 +280,9 @@ class HistoryOutput(RunOutput):
 
     @classmethod
     def open(cls, run: RunContext) -> HistoryOutput:
-        events = RunEvents(run.out_dir / EVENTS_CSV)
-        return cls(run, StatsHistory(run.out_dir / STATS_FILE, run.interval_s, run.clock, run.resume, events=events))
+        events = run.output(EventsOutput)  # opened first: the run's events, as they start and end
+        running = events.running_in if events is not None else None
+        return cls(run, StatsHistory(run.out_dir / STATS_FILE, run.interval_s, run.clock, run.resume, events=running))
 
     def start(self) -> None:
         if self.run.resume:  # the interrupted run's rows that requests.csv kept
@@ -312,30 +310,6 @@ class HistoryOutput(RunOutput):
                 summary["stats_history_error"] = f"could not write {history.error}"
             # results that reached the master after their interval's row was written (counted in a later row)
             summary["stats_history_late"] = history.late
-
-
-class RunEvents:
-    """The ``event`` cell of an interval, from the run's events.csv as the events output rewrites it (read
-    again only when its size or time changed; a file that does not parse keeps the events read before)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.stamp: tuple[int, int] | None = None
-        self.events: list[EventRecord] = []
-
-    def __call__(self, begin_s: float, end_s: float) -> str:
-        try:
-            st = self.path.stat()
-        except OSError:
-            return events_in(self.events, begin_s, end_s)
-        stamp = (st.st_mtime_ns, st.st_size)
-        if stamp != self.stamp:
-            try:
-                self.events = read_events(self.path)
-                self.stamp = stamp
-            except (OSError, ValueError, KeyError):
-                pass  # written again soon: events.csv is replaced whole, never torn, but an old drtp's may differ
-        return events_in(self.events, begin_s, end_s)
 
 
 def interval_cells(
