@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from drtp.cli import main
 from drtp.master.run.warmup import run_warmup
 from drtp.registry.local import LocalRegistry, registry_binary
 from drtp.replay.event_log import read_events
@@ -138,6 +139,31 @@ def test_events_switch_the_registry_read_only_and_back_and_the_window_holds_the_
     # the registry is writable again: its config as the event left it, and the pid file names a live process
     assert "enabled: false" in (regdir / "config.yml").read_text().split("readonly:")[1].splitlines()[1]
     os.kill(int((regdir / "registry.pid").read_text()), 0)
+    # summary.json's windows: the writes refused in the read-only window are counted there, per class
+    windows = {e["name"]: e for e in summary["events"]}
+    assert set(windows) == {"readonly", "gc"} and "recovery_s" in windows["readonly"]
+    during = windows["readonly"]["windows"]["during"]
+    counted = during["failed_statuses"].get("405", 0) + during["auxiliary"]["failed_statuses"].get("405", 0)
+    every = rows_of_all(run_dir)
+    window = every[(every.start_s >= event.started_s) & (every.start_s < event.ended_s)]
+    assert counted == int((window.status == 405).sum()) >= 1
+    refused = during["failures"].get("refused", 0) + during["auxiliary"]["failures"].get("refused", 0)
+    assert refused == int((window.outcome == "refused").sum())
+    # the report draws the windows as named bands; drtp verify then finds every object drtp's records say the
+    # registry holds and a tagged manifest names (the warmed registry is shaped like a real one)
+    analysis = tmp_path / "analysis"
+    assert main(["analyze", "results", str(run_dir), "--out", str(analysis)]) == 0
+    assert "Maintenance events" in (analysis / "report.html").read_text()
+    verify = tmp_path / "verify.json"
+    assert main(["verify", "-c", str(tmp_path / "config.yaml"), "--run", str(run_dir), "-o", str(verify)]) == 0
+    checked = json.loads(verify.read_text())
+    (registry,) = checked["registries"].values()
+    assert registry["referenced_lost"] == 0 and registry["counts"]["ok"] > 0, registry["counts"]
+
+
+def rows_of_all(run_dir: Path) -> pd.DataFrame:
+    """Every row of requests.csv, helper requests too."""
+    return pd.read_csv(run_dir / "requests.csv", keep_default_na=False, na_values=[""])
 
 
 def test_a_failing_event_is_one_warning_and_the_run_completes(tmp_path, warmed, nodes):
