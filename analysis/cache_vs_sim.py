@@ -48,11 +48,11 @@ import pandas as pd
 
 from drtp.analysis.run_data import RunDataError, load_run
 from drtp.errors import DrtpError
-from drtp.registry.transport import DIRECT_USER_AGENT
+from drtp.trace.access_log import KINDS, NGINX, UpstreamRequest, log_time, parse_log_line, read_upstream_log
 from drtp.trace.columns import TraceColumns
 from drtp.trace.records import TraceRecord
+from drtp.trace.registry_log import decode_log_line
 
-KINDS = ("manifest", "blob")
 CACHE_CLASSES = ("hit", "miss", "wait")
 HIT_CLASSES = ("hit", "wait")  # served from the cache (a wait is a hit that waited on another client's fetch)
 # an upstream GET that began this long before a request's recorded start still counts as during it: the run's
@@ -73,81 +73,29 @@ class CacheAnalysisError(DrtpError):
     """A run that cannot be held against the simulator; one line naming the file or option."""
 
 
-@dataclass(frozen=True)
-class UpstreamFetch:
-    """One request the upstream answered, on the run's clock (seconds after its start)."""
+def upstream_requests(path: Path) -> list[UpstreamRequest]:
+    """The manifest and blob requests in the upstream's access log at ``path``, without drtp's own.
 
-    method: str
-    kind: str  # "manifest" or "blob"
-    repository: str
-    reference: str  # tag or digest
-    start_s: float
-    end_s: float
-    status: int
-
-
-_UPSTREAM_PATH = re.compile(r"^/v2/(?P<repo>.+)/(?P<kind>manifests|blobs)/(?P<ref>[^/?]+)$")
-_GO_DURATION = re.compile(r"([0-9.]+)(ns|us|µs|μs|ms|s|m|h)")
-_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def go_duration(text: str) -> float:
-    """Seconds from a Go duration as Distribution logs it (``894.136µs``, ``1.2ms``, ``1m2.5s``)."""
-    parts = _GO_DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"not a duration: {text!r}")
-    return sum(float(n) * _UNIT_S[u] for n, u in parts)
-
-
-def read_upstream_log(path: Path, start_epoch: float) -> list[UpstreamFetch]:
-    """The object requests in Distribution's JSON log at ``path``, on the run's clock, without drtp's own.
-
-    drtp's direct requests to the upstream (warmup, preflight, pushes sent
-    there) carry their own User-Agent and are left out (a cache like nginx
-    passes the clients' agent on, so the replay's own agent marks nothing);
-    what remains is what the cache fetched.  Requests before the run began
-    (a warmup that predates that agent) match no request of the run.  A line
-    that is not JSON (the registry's start-up text) is passed over; a file
-    with no JSON line at all is not this format.
+    Read by the one reader of access logs (:func:`drtp.trace.access_log.read_upstream_log`, as the run's
+    ``upstream`` output reads it): drtp's direct requests to the upstream (warmup, preflight, pushes sent
+    there) carry their own User-Agent and are left out, so what remains is what the cache fetched (requests
+    before the run began match no request of the run).  nginx's combined
+    log times requests to the second, too coarse to tell which request a fetch served, and is refused; so
+    is a file with lines but no request in either format.
     """
     try:
-        lines = path.read_bytes().splitlines()
+        requests = read_upstream_log(path)
+        lines = [] if requests else [line for line in path.read_bytes().splitlines() if line.strip()]
     except OSError as e:
-        raise CacheAnalysisError(f"{path}: cannot read the upstream's access log ({e.strerror})") from None
-    out: list[UpstreamFetch] = []
-    json_lines = 0
-    for n, line in enumerate(lines, start=1):
-        if not line.startswith(b"{"):
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        json_lines += 1
-        if not str(entry.get("msg", "")).startswith("response completed"):
-            continue
-        if entry.get("http.request.useragent") == DIRECT_USER_AGENT:
-            continue
-        m = _UPSTREAM_PATH.match(str(entry.get("http.request.uri", "")).partition("?")[0])
-        if not m:
-            continue
-        try:
-            end = _log_time(str(entry["time"]))
-            took = go_duration(str(entry.get("http.response.duration", "0s")))
-            status = int(entry["http.response.status"])
-        except (KeyError, ValueError) as e:
-            raise CacheAnalysisError(f"{path}: line {n}: not a Distribution log line ({e})") from None
-        kind = "manifest" if m["kind"] == "manifests" else "blob"
-        start = end - took - start_epoch
-        out.append(
-            UpstreamFetch(entry["http.request.method"], kind, m["repo"], m["ref"], start, end - start_epoch, status)
-        )
-    if lines and not json_lines:
+        raise CacheAnalysisError(f"{path}: cannot read the upstream's access log ({e.strerror or e})") from None
+    if any(r.log == NGINX for r in requests):
         raise CacheAnalysisError(
-            f"{path}: not Distribution's JSON log (nginx's combined log times requests to the second, too coarse "
-            "to tell which request a fetch served: let the run record requests.csv's cache column instead)"
+            f"{path}: nginx's combined log times requests to the second, too coarse to tell which request a "
+            "fetch served: let the run record requests.csv's cache column instead, or give Distribution's JSON log"
         )
-    return out
+    if lines and not any(parse_log_line(line) for line in lines):
+        raise CacheAnalysisError(f"{path}: no request line of Distribution's JSON log in it")
+    return [r for r in requests if r.kind in KINDS]
 
 
 def cache_requests_frame(requests: pd.DataFrame) -> pd.DataFrame:
@@ -237,27 +185,21 @@ def read_cache_log(path: Path, start_epoch: float) -> dict[tuple[str, str], list
     except OSError as e:
         raise CacheAnalysisError(f"{path}: cannot read the cache's log ({e.strerror})") from None
     out: dict[tuple[str, str], list[float]] = {}
-    for n, line in enumerate(lines, start=1):
-        if not line.startswith(b"{"):
+    for n, raw in enumerate(lines, start=1):
+        if not raw.startswith(b"{"):
             continue
-        try:
-            entry = json.loads(line)
-        except ValueError:
+        line = decode_log_line(raw)
+        if isinstance(line, str):
             continue
-        m = _STORED.match(str(entry.get("msg", "")))
+        m = _STORED.match(line.msg)
         if not m:
             continue
         try:
-            t = _log_time(str(entry["time"]))
-        except (KeyError, ValueError) as e:
+            t = log_time(line.time)
+        except ValueError as e:
             raise CacheAnalysisError(f"{path}: line {n}: not a Distribution log line ({e})") from None
         out.setdefault((m["repo"], m["digest"]), []).append(t - start_epoch)
     return out
-
-
-def _log_time(text: str) -> float:
-    """Seconds since the epoch of Distribution's log time (RFC 3339, nanoseconds cut to microseconds)."""
-    return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")[:26] + "+00:00").timestamp()
 
 
 def stored_after_miss(frame: pd.DataFrame, stored: dict[tuple[str, str], list[float]], miss: np.ndarray) -> np.ndarray:
@@ -271,11 +213,14 @@ def stored_after_miss(frame: pd.DataFrame, stored: dict[tuple[str, str], list[fl
     return out
 
 
-def measured_from_log(frame: pd.DataFrame, fetches: list[UpstreamFetch]) -> LogMeasure:
-    """Each row's class, refusal and fetch end from the upstream's requests (:class:`LogMeasure`)."""
+def measured_from_log(frame: pd.DataFrame, requests: list[UpstreamRequest], start_epoch: float) -> LogMeasure:
+    """Each row's class, refusal and fetch end from the upstream's requests (:class:`LogMeasure`; the requests'
+    times are Unix seconds, the frame's are on the run's clock, from ``start_epoch``)."""
     by_object: dict[tuple[str, str, str], list[tuple[float, float, str, int]]] = {}
-    for f in fetches:
-        by_object.setdefault((f.kind, f.repository, f.reference), []).append((f.start_s, f.end_s, f.method, f.status))
+    for f in requests:
+        by_object.setdefault((f.kind, f.repository, f.reference), []).append(
+            (f.start - start_epoch, f.end - start_epoch, f.method, f.status)
+        )
     classes = np.empty(len(frame), dtype=object)
     refused = np.zeros(len(frame), dtype=bool)
     fetch_end = np.full(len(frame), np.nan)
@@ -445,7 +390,7 @@ def compare_cache(
         if not isinstance(start_epoch, (int, float)):
             raise CacheAnalysisError(f"{run_dir / 'summary.json'}: no start_epoch to line the upstream's log up with")
         measured_from = str(log)
-        seen = measured_from_log(frame, read_upstream_log(log, float(start_epoch)))
+        seen = measured_from_log(frame, upstream_requests(log), float(start_epoch))
         frame["measured"], frame["refused"], frame["fetch_end_s"] = seen.classes, seen.refused, seen.fetch_end_s
         if cache_log is not None:
             stored = read_cache_log(cache_log, float(start_epoch))

@@ -21,24 +21,46 @@ import pandas as pd
 import pytest
 import yaml
 
-from drtp.analysis.cache_vs_sim import UNCOUNTED, go_duration, in_flight
+from drtp.analysis.cache_vs_sim import UNCOUNTED, CacheAnalysisError, in_flight, read_cache_log, upstream_requests
 from drtp.cli import main
 from drtp.registry.local import LocalRegistry, free_port
 from drtp.registry.transport import DIRECT_USER_AGENT
 from drtp.trace.generate import GenerateOptions, generate
 from drtp.trace.reader import write_ibm
+from tests.conftest import registry_log_line
 from tests.registry_log import log_entries
 from tests.replay_support import TOKEN
 
 # -- small parts --------------------------------------------------------------------
 
 
-def test_go_durations_as_distribution_logs_them() -> None:
-    assert go_duration("894.136µs") == pytest.approx(894.136e-6)
-    assert go_duration("1.5ms") == pytest.approx(1.5e-3)
-    assert go_duration("1m2.5s") == pytest.approx(62.5)
-    with pytest.raises(ValueError):
-        go_duration("12 parsecs")
+def test_logs_read_with_trimmed_nanosecond_and_offset_times(tmp_path: Path) -> None:
+    # Distribution trims a fraction's trailing zeros ("…27.97019Z"); both logs go through one time parser
+    digest = "sha256:" + "b" * 64
+    t0 = 1795838787.0  # 2026-11-28T04:06:27Z
+    up = tmp_path / "up.log"
+    times = ["2026-11-28T04:06:27.97019Z", "2026-11-28T04:06:27.970190123Z", "2026-11-28T05:06:28+01:00"]
+    up.write_text(
+        "starting\n"
+        + "".join(registry_log_line(time=t, **{"http.request.uri": f"/v2/lib/a/blobs/{digest}"}) + "\n" for t in times)
+        + registry_log_line(**{"http.request.uri": "/v2/"})  # a ping: no object request
+    )
+    ends = [r.end - t0 for r in upstream_requests(up)]
+    assert ends == pytest.approx([0.97019, 0.970190123, 1.0], abs=1e-6)
+    cache = tmp_path / "cache.log"
+    entry = {"msg": f"Adding new scheduler entry for lib/a@{digest} with ttl=168h0m0s", "time": times[0]}
+    cache.write_text("\n".join([json.dumps(entry), json.dumps({**entry, "time": times[2]})]) + "\n")
+    assert read_cache_log(cache, t0)[("lib/a", digest)] == pytest.approx([0.97019, 1.0], abs=1e-6)
+    # nginx's combined log is read by the same reader, and refused here: its times are to the second
+    nginx = tmp_path / "nginx.log"
+    nginx.write_text(
+        f'127.0.0.1 - - [28/Nov/2026:04:06:27 +0000] "GET /v2/lib/a/blobs/{digest} HTTP/1.1" 200 5 "-" "x"\n'
+    )
+    with pytest.raises(CacheAnalysisError, match="to the second"):
+        upstream_requests(nginx)
+    (tmp_path / "foreign.log").write_text("hello\n")
+    with pytest.raises(CacheAnalysisError, match="no request line"):
+        upstream_requests(tmp_path / "foreign.log")
 
 
 def test_in_flight_counts_hits_sent_before_an_earlier_miss_of_their_object_ended() -> None:

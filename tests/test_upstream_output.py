@@ -6,6 +6,7 @@ import csv
 import json
 
 import msgspec
+import pytest
 
 from drtp.analysis.report import cache_latency_table
 from drtp.analysis.results import load_requests
@@ -16,13 +17,12 @@ from drtp.master.outputs.upstream import (
     WAIT,
     absences,
     mark_waits,
-    parse_log_line,
-    read_upstream_log,
     upstream_block,
     verdict,
 )
 from drtp.registry.flow import cache_verdict
 from drtp.replay.result_row import COLUMNS, ResultRow, cells, parse_cells
+from drtp.trace.access_log import NGINX, log_time, parse_log_line, read_upstream_log
 from tests.conftest import registry_log_line
 
 DIGEST = "sha256:" + "a" * 64
@@ -66,9 +66,27 @@ def test_distribution_and_nginx_log_lines():
     combined = b'127.0.0.1 - - [01/Jan/2024:00:00:02 +0000] "HEAD /v2/lib/a/manifests/v1 HTTP/1.1" 200 0 "-" "nginx"'
     r = parse_log_line(combined)
     assert (r.method, r.kind, r.reference, r.end, r.start) == ("HEAD", "manifest", "v1", 1704067202.0, 1704067202.0)
+    assert r.log == NGINX
     timed = combined.replace(b"HEAD", b"GET") + b" 0.250"
     r = parse_log_line(timed)
     assert r.fetch and r.end - r.start == 0.25
+
+
+def test_distribution_times_trimmed_with_nanoseconds_and_with_an_offset():
+    # Go trims a fraction's trailing zeros and keeps up to nine digits; a registry on local time logs an offset
+    assert log_time("2026-11-28T04:06:27.97019Z") == pytest.approx(1795838787.97019, abs=1e-6)
+    assert log_time("2026-11-28T04:06:27.970190123Z") == pytest.approx(1795838787.970190123, abs=1e-6)
+    assert log_time("2026-11-28T04:06:27Z") == 1795838787.0
+    assert log_time("2026-11-28T05:06:27.5+01:00") == 1795838787.5
+    assert log_time("2026-11-27T23:06:27.25-05:00") == 1795838787.25
+    for bad in ("2026-11-28T04:06:27.97019", "2026-11-28 04:06:27Z", "yesterday", "2026-11-28T04:06:27.Z"):
+        with pytest.raises(ValueError):
+            log_time(bad)
+    # a request line with such a time is read, a line with a broken one is no request
+    line = registry_log_line(time="2026-11-28T04:06:27.97019Z", **{"http.response.duration": "970.19ms"})
+    r = parse_log_line(line.encode())
+    assert r.end == pytest.approx(1795838787.97019, abs=1e-6) and r.start == pytest.approx(1795838787.0, abs=1e-6)
+    assert parse_log_line(registry_log_line(time="2026-11-28T04:06:27.97019++00:00").encode()) is None
 
 
 def test_direct_requests_and_lines_outside_the_window_left_out(tmp_path):

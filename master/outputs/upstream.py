@@ -3,8 +3,8 @@
 A ``registries:`` entry whose ``upstream:`` names an ``access_log`` is a cache or mirror in front of a
 registry: the trace goes through the entry's ``url`` and the cache fetches what it lacks from the upstream.
 The upstream's access log is the per-object truth of those fetches.  At the run's end this output reads it
-over the run's window (Distribution's JSON ``response completed`` lines, or nginx's combined log), leaves out
-drtp's own direct requests (their User-Agent carries ``drtp-direct``), and
+over the run's window (Distribution's JSON ``response completed`` lines, or nginx's combined log) with the one
+reader of such logs (:mod:`drtp.trace.access_log`), which leaves out drtp's own direct requests, and
 
 * classes each trace request through the cache in requests.csv's ``cache`` column: the cache's own verdict
   where its answer carried one (``X-Cache-Status``, ``X-Cache``), else ``miss`` when the upstream logged a
@@ -20,10 +20,8 @@ drtp's own direct requests (their User-Agent carries ``drtp-direct``), and
 from __future__ import annotations
 
 import csv
-import datetime as _dt
 import io
 import os
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,112 +31,15 @@ from drtp.config import Config
 from drtp.errors import ConfigError
 from drtp.master.outputs.output import RunContext, RunOutput
 from drtp.registry.repo_names import RepositoryMap
-from drtp.registry.transport import DIRECT_USER_AGENT
 from drtp.replay.messages import registry_base
 from drtp.replay.result_row import ResultRow, cells, parse_cells
 from drtp.replay.summary import ResultsModel
-from drtp.trace.registry_log import decode_log_line, parse_go_duration
+from drtp.trace.access_log import KINDS, UpstreamRequest, read_upstream_log
 
 HIT, MISS, WAIT = "hit", "miss", "wait"
 CLASSES = (HIT, WAIT, MISS)
-KINDS = ("manifest", "blob")
-PING = "ping"  # GET/HEAD /v2/: the version check a cache sends before its fetches
-OTHER = "other"  # uploads, tag lists, the catalog
 SETTLE_S = 0.3  # the upstream writes a request's log line just after its answer: wait this long for quiet
 SETTLE_MAX_S = 3.0  # and at most this long for the log to stop growing
-
-_OBJECT = re.compile(r"^/v2/(?P<repo>.+)/(?P<kind>manifests|blobs)/(?P<ref>[^/?]+)$")
-# nginx's combined log, optionally followed by more fields (e.g. $request_time): only the combined part is read
-_COMBINED = re.compile(
-    r'^\S+ \S+ \S+ \[(?P<time>[^\]]+)\] "(?P<method>[A-Z]+) (?P<uri>\S+)[^"]*" (?P<status>\d{3}) (?P<bytes>\d+|-) '
-    r'"[^"]*" "(?P<agent>[^"]*)"(?: (?P<request_time>[0-9.]+))?'
-)
-
-
-@dataclass(frozen=True)
-class UpstreamRequest:
-    """One request the upstream answered, as its access log says (times: Unix seconds)."""
-
-    method: str
-    kind: str  # manifest, blob, ping or other
-    repository: str
-    reference: str  # a manifest's tag or digest, a blob's digest ("" for pings and others)
-    status: int
-    bytes: int
-    start: float  # the log's completion time less its duration (the completion time when it has none)
-    end: float
-    agent: str
-
-    @property
-    def fetch(self) -> bool:
-        """A GET of a manifest or blob: the cache fetching an object it lacked (or revalidating it whole)."""
-        return self.method == "GET" and self.kind in KINDS
-
-
-def _kind_of(uri: str) -> tuple[str, str, str]:
-    path = uri.partition("?")[0]
-    if path.rstrip("/") == "/v2":
-        return PING, "", ""
-    m = _OBJECT.match(path)
-    if m is None or m["ref"] == "uploads":
-        return OTHER, "", ""
-    return ("manifest" if m["kind"] == "manifests" else "blob"), m["repo"], m["ref"]
-
-
-def _epoch(text: str) -> float:
-    """An RFC 3339 time (Distribution's, nanoseconds and ``Z`` included) as Unix seconds."""
-    head, _, frac = text.rstrip("Z").partition(".")
-    zone = ""
-    for sign in ("+", "-"):
-        if sign in frac:
-            frac, _, zone = frac.partition(sign)
-            zone = sign + zone
-    if not frac and len(head) > 19:  # a zone without a fraction
-        head, zone = head[:19], head[19:]
-    when = _dt.datetime.fromisoformat(head + (zone or "+00:00"))
-    return when.timestamp() + (float("0." + frac) if frac else 0.0)
-
-
-def parse_log_line(raw: bytes) -> UpstreamRequest | None:
-    """One access-log line (Distribution's JSON or nginx's combined format) as a request; None for any other
-    line (Distribution's other messages, a blank or foreign line)."""
-    raw = raw.strip()
-    if raw.startswith(b"{"):
-        line = decode_log_line(raw)
-        if isinstance(line, str) or not line.msg.startswith("response completed") or not line.time:
-            return None
-        try:
-            end = _epoch(line.time)
-            duration = parse_go_duration(line.duration)
-        except ValueError:
-            return None
-        kind, repo, ref = _kind_of(line.uri)
-        return UpstreamRequest(
-            line.method, kind, repo, ref, line.status, line.written, end - duration, end, line.useragent
-        )
-    m = _COMBINED.match(raw.decode("utf-8", "replace"))
-    if m is None:
-        return None
-    try:
-        end = _dt.datetime.strptime(m["time"], "%d/%b/%Y:%H:%M:%S %z").timestamp()
-    except ValueError:
-        return None
-    took = float(m["request_time"]) if m["request_time"] else 0.0
-    kind, repo, ref = _kind_of(m["uri"])
-    nbytes = 0 if m["bytes"] == "-" else int(m["bytes"])
-    return UpstreamRequest(m["method"], kind, repo, ref, int(m["status"]), nbytes, end - took, end, m["agent"])
-
-
-def read_upstream_log(path: Path, start: float, end: float) -> list[UpstreamRequest]:
-    """The requests of ``path`` that ran within [start, end] (Unix seconds), drtp's own direct ones left out."""
-    out = []
-    with open(path, "rb") as f:
-        for raw in f:
-            r = parse_log_line(raw)
-            if r is None or r.end < start or r.start > end or DIRECT_USER_AGENT in r.agent:
-                continue
-            out.append(r)
-    return out
 
 
 def settle(path: Path) -> None:
