@@ -2,10 +2,11 @@
 
 End to end: a Distribution upstream, warmed by ``drtp warmup``; a second Distribution in ``proxy:`` mode in
 front of it (no eviction); a small generated trace of pulls replayed through the cache by ``drtp run``; then
-``drtp analyze cache`` with ``repository+digest`` keys and unlimited capacity must be within 1 point of what
-the upstream's log says the cache did, once requests sent while their object was still being fetched are
-counted (the cache's own log says when it stored each layer).  And nginx ``proxy_cache`` with ``max_size`` at
-20 % of the working set: predicted and measured printed.
+``drtp analyze cache`` with ``repository+digest`` keys and unlimited capacity must match what the upstream's log
+says the cache did, every difference being a cause it counts: requests sent while their object was still being
+fetched (the cache's own log says when it stored each layer), refetches, failures through the proxy.  A second
+run, told of the upstream, fills requests.csv's cache column, which ``analyze cache`` then takes as measured.
+And nginx ``proxy_cache`` with ``max_size`` at 20 % of the working set: predicted and measured printed.
 """
 
 from __future__ import annotations
