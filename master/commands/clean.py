@@ -41,15 +41,22 @@ from pathlib import Path
 
 from drtp.config import Config
 from drtp.config.upstreams import upstreams
-from drtp.errors import ConfigError, DrtpError, RunError
+from drtp.errors import ConfigError, RunError
 from drtp.exit_codes import ExitCode
-from drtp.master.commands.clean_records import Pushed, read_ledgers, read_maps, read_runs, targets, warmup_maps
+from drtp.master.commands.clean_records import (
+    Pushed,
+    given_runs,
+    read_ledgers,
+    read_maps,
+    read_runs,
+    targets,
+    warmup_maps,
+)
 from drtp.master.run.push_ledger import mark_cleared
 from drtp.registry.calls import DELETED, GONE, REFUSED, REGISTRY_ERRORS, RegistryCalls
 from drtp.registry.manifest import ACCEPT
 from drtp.registry.repo_hooks import HookError, run_hook
 from drtp.registry.transport import DIRECT_USER_AGENT, USER_AGENT
-from drtp.replay.run_dirs import run_dirs_in
 
 log = logging.getLogger("drtp.clean")
 
@@ -286,13 +293,7 @@ def report(target: Pushed, out: RegistryCleanup, yes: bool) -> list[str]:
 def run_clean(cfg: Config, runs: list[Path], registry: str | None, yes: bool, threads: int = 8) -> int:
     """Clean (or, without ``yes``, list) what drtp pushed; the exit code: 0 nothing left, 1 something left."""
     pushed = targets(cfg, registry)
-    given, runs = runs, []
-    for run_dir in given:  # bad input before any registry is asked anything
-        if not run_dir.is_dir():
-            raise DrtpError(f"--run {run_dir}: not a directory")
-        # a folder of repetitions (--repeat N): each rep-<k>/ is a run; one that never started pushed nothing
-        held = run_dirs_in(run_dir)
-        runs += [d for d in held if (d / "requests.csv").is_file()] if held != [run_dir] else held
+    runs = given_runs(runs)
     maps = warmup_maps(cfg, pushed)
     n_ledger, ledger_runs = read_ledgers(maps, pushed)
     n_map, missing = read_maps(cfg, pushed, maps, required=not runs)

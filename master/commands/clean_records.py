@@ -27,6 +27,7 @@ from drtp.registry.manifest import CONFIG_DIGEST
 from drtp.registry.names import digest_error, name_error
 from drtp.registry.repo_names import RepositoryMap
 from drtp.replay.messages import RegistryAuth, registry_base
+from drtp.replay.run_dirs import run_dirs_in
 
 
 @dataclass
@@ -53,6 +54,19 @@ class Pushed:
 
 def _entry_of(cfg: Config, base: str) -> RegistryEntry | None:
     return next((e for e in all_entries(cfg) if registry_base(e.url) == base), None)
+
+
+def given_runs(given: list[Path]) -> list[Path]:
+    """The runs of ``--run`` directories: a run, an experiment's registry folder, or a folder of repetitions (each
+    ``rep-<k>/`` is a run; one that never started pushed nothing); a path that is not a directory is bad input,
+    refused before any registry is asked anything."""
+    runs: list[Path] = []
+    for run_dir in given:
+        if not run_dir.is_dir():
+            raise DrtpError(f"--run {run_dir}: not a directory")
+        held = run_dirs_in(run_dir)
+        runs += [d for d in held if (d / "requests.csv").is_file()] if held != [run_dir] else held
+    return runs
 
 
 def targets(cfg: Config, only: str | None) -> dict[str, Pushed]:

@@ -27,12 +27,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from drtp.config import Config
-from drtp.errors import DrtpError, RunError
+from drtp.errors import RunError
 from drtp.exit_codes import ExitCode
-from drtp.master.commands.clean_records import Pushed, read_ledgers, read_maps, read_runs, targets, warmup_maps
+from drtp.master.commands.clean_records import (
+    Pushed,
+    given_runs,
+    read_ledgers,
+    read_maps,
+    read_runs,
+    targets,
+    warmup_maps,
+)
 from drtp.progress import progress
 from drtp.registry.calls import REGISTRY_ERRORS, RegistryCalls
-from drtp.replay.run_dirs import run_dirs_in
 
 CLASSES = ("ok", "missing", "short", "corrupt", "unreadable")
 LOSSES = ("missing", "short", "corrupt")  # of a referenced object: exit 1
@@ -245,12 +252,7 @@ def run_verify(
     """Verify each registry of the config (or ``registry``); write verify.json, print a line per class (unless
     ``quiet``); the exit code: 0 nothing referenced lost, 1 a referenced object missing, short or corrupt
     (3: unreachable, raised as RunError)."""
-    given, runs = runs, []
-    for run_dir in given:  # bad input before any registry is asked anything
-        if not run_dir.is_dir():
-            raise DrtpError(f"--run {run_dir}: not a directory")
-        held = run_dirs_in(run_dir)
-        runs += [d for d in held if (d / "requests.csv").is_file()] if held != [run_dir] else held
+    runs = given_runs(runs)
     pushed, read = records(cfg, registry, runs)
     deleted = deleted_by_runs(read)
     path = output or default_output(cfg, pushed, runs)
