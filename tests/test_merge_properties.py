@@ -50,6 +50,7 @@ from drtp.master.outputs.output import RunContext
 from drtp.master.outputs.replayer_health import ReplayerHealthOutput, judged
 from drtp.master.outputs.results import RunResults
 from drtp.master.outputs.run_outputs import OUTPUTS, RunOutputs
+from drtp.master.outputs.upstream import UpstreamOutput
 from drtp.master.run.internal_errors import InternalErrors
 from drtp.replay.frames import LIVE_BUCKETS_S, FrameBuilder, FrameReader, HealthPart, ResultFrame
 from drtp.replay.messages import AuxResult, ReplayRequest, ReplayResult, RunSpec, registry_base
@@ -176,13 +177,15 @@ def metrics_url() -> str:
 
 
 def every_output_config():
-    """A config for which every output of the list opens: trace.output set, a metrics endpoint named."""
+    """A config for which every output of the list opens but the upstream's: trace.output set, a metrics endpoint
+    named, an event (never due: its runner's thread waits the whole run and starts nothing)."""
     registries = sorted(set(REGISTRIES.values()))
     data = {
         "trace": {"location": ".", "traces": ["t.json"], "output": "original.json"},
         "registry": registries,
         "client_info": {"on_time_ms": ON_TIME_S * 1000},
         "registry_metrics": {registries[0]: metrics_url()},
+        "events": [{"name": "never", "after": 10**9, "run": ["true"]}],
     }
     return config_from_dict(data, source="c.yaml")
 
@@ -343,7 +346,9 @@ def _f3(value: float | None) -> str:
 @given(runs())
 def test_every_output_of_the_list_takes_the_run_without_a_bug(run):
     o = replayed(run)
-    assert o.opened == ["results", *(kind.name for kind in OUTPUTS)]  # each output opened: each was fed
+    # each output opened, so each was fed; but the upstream's, which classes requests.csv's rows from a cache's
+    # access log and rewrites the file (its own tests feed it real logs: test_upstream_output, test_caches_e2e)
+    assert o.opened == ["results", *(kind.name for kind in OUTPUTS if kind is not UpstreamOutput)]
     assert o.errors == {}  # none met a bug: late, out of order, split or dying, every part had its place
 
 
