@@ -25,6 +25,7 @@ import re
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,23 +188,19 @@ class Deployment:
             self.mode = replay_mode(data)
         self.entry_files = []
 
-        def remote(value: str, key: str, i: int) -> str:
-            # each entry's files in a folder of their own: two entries' "ca.pem" do not meet
-            local = self.cfg.path(value)
-            path = f"{lay.exp}/registries/{i}/{key}/{local.name}"
-            self.entry_files.append((local, path))
-            return path
+        def copied_into(folder: str) -> Callable[[str, str, int], str]:
+            # each registry entry's files, and each event's program (a script beside the config), in a folder
+            # of their own: two entries' "ca.pem" do not meet
+            def remote(value: str, key: str, i: int) -> str:
+                local = self.cfg.path(value)
+                path = f"{lay.exp}/{folder}/{i}/{key}/{local.name}"
+                self.entry_files.append((local, path))
+                return path
 
-        map_entry_paths(data, remote)
+            return remote
 
-        def remote_event(value: str, key: str, i: int) -> str:
-            # an event's program (a script beside the config), in a folder of the event's own
-            local = self.cfg.path(value)
-            path = f"{lay.exp}/events/{i}/{key}/{local.name}"
-            self.entry_files.append((local, path))
-            return path
-
-        map_event_paths(data, remote_event)
+        map_entry_paths(data, copied_into("registries"))
+        map_event_paths(data, copied_into("events"))
         return data
 
     def copy(self, r: Remote, lay: Layout, config_text: str) -> None:
