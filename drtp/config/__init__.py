@@ -9,7 +9,14 @@ import …`` gives what commands use from all three.
 """
 
 from drtp.config.checks import SECRET_SOURCES, listen_host_error, metrics_urls
-from drtp.config.loading import EffectiveConfig, config_from_dict, effective_config, load_config, redacted
+from drtp.config.loading import (
+    EffectiveConfig,
+    config_from_dict,
+    effective_config,
+    load_config,
+    redacted,
+    secret_values,
+)
 from drtp.config.schema import (
     SECRET_KEYS,
     ClientInfo,
@@ -48,4 +55,5 @@ __all__ = [
     "metrics_urls",
     "read_yaml",
     "redacted",
+    "secret_values",
 ]

@@ -135,19 +135,37 @@ def redacted(cfg: Config, full: bool = False) -> dict:
     shows what a run will use); otherwise only the keys that differ from it.
     """
 
-    def mask(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: ("***" if k in SECRET_KEYS and v else mask(v)) for k, v in value.items()}
-        if isinstance(value, list):
-            return [mask(v) for v in value]
-        return value
-
     data = _every_key(cfg) if full else msgspec.to_builtins(cfg)
     data.pop("base_dir", None)
     data.pop("source", None)
     if not data.get("namespace"):  # only a repetition's config has one (config.json of its run records it)
         data.pop("namespace", None)
-    return mask(data)
+    return _masked(data)
+
+
+def secret_values(cfg: Config) -> list[str]:
+    """The secret values the config holds (tokens, passwords, after ``${VAR}`` expansion): what
+    :func:`redacted` masks, so that what must never be shown is told by one rule."""
+    found: list[Any] = []
+    _masked(msgspec.to_builtins(cfg), found)
+    return [v for v in found if isinstance(v, str)]
+
+
+def _masked(value: Any, found: list[Any] | None = None) -> Any:
+    """``value`` with every secret key's value masked (``found``: collects the values masked)."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k in SECRET_KEYS and v:
+                if found is not None:
+                    found.append(v)
+                out[k] = "***"
+            else:
+                out[k] = _masked(v, found)
+        return out
+    if isinstance(value, list):
+        return [_masked(v, found) for v in value]
+    return value
 
 
 def _every_key(value: Any) -> Any:

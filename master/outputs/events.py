@@ -37,9 +37,9 @@ from pathlib import Path
 
 import msgspec
 
-from drtp.config import Config
+from drtp.config import Config, secret_values
 from drtp.config.checks import event_at_s, event_until_s
-from drtp.config.schema import SECRET_KEYS, EventEntry
+from drtp.config.schema import EventEntry
 from drtp.errors import ConfigError
 from drtp.master.outputs.output import RunContext, RunOutput
 from drtp.replay.event_log import EVENTS_CSV, EventRecord, read_events, write_events
@@ -56,28 +56,9 @@ SECRET_PREFIXES = ("DRTP_CONFIG__",)  # config keys set from the environment: a 
 _MIN_SECRET = 4  # shorter values are not looked for in a command line (they would match by chance)
 
 
-def config_secrets(cfg: Config) -> list[str]:
-    """The secret values the config holds (tokens, passwords, after ``${VAR}`` expansion)."""
-    found: list[str] = []
-
-    def walk(value: object) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                if k in SECRET_KEYS and isinstance(v, str) and v:
-                    found.append(v)
-                else:
-                    walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-
-    walk(msgspec.to_builtins(cfg))
-    return found
-
-
 def drtp_secrets(cfg: Config) -> list[str]:
     """drtp's secrets on this machine: the config's, and those of the variables drtp reads them from."""
-    return config_secrets(cfg) + [os.environ[v] for v in SECRET_VARS if os.environ.get(v)]
+    return secret_values(cfg) + [os.environ[v] for v in SECRET_VARS if os.environ.get(v)]
 
 
 def event_environment(secrets: list[str], environ: dict[str, str] | None = None) -> dict[str, str]:
